@@ -1,0 +1,21 @@
+"""Errors named by the boundary they cross.
+
+A broken generated environment is *data* (see :class:`spade.sandbox.failures.Failure`), not
+one of these. These errors mean our own set-up or input is wrong and should fail loudly.
+"""
+
+
+class SpadeError(Exception):
+    """Base class of every error raised by the spade package itself."""
+
+
+class ConfigError(SpadeError):
+    """A configuration file or value is invalid."""
+
+
+class SandboxError(SpadeError):
+    """The sandbox itself cannot run (nsjail missing, policy unusable, host misconfigured)."""
+
+
+class DesignParseError(SpadeError):
+    """A designer completion or environment file cannot be turned into a design."""

@@ -1,0 +1,19 @@
+"""The nsjail sandbox: policy, jail configuration, persistent sessions and failure kinds.
+
+Untrusted (LLM-written) code runs only through :class:`JailedSession`; nothing here executes
+it in the calling process.
+"""
+
+from spade.sandbox.failures import EnvFailure, Failure, FailureKind
+from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.sandbox.session import JailedSession, SessionInfo
+
+__all__ = [
+    "EnvFailure",
+    "Failure",
+    "FailureKind",
+    "JailedSession",
+    "SandboxPolicy",
+    "SessionInfo",
+    "load_policy",
+]

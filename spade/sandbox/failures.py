@@ -1,0 +1,132 @@
+"""Classified failures of sandboxed environments: what went wrong, as data.
+
+Everything here is pure: the session feeds it exit codes, exception reports and log text,
+and gets back a :class:`Failure` with a kind from a fixed vocabulary and a human reason.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import signal
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class FailureKind(StrEnum):
+    """Why a sandboxed environment (or one of its calls) failed."""
+
+    SYNTAX = "syntax"  # the code does not parse
+    IMPORT_DENIED = "import_denied"  # imports a module outside the allow-list
+    POLICY_DENIED = "policy_denied"  # uses a forbidden builtin or escape attribute
+    CONTRACT = "contract"  # API shape wrong: no Env class, bad types, reward out of range
+    CRASH = "crash"  # the environment raised an exception
+    TIMEOUT = "timeout"  # a call or the session ran past its wall or CPU limit
+    MEMORY = "memory"  # out of memory (MemoryError or the memory cgroup)
+    OUTPUT_LIMIT = "output_limit"  # a message or the log exceeded its size limit
+    FS_DENIED = "fs_denied"  # touched a path the jail does not provide or allow
+    NET_DENIED = "net_denied"  # tried to use the network
+    PROC_LIMIT = "proc_limit"  # tried to start more processes than allowed
+    DISK_LIMIT = "disk_limit"  # filled its tmpfs or exceeded the file size limit
+    EXITED = "exited"  # the interpreter exited or was killed by a signal mid-session
+    PROTOCOL = "protocol"  # garbled or unexpected message on the session channel
+    NONDETERMINISTIC = "nondeterministic"  # same seed and actions, different transcript
+    NO_TERMINATION = "no_termination"  # an episode did not end within max_turns
+    INFEASIBLE = "infeasible"  # solution() replayed does not reach the goal
+    TRIVIAL = "trivial"  # empty or random play reaches the goal
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One classified failure: a kind, a one-line reason and the environment's traceback."""
+
+    kind: FailureKind
+    reason: str
+    traceback: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"kind": str(self.kind)}
+
+
+class EnvFailure(Exception):
+    """Raised by a session call that failed; carries the classified :class:`Failure`.
+
+    The session's caller (verifier, rollout, gym adapter) catches it and keeps the failure
+    as data. ``fatal`` says whether the jailed process is gone.
+    """
+
+    def __init__(self, failure: Failure, *, fatal: bool) -> None:
+        super().__init__(f"{failure.kind}: {failure.reason}")
+        self.failure = failure
+        self.fatal = fatal
+
+
+_FS_ERRNOS = {errno_mod.EACCES, errno_mod.EPERM, errno_mod.EROFS, errno_mod.ENOENT}
+_NET_ERRNOS = {
+    errno_mod.ENETUNREACH,
+    errno_mod.EHOSTUNREACH,
+    errno_mod.ECONNREFUSED,
+    errno_mod.EAFNOSUPPORT,
+    errno_mod.EADDRNOTAVAIL,
+}
+_NET_TYPES = {"gaierror", "herror", "ConnectionRefusedError", "ConnectionError", "timeout"}
+_DISK_ERRNOS = {errno_mod.ENOSPC, errno_mod.EFBIG, errno_mod.EDQUOT}
+
+
+def classify_exception(exc_type: str, err: int | None, message: str) -> FailureKind:
+    """Kind of an exception raised by environment code inside the jail.
+
+    ``exc_type`` is the class name, ``err`` the ``errno`` of an OSError (or None).
+    """
+    if exc_type == "ImportDeniedError":
+        return FailureKind.IMPORT_DENIED
+    if exc_type == "MemoryError":
+        return FailureKind.MEMORY
+    if exc_type in _NET_TYPES or err in _NET_ERRNOS:
+        return FailureKind.NET_DENIED
+    if exc_type == "BlockingIOError" or err == errno_mod.EAGAIN:
+        return FailureKind.PROC_LIMIT  # fork/clone over RLIMIT_NPROC
+    if err in _DISK_ERRNOS:
+        return FailureKind.DISK_LIMIT
+    if err in _FS_ERRNOS or exc_type in ("PermissionError", "FileNotFoundError"):
+        return FailureKind.FS_DENIED
+    return FailureKind.CRASH
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:  # not a signal this platform names
+        return f"signal {num}"
+
+
+def classify_exit(
+    returncode: int,
+    *,
+    elapsed_s: float,
+    session_limit_s: float,
+    log_text: str = "",
+    log_bytes: int = 0,
+    log_limit_bytes: int = 0,
+) -> Failure:
+    """Classify the jailed interpreter's death from nsjail's exit status and its log.
+
+    nsjail reports a signalled child as ``128 + signo``. Its wall-clock limit and the memory
+    cgroup both kill with SIGKILL (137), so those two are told apart by the elapsed time and
+    the jail's own log line.
+    """
+    if returncode > 128:
+        sig = returncode - 128
+        name = _signal_name(sig)
+        if sig == signal.SIGKILL:
+            if "time limit" in log_text or elapsed_s >= session_limit_s - 0.5:
+                return Failure(FailureKind.TIMEOUT, f"session ran past its {session_limit_s:g}s wall limit")
+            return Failure(FailureKind.MEMORY, "killed by SIGKILL without reaching the time limit (memory cgroup)")
+        if sig == signal.SIGXCPU:
+            return Failure(FailureKind.TIMEOUT, "CPU time limit exceeded (SIGXCPU)")
+        if sig == signal.SIGXFSZ:
+            if log_limit_bytes and log_bytes >= log_limit_bytes:
+                return Failure(FailureKind.OUTPUT_LIMIT, "wrote more output than the log limit (SIGXFSZ)")
+            return Failure(FailureKind.DISK_LIMIT, "wrote a file larger than the size limit (SIGXFSZ)")
+        return Failure(FailureKind.EXITED, f"interpreter killed by {name}")
+    return Failure(FailureKind.EXITED, f"interpreter exited with status {returncode}")

