@@ -124,7 +124,7 @@ class JailedSession:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
-                start_new_session=True,  # own process group: a kill reaches nsjail alone
+                start_new_session=True,  # keep terminal signals (Ctrl-C) for the host to handle
                 env={"PATH": "/usr/bin:/bin"},
             )
         self._started_at = time.monotonic()
@@ -157,7 +157,7 @@ class JailedSession:
                 self._call({"op": "close"}, timeout=1.0)
             except EnvFailure:  # a failing close() is the design's problem, not ours
                 pass
-        self._kill()
+        self._kill(grace=1.0)
         if self._files is not None:
             shutil.rmtree(self._files.root, ignore_errors=True)
             self._files = None
@@ -221,6 +221,8 @@ class JailedSession:
             return reply.get("result")
         error = reply.get("error") or {}
         failure = _failure_from_error(error, load=load, encode=bool(reply.get("encode_error")))
+        if failure.kind is FailureKind.DISK_LIMIT and self._log_full():
+            failure = Failure(FailureKind.OUTPUT_LIMIT, "printed more than the log limit", failure.traceback)
         if load:
             self._die(failure)
         raise EnvFailure(failure, fatal=False)
@@ -289,18 +291,29 @@ class JailedSession:
         )
         return Failure(failure.kind, failure.reason, self.log_tail())
 
-    def _kill(self) -> None:
+    def _kill(self, grace: float = 0.0) -> None:
+        """End the jail: wait ``grace`` seconds for it to exit, then SIGTERM nsjail (it kills
+        and reaps the child and removes its cgroup), and SIGKILL only if that does not work."""
         if self._proc is None:
             return
-        if self._proc.poll() is None:
+        for sig, wait in ((None, grace), (signal.SIGTERM, 2.0), (signal.SIGKILL, None)):
+            if sig is not None and self._proc.poll() is None:
+                try:
+                    os.kill(self._proc.pid, sig)
+                except ProcessLookupError:  # it exited between poll() and the kill
+                    pass
             try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:  # it exited between poll() and the kill
-                pass
-        self._proc.wait()
+                self._proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:  # still there: escalate
+                continue
         for stream in (self._proc.stdin, self._proc.stdout):
             if stream is not None:
                 stream.close()
+
+    def _log_full(self) -> bool:
+        limit = self.policy.limits.max_file_mb << 20
+        return self._files is not None and self._files.stderr.stat().st_size >= limit
 
     def log_tail(self, limit: int = 4000) -> str | None:
         """The last ``limit`` bytes the environment wrote to stderr (tracebacks, prints)."""
@@ -308,8 +321,10 @@ class JailedSession:
             return None
         with open(self._files.stderr, "rb") as fh:
             fh.seek(max(0, fh.seek(0, os.SEEK_END) - limit))
-            text = fh.read().decode("utf-8", "replace").strip()
-        return text or None
+            text = fh.read().decode("utf-8", "replace")
+        # The dynamic loader's warnings about nsjail's own libnl are not the design's output.
+        lines = [ln for ln in text.splitlines() if "no version information available" not in ln]
+        return "\n".join(lines).strip() or None
 
     def jail_log(self) -> str:
         """nsjail's own log for this session (mounts, limits, how the child ended)."""

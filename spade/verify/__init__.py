@@ -1,0 +1,7 @@
+"""The environment verifier: named checks, run in order in the sandbox, with reasons."""
+
+from spade.verify.checks import CHECKS
+from spade.verify.config import VerifyConfig
+from spade.verify.verifier import CheckResult, Verdict, verify, verify_file
+
+__all__ = ["CHECKS", "CheckResult", "Verdict", "VerifyConfig", "verify", "verify_file"]

@@ -1,0 +1,193 @@
+"""The verifier's named checks, in the order they run.
+
+Each check takes the shared :class:`Context` and returns a one-line reason when it passes;
+it fails by raising :class:`EnvFailure` (from the sandbox or its own judgement). Checks
+after the first failure are not run: each builds on what the earlier ones established.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from spade.sandbox.failures import EnvFailure, Failure, FailureKind
+from spade.sandbox.policy import SandboxPolicy
+from spade.sandbox.session import JailedSession, SessionInfo
+from spade.verify.config import VerifyConfig
+from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
+from spade.verify.static import import_violations, name_violations, parse_source
+
+
+@dataclass
+class Context:
+    """What the checks share: the code, settings, the sessions and what was learned."""
+
+    code: str
+    config: VerifyConfig
+    policy: SandboxPolicy
+    sessions: list[JailedSession] = field(default_factory=list)
+    tree: ast.Module | None = None
+    info: SessionInfo | None = None
+    solution: list[str] = field(default_factory=list)
+    tool_names: list[str] = field(default_factory=list)
+    replay: Episode | None = None
+    empty_play: Episode | None = None
+
+    def new_session(self) -> JailedSession:
+        session = JailedSession(
+            self.code, policy=self.policy, env_kwargs={"max_turns": self.config.max_turns}
+        )
+        self.sessions.append(session)
+        session.start()
+        return session
+
+    @property
+    def session(self) -> JailedSession:
+        return self.sessions[0]
+
+    def play(self, session: JailedSession, policy: Callable[[int, str], str]) -> Episode:
+        cfg = self.config
+        return play(session, cfg.seed, policy, max_steps=cfg.max_turns, reward_range=(cfg.reward_min, cfg.reward_max))
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()
+
+
+def _fail(kind: FailureKind, reason: str) -> EnvFailure:
+    return EnvFailure(Failure(kind, reason), fatal=False)
+
+
+def check_parse(ctx: Context) -> str:
+    result = parse_source(ctx.code, ctx.config.max_code_bytes)
+    if isinstance(result, Failure):
+        raise EnvFailure(result, fatal=False)
+    ctx.tree = result
+    return f"{len(ctx.code.splitlines())} lines parse"
+
+
+def check_import_policy(ctx: Context) -> str:
+    assert ctx.tree is not None
+    if bad := import_violations(ctx.tree, ctx.policy.imports):
+        raise _fail(FailureKind.IMPORT_DENIED, "imports outside the allow-list: " + "; ".join(bad))
+    if bad := name_violations(ctx.tree, ctx.policy.imports):
+        raise _fail(FailureKind.POLICY_DENIED, "forbidden: " + "; ".join(bad))
+    return "imports and names within policy"
+
+
+def check_class_found(ctx: Context) -> str:
+    session = ctx.new_session()
+    ctx.info = session.info
+    assert ctx.info is not None
+    if ctx.info.tool_use:
+        ctx.tool_names = [t.get("function", {}).get("name", "") for t in session.tools()]
+    kind = f"tool use, {len(ctx.tool_names)} tools" if ctx.info.tool_use else "game"
+    return f"{ctx.info.class_name} loads ({kind}) in {session.stats.start_s * 1000:.0f} ms"
+
+
+def check_reset_contract(ctx: Context) -> str:
+    obs, _ = ctx.session.reset(None)
+    obs, _ = ctx.session.reset(ctx.config.seed)
+    if not obs.strip():
+        raise _fail(FailureKind.CONTRACT, "reset() returned an empty observation")
+    hinted, _ = ctx.session.reset(ctx.config.seed, hint="probe")
+    if not hinted.startswith(obs):
+        raise _fail(FailureKind.NONDETERMINISTIC, "reset() with the same seed gave another observation")
+    return f"reset(seed) -> (str[{len(obs)}], dict)"
+
+
+def check_step_contract(ctx: Context) -> str:
+    ctx.session.reset(ctx.config.seed)
+    ctx.solution = ctx.session.solution()
+    if not ctx.solution:
+        raise _fail(FailureKind.CONTRACT, "solution() returned no actions")
+    ctx.replay = ctx.play(ctx.session, scripted(ctx.solution))
+    return f"{len(ctx.replay.steps)} steps returned valid 5-tuples with rewards in range"
+
+
+def check_garbage_actions(ctx: Context) -> str:
+    session, cfg = ctx.session, ctx.config
+    session.reset(cfg.seed)
+    for action in cfg.garbage_actions:
+        _obs, reward, terminated, truncated, _ = session.step(action)
+        check_reward(reward, cfg.reward_min, cfg.reward_max)
+        if terminated or truncated:
+            session.reset(cfg.seed)
+    return f"survived {len(cfg.garbage_actions)} malformed actions"
+
+
+def check_determinism(ctx: Context) -> str:
+    assert ctx.replay is not None
+    fresh = ctx.new_session()
+    fresh.reset(ctx.config.seed)
+    if fresh.solution() != ctx.solution:
+        raise _fail(FailureKind.NONDETERMINISTIC, "solution() differs between two sessions with the same seed")
+    again = ctx.play(fresh, scripted(ctx.solution))
+    if again.transcript() != ctx.replay.transcript():
+        turn = next(
+            (i for i, (a, b) in enumerate(zip(again.steps, ctx.replay.steps, strict=False)) if a != b),
+            min(len(again.steps), len(ctx.replay.steps)),
+        )
+        where = "first observation" if again.first_observation != ctx.replay.first_observation else f"step {turn + 1}"
+        raise _fail(FailureKind.NONDETERMINISTIC, f"two fresh sessions, same seed and actions, differ at {where}")
+    return f"two fresh sessions replay identically ({len(again.steps)} steps)"
+
+
+def check_termination(ctx: Context) -> str:
+    cfg = ctx.config
+    for label, action in (("empty", ""), ("repeated invalid", "\\boxed{?}")):
+        episode = ctx.play(ctx.session, scripted([], filler=action))
+        if not episode.ended:
+            raise _fail(FailureKind.NO_TERMINATION, f"{label} actions: no end after {cfg.max_turns} turns")
+        ctx.empty_play = ctx.empty_play or episode
+    return f"episodes end within {cfg.max_turns} turns"
+
+
+def check_feasibility(ctx: Context) -> str:
+    replay, threshold = ctx.replay, ctx.config.success_threshold
+    assert replay is not None
+    if not replay.terminated:
+        raise _fail(
+            FailureKind.INFEASIBLE,
+            f"solution's {len(ctx.solution)} actions end after {len(replay.steps)} steps without terminating",
+        )
+    if not replay.succeeded(threshold):
+        raise _fail(
+            FailureKind.INFEASIBLE,
+            f"solution ends with reward {replay.final_reward:g}, below the goal {threshold:g}",
+        )
+    return f"solution reaches the goal in {len(replay.steps)} turns (reward {replay.final_reward:g})"
+
+
+def check_non_triviality(ctx: Context) -> str:
+    cfg = ctx.config
+    assert ctx.empty_play is not None
+    if ctx.empty_play.succeeded(cfg.success_threshold):
+        raise _fail(FailureKind.TRIVIAL, f"empty actions reach the goal in {len(ctx.empty_play.steps)} turns")
+    wins = 0
+    for i in range(cfg.random_episodes):
+        rng = random.Random(cfg.seed * 1000 + i)
+        episode = ctx.play(ctx.session, random_policy(rng, ctx.tool_names))
+        if not episode.ended:
+            raise _fail(FailureKind.NO_TERMINATION, f"random episode {i}: no end after {cfg.max_turns} turns")
+        wins += episode.succeeded(cfg.success_threshold)
+    rate = wins / cfg.random_episodes if cfg.random_episodes else 0.0
+    if rate > cfg.max_random_win_rate:
+        raise _fail(FailureKind.TRIVIAL, f"random actions reach the goal in {wins}/{cfg.random_episodes} episodes")
+    return f"empty play fails; random play wins {wins}/{cfg.random_episodes}"
+
+
+CHECKS: list[tuple[str, Callable[[Context], str]]] = [
+    ("parse", check_parse),
+    ("import_policy", check_import_policy),
+    ("class_found", check_class_found),
+    ("reset_contract", check_reset_contract),
+    ("step_contract", check_step_contract),
+    ("garbage_actions", check_garbage_actions),
+    ("determinism", check_determinism),
+    ("termination", check_termination),
+    ("feasibility", check_feasibility),
+    ("non_triviality", check_non_triviality),
+]

@@ -1,0 +1,92 @@
+"""Run the named checks over one design and produce its verdict."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spade.sandbox.failures import EnvFailure, Failure
+from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.verify.checks import CHECKS, Context
+from spade.verify.config import VerifyConfig
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's verdict: passed or not, and why."""
+
+    name: str
+    passed: bool
+    reason: str
+    kind: str | None = None
+    traceback: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class Verdict:
+    """A design's verdict: the checks that ran, in order, and the first failure if any."""
+
+    checks: list[CheckResult] = field(default_factory=list)
+    failure: Failure | None = None
+    class_name: str | None = None
+    skill: str | None = None
+    tool_use: bool = False
+    hint: str | None = None
+    solution_length: int = 0
+    seconds: float = 0.0
+
+    @property
+    def accepted(self) -> bool:
+        return self.failure is None and bool(self.checks) and all(c.passed for c in self.checks)
+
+    @property
+    def failed_check(self) -> str | None:
+        return next((c.name for c in self.checks if not c.passed), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``spade env check --json`` (without the path)."""
+        return {
+            "accepted": self.accepted,
+            "checks": [{"name": c.name, "passed": c.passed, "reason": c.reason} for c in self.checks],
+            "failure": {"kind": str(self.failure.kind), "reason": self.failure.reason}
+            if self.failure
+            else None,
+        }
+
+
+def verify(
+    code: str, *, config: VerifyConfig | None = None, policy: SandboxPolicy | None = None
+) -> Verdict:
+    """Run every check on ``code`` (in the sandbox where it executes anything)."""
+    ctx = Context(code=code, config=config or VerifyConfig(), policy=policy or load_policy())
+    verdict = Verdict()
+    t_all = time.perf_counter()
+    try:
+        for name, check in CHECKS:
+            t0 = time.perf_counter()
+            try:
+                reason = check(ctx)
+            except EnvFailure as exc:  # the design failed this check: record it and stop
+                f = exc.failure
+                verdict.checks.append(
+                    CheckResult(name, False, f.reason, str(f.kind), f.traceback, time.perf_counter() - t0)
+                )
+                verdict.failure = f
+                break
+            verdict.checks.append(CheckResult(name, True, reason, seconds=time.perf_counter() - t0))
+    finally:
+        ctx.close()
+    if ctx.info is not None:
+        verdict.class_name, verdict.skill = ctx.info.class_name, ctx.info.skill
+        verdict.tool_use, verdict.hint = ctx.info.tool_use, ctx.info.hint
+    verdict.solution_length = len(ctx.solution)
+    verdict.seconds = time.perf_counter() - t_all
+    return verdict
+
+
+def verify_file(path: str | Path, **kwargs: Any) -> Verdict:
+    """:func:`verify` on a file's text (undecodable bytes are replaced, not fatal)."""
+    return verify(Path(path).read_text(encoding="utf-8", errors="replace"), **kwargs)
