@@ -48,7 +48,7 @@ class ImportPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    allow: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_MODULES), description="Importable modules; a dotted name allows its submodules.")
+    allow: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_MODULES), description="Importable modules; a dotted name allows its submodules. '*' allows everything: only for testing the jail's own containment.")
     forbidden_names: list[str] = Field(
         default_factory=lambda: ["eval", "exec", "compile", "__import__", "open", "breakpoint", "input", "globals", "vars", "memoryview", "exit", "quit", "help"],
         description="Builtins a design may not reference.",
@@ -60,7 +60,7 @@ class ImportPolicy(BaseModel):
 
     def allows(self, module: str) -> bool:
         """True when ``module`` (dotted) is in the allow-list or under an allowed package."""
-        return any(module == a or module.startswith(a + ".") for a in self.allow)
+        return any(a == "*" or module == a or module.startswith(a + ".") for a in self.allow)
 
 
 class SandboxPolicy(BaseModel):

@@ -36,7 +36,7 @@ def _make_guard(allow):
     real_import = builtins.__import__
 
     def allowed(name):
-        return any(name == a or name.startswith(a + ".") for a in allow)
+        return any(a == "*" or name == a or name.startswith(a + ".") for a in allow)
 
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
         # Only imports written in the design itself are checked; the standard library's own

@@ -6,9 +6,22 @@ import re
 
 from spade.envs import ToolError, ToolUseEnv
 
-_CUSTOMERS = ["Mara Okafor", "Lukas Brandt", "Priya Nair", "Tomas Silva", "Yuki Tanaka", "Elena Rossi"]
-_PAYEES = ["Northwind Traders", "Blue Harbor Energy", "Cedar Street Dental", "Pinecrest Insurance",
-           "Summit Internet", "Riverside Property"]
+_CUSTOMERS = [
+    "Mara Okafor",
+    "Lukas Brandt",
+    "Priya Nair",
+    "Tomas Silva",
+    "Yuki Tanaka",
+    "Elena Rossi",
+]
+_PAYEES = [
+    "Northwind Traders",
+    "Blue Harbor Energy",
+    "Cedar Street Dental",
+    "Pinecrest Insurance",
+    "Summit Internet",
+    "Riverside Property",
+]
 
 
 def _cents(amount: object) -> int:
@@ -43,8 +56,13 @@ class BankTransferEnv(ToolUseEnv):
         self.savings = f"SAV-{rng.randint(1000, 9999)}"
         have = rng.randint(5000, 40000)
         self.invoice_cents = have + rng.randint(1000, 30000)
-        self.balances = {self.checking: have, self.savings: self.invoice_cents - have + rng.randint(5000, 50000)}
-        self.payees = {name: f"PAY-{num}" for name, num in zip(_PAYEES, rng.sample(range(100000, 999999), 6))}
+        self.balances = {
+            self.checking: have,
+            self.savings: self.invoice_cents - have + rng.randint(5000, 50000),
+        }
+        self.payees = {
+            name: f"PAY-{num}" for name, num in zip(_PAYEES, rng.sample(range(100000, 999999), 6))
+        }
         self.payee = rng.choice(_PAYEES)
         self.invoice = f"INV-{rng.randint(10000, 99999)}"
         self.tx_base = rng.randint(100000, 899999)
@@ -66,7 +84,12 @@ class BankTransferEnv(ToolUseEnv):
         if str(invoice_id).strip().upper() != self.invoice:
             raise ToolError(f"no invoice {str(invoice_id)[:40]!r}")
         amount = f"{self.invoice_cents // 100}.{self.invoice_cents % 100:02d}"
-        return {"invoice_id": self.invoice, "payee": self.payee, "amount_due": amount, "customer": self.customer}
+        return {
+            "invoice_id": self.invoice,
+            "payee": self.payee,
+            "amount_due": amount,
+            "customer": self.customer,
+        }
 
     def tool_list_accounts(self, customer: str) -> list:
         """List a customer's accounts with their types and balances.
@@ -77,7 +100,10 @@ class BankTransferEnv(ToolUseEnv):
         if str(customer).strip().lower() != self.customer.lower():
             raise ToolError(f"no customer named {str(customer)[:40]!r}; give the full name")
         kinds = {self.checking: "checking", self.savings: "savings"}
-        return [{"account_id": a, "type": kinds[a], "balance": self.balances[a] / 100} for a in sorted(kinds)]
+        return [
+            {"account_id": a, "type": kinds[a], "balance": self.balances[a] / 100}
+            for a in sorted(kinds)
+        ]
 
     def tool_lookup_payee(self, name: str) -> dict:
         """Find a registered payee's account id by name.
@@ -90,9 +116,13 @@ class BankTransferEnv(ToolUseEnv):
             if payee.lower() == wanted:
                 return {"name": payee, "account_id": self.payees[payee]}
         close = [p for p in sorted(self.payees) if wanted and wanted.split()[0] in p.lower()]
-        raise ToolError(f"no payee named {str(name)[:40]!r}" + (f"; did you mean {close}?" if close else ""))
+        raise ToolError(
+            f"no payee named {str(name)[:40]!r}" + (f"; did you mean {close}?" if close else "")
+        )
 
-    def tool_transfer(self, from_account: str, to_account: str, amount: float, reference: str = "") -> dict:
+    def tool_transfer(
+        self, from_account: str, to_account: str, amount: float, reference: str = ""
+    ) -> dict:
         """Move money from one of the customer's accounts to another account or a payee.
 
         Args:
@@ -117,7 +147,9 @@ class BankTransferEnv(ToolUseEnv):
         if dst in self.balances:
             self.balances[dst] += cents
         tx = f"TX-{self.tx_base + len(self.transfers) + 1}"
-        self.transfers.append({"id": tx, "to": dst, "cents": cents, "reference": str(reference)[:200]})
+        self.transfers.append(
+            {"id": tx, "to": dst, "cents": cents, "reference": str(reference)[:200]}
+        )
         return {"confirmation": tx, "from_balance": self.balances[src] / 100}
 
     def check_answer(self, answer: str) -> float:
@@ -134,15 +166,24 @@ class BankTransferEnv(ToolUseEnv):
 
     def solution(self) -> list[str]:
         def call(tool: str, **arguments) -> str:
-            return "<tool_call>" + json.dumps({"name": tool, "arguments": arguments}) + "</tool_call>"
+            return (
+                "<tool_call>" + json.dumps({"name": tool, "arguments": arguments}) + "</tool_call>"
+            )
 
         short = self.invoice_cents - self.balances[self.checking]
         return [
             call("get_invoice", invoice_id=self.invoice),
             call("list_accounts", customer=self.customer),
             call("lookup_payee", name=self.payee),
-            call("transfer", from_account=self.savings, to_account=self.checking, amount=short / 100),
-            call("transfer", from_account=self.checking, to_account=self.payees[self.payee],
-                 amount=self.invoice_cents / 100, reference=self.invoice),
+            call(
+                "transfer", from_account=self.savings, to_account=self.checking, amount=short / 100
+            ),
+            call(
+                "transfer",
+                from_account=self.checking,
+                to_account=self.payees[self.payee],
+                amount=self.invoice_cents / 100,
+                reference=self.invoice,
+            ),
             f"<answer>TX-{self.tx_base + 2}</answer>",
         ]

@@ -61,9 +61,17 @@ class CargoKnapsackEnv(TextEnv):
             weight = sum(self.weights[i - 1] for i in picked)
             value = sum(self.values[i - 1] for i in picked)
             if weight > self.capacity:
-                return f"Weight {weight} exceeds the capacity {self.capacity}: the ship cannot sail.", 0.0, True
+                return (
+                    f"Weight {weight} exceeds the capacity {self.capacity}: the ship cannot sail.",
+                    0.0,
+                    True,
+                )
             score = value / self.best
-            verdict = "That is an optimal load!" if value == self.best else f"The best load is worth {self.best}."
+            verdict = (
+                "That is an optimal load!"
+                if value == self.best
+                else f"The best load is worth {self.best}."
+            )
             return f"Loaded weight {weight}, value {value}. {verdict}", score, True
         return "Write \\boxed{inspect n} or \\boxed{load i, j, ...}.", 0.0, False
 

@@ -35,8 +35,11 @@ class MazeWalkEnv(TextEnv):
         stack, seen = [(0, 0)], {(0, 0)}
         while stack:  # randomized depth-first search carves a perfect maze
             r, c = stack[-1]
-            nbrs = [(d, (r + dr, c + dc)) for d, (dr, dc) in _STEP.items()
-                    if (r + dr, c + dc) in self.open and (r + dr, c + dc) not in seen]
+            nbrs = [
+                (d, (r + dr, c + dc))
+                for d, (dr, dc) in _STEP.items()
+                if (r + dr, c + dc) in self.open and (r + dr, c + dc) not in seen
+            ]
             if not nbrs:
                 stack.pop()
                 continue

@@ -6,8 +6,18 @@ import re
 from spade.envs import ToolError, ToolUseEnv
 
 _NAMES = [
-    "blue mug", "red mug", "green mug", "steel bottle", "glass bottle", "canvas bag",
-    "leather bag", "paper notebook", "desk lamp", "phone stand", "usb cable", "wall clock",
+    "blue mug",
+    "red mug",
+    "green mug",
+    "steel bottle",
+    "glass bottle",
+    "canvas bag",
+    "leather bag",
+    "paper notebook",
+    "desk lamp",
+    "phone stand",
+    "usb cable",
+    "wall clock",
 ]
 _REFILL = 50
 
@@ -28,7 +38,11 @@ class OrderFulfillmentEnv(ToolUseEnv):
         self.products = {}
         for name, num in zip(rng.sample(_NAMES, 8), rng.sample(range(100, 1000), 8)):
             cents = rng.randint(3, 60) * 100 + rng.choice([0, 25, 50, 99])
-            self.products[f"SKU-{num}"] = {"name": name, "cents": cents, "stock": rng.randint(0, 30)}
+            self.products[f"SKU-{num}"] = {
+                "name": name,
+                "cents": cents,
+                "stock": rng.randint(0, 30),
+            }
         skus = list(self.products)
         self.orders = {}
         for num in rng.sample(range(1000, 10000), 3):
@@ -63,7 +77,9 @@ class OrderFulfillmentEnv(ToolUseEnv):
             query: Part of a product name, e.g. "mug".
         """
         q = str(query).strip().lower()
-        hits = [self.view(sku) for sku in sorted(self.products) if q and q in self.products[sku]["name"]]
+        hits = [
+            self.view(sku) for sku in sorted(self.products) if q and q in self.products[sku]["name"]
+        ]
         return hits or "No products match."
 
     def tool_get_product(self, sku: str) -> dict:
@@ -118,7 +134,9 @@ class OrderFulfillmentEnv(ToolUseEnv):
         for item in order["items"]:
             have = self.products[item["sku"]]["stock"]
             if have < item["quantity"]:
-                raise ToolError(f"insufficient stock for {item['sku']}: have {have}, need {item['quantity']}")
+                raise ToolError(
+                    f"insufficient stock for {item['sku']}: have {have}, need {item['quantity']}"
+                )
         for item in order["items"]:
             self.products[item["sku"]]["stock"] -= item["quantity"]
         self.orders[order["order_id"]]["status"] = "shipped"
@@ -134,8 +152,14 @@ class OrderFulfillmentEnv(ToolUseEnv):
         cents = int(m.group(1)) * 100 + int((m.group(2) or "0").ljust(2, "0")) if m else -1
         checks.append(cents == self.total)
         score = sum(checks) / len(checks)
-        others = [s for s in self.products if s not in items and self.products[s]["stock"] != self.original[s]]
-        shipped = [o for o in self.orders if o != self.target and self.orders[o]["status"] != "pending"]
+        others = [
+            s
+            for s in self.products
+            if s not in items and self.products[s]["stock"] != self.original[s]
+        ]
+        shipped = [
+            o for o in self.orders if o != self.target and self.orders[o]["status"] != "pending"
+        ]
         return score * 0.5 if others or shipped else score
 
     def solution(self) -> list[str]:

@@ -37,7 +37,10 @@ class OwnershipRiddleEnv(TextEnv):
         if kind == "if":
             text = f"If {name[p]} owns the {pet[x]}, then {name[q]} owns the {pet[y]}."
             return text, lambda s: s[p] != x or s[q] == y
-        return f"Neither {name[p]} nor {name[q]} owns the {pet[x]}.", lambda s: x not in (s[p], s[q])
+        return (
+            f"Neither {name[p]} nor {name[q]} owns the {pet[x]}.",
+            lambda s: x not in (s[p], s[q]),
+        )
 
     def setup(self) -> str:
         self.people = self.rng.sample(_PEOPLE, 5)
@@ -61,7 +64,8 @@ class OwnershipRiddleEnv(TextEnv):
             f"{', '.join(self.pets)}. Clues:\n{lines}\nThe clues do not settle everything. Ask "
             f"up to {self.questions} yes/no questions like \\boxed{{ask {self.people[0]} "
             f"{self.pets[0]}}}, then answer once: \\boxed{{"
-            + ", ".join(f"{n}=..." for n in self.people) + "}."
+            + ", ".join(f"{n}=..." for n in self.people)
+            + "}."
         )
 
     def find(self, words: list[str], text: str) -> list[int]:
@@ -79,7 +83,11 @@ class OwnershipRiddleEnv(TextEnv):
             yes = "Yes" if self.hidden[p] == x else "No"
             owns = "owns" if yes == "Yes" else "does not own"
             left = self.questions - self.used
-            return f"{yes}: {self.people[p]} {owns} the {self.pets[x]}. {left} questions left.", 0.0, False
+            return (
+                f"{yes}: {self.people[p]} {owns} the {self.pets[x]}. {left} questions left.",
+                0.0,
+                False,
+            )
         pairs = re.findall(r"([A-Za-z]+)\s*[=:]\s*([A-Za-z]+)", move)
         guess = {}
         for person, pet in pairs:

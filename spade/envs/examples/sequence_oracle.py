@@ -25,7 +25,9 @@ class SequenceOracleEnv(TextEnv):
 
     def setup(self) -> str:
         rng = self.rng
-        kind = rng.choice(["arithmetic", "quadratic", "geometric", "fibonacci", "interleaved", "doubling"])
+        kind = rng.choice(
+            ["arithmetic", "quadratic", "geometric", "fibonacci", "interleaved", "doubling"]
+        )
         self.kind = kind
         sign = rng.choice([-1, 1])
         if kind == "arithmetic":
@@ -70,7 +72,11 @@ class SequenceOracleEnv(TextEnv):
             if self.used >= self.asks:
                 return "No reveals left; submit your prediction.", 0.0, False
             self.used += 1
-            return f"t({n}) = {self.terms[n - 1]}. {self.asks - self.used} reveals left.", 0.0, False
+            return (
+                f"t({n}) = {self.terms[n - 1]}. {self.asks - self.used} reveals left.",
+                0.0,
+                False,
+            )
         if move.lower().startswith(("predict", "answer")):
             nums = _INT.findall(move)
             if len(nums) != 3:

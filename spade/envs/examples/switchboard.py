@@ -67,7 +67,11 @@ class SwitchboardEnv(TextEnv):
             if right == 6:
                 return "Every lamp is matched to its switch!", 1.0, True
             return f"{right} of 6 lamps are matched correctly.", right / 6, True
-        return "Write \\boxed{toggle i j ...} or name all six lamps: \\boxed{A=1, ..., F=6}.", 0.0, False
+        return (
+            "Write \\boxed{toggle i j ...} or name all six lamps: \\boxed{A=1, ..., F=6}.",
+            0.0,
+            False,
+        )
 
     def solution(self) -> list[str]:
         tests = []
