@@ -1,4 +1,4 @@
-"""Bank transfer (tool_use): pay an invoice through a banking API, covering a shortfall from savings."""
+"""Bank transfer (tool_use): pay an invoice via a banking API, covering a shortfall from savings."""
 
 import json
 import math
@@ -7,21 +7,16 @@ import re
 from spade.envs import ToolError, ToolUseEnv
 
 _CUSTOMERS = [
-    "Mara Okafor",
-    "Lukas Brandt",
-    "Priya Nair",
-    "Tomas Silva",
-    "Yuki Tanaka",
-    "Elena Rossi",
-]
+    "Mara Okafor", "Lukas Brandt", "Priya Nair", "Tomas Silva", "Yuki Tanaka", "Elena Rossi",
+]  # fmt: skip
 _PAYEES = [
-    "Northwind Traders",
-    "Blue Harbor Energy",
-    "Cedar Street Dental",
-    "Pinecrest Insurance",
-    "Summit Internet",
-    "Riverside Property",
-]
+    "Northwind Traders", "Blue Harbor Energy", "Cedar Street Dental", "Pinecrest Insurance",
+    "Summit Internet", "Riverside Property",
+]  # fmt: skip
+
+
+def _money(cents: int) -> str:
+    return f"{cents // 100}.{cents % 100:02d}"
 
 
 def _cents(amount: object) -> int:
@@ -47,21 +42,23 @@ class BankTransferEnv(ToolUseEnv):
     """
 
     skill = "tool_use"
-    hint = "Gather the invoice, accounts and payee details before moving money, and read error messages: they say what to fix."
+    hint = (
+        "Gather the invoice, account and payee details before moving money, and read error "
+        "messages: they say what to fix."
+    )
 
     def setup(self) -> str:
         rng = self.rng
         self.customer = rng.choice(_CUSTOMERS)
         self.checking = f"CHK-{rng.randint(1000, 9999)}"
         self.savings = f"SAV-{rng.randint(1000, 9999)}"
-        have = rng.randint(5000, 40000)
-        self.invoice_cents = have + rng.randint(1000, 30000)
-        self.balances = {
-            self.checking: have,
-            self.savings: self.invoice_cents - have + rng.randint(5000, 50000),
-        }
+        self.have = rng.randint(5000, 40000)
+        self.invoice_cents = self.have + rng.randint(1000, 30000)
+        spare = self.invoice_cents - self.have + rng.randint(5000, 50000)
+        self.balances = {self.checking: self.have, self.savings: spare}
         self.payees = {
-            name: f"PAY-{num}" for name, num in zip(_PAYEES, rng.sample(range(100000, 999999), 6))
+            name: f"PAY-{num}"
+            for name, num in zip(_PAYEES, rng.sample(range(100000, 999999), 6), strict=True)
         }
         self.payee = rng.choice(_PAYEES)
         self.invoice = f"INV-{rng.randint(10000, 99999)}"
@@ -83,13 +80,8 @@ class BankTransferEnv(ToolUseEnv):
         """
         if str(invoice_id).strip().upper() != self.invoice:
             raise ToolError(f"no invoice {str(invoice_id)[:40]!r}")
-        amount = f"{self.invoice_cents // 100}.{self.invoice_cents % 100:02d}"
-        return {
-            "invoice_id": self.invoice,
-            "payee": self.payee,
-            "amount_due": amount,
-            "customer": self.customer,
-        }
+        amount = _money(self.invoice_cents)
+        return {"invoice_id": self.invoice, "payee": self.payee, "amount_due": amount}
 
     def tool_list_accounts(self, customer: str) -> list:
         """List a customer's accounts with their types and balances.
@@ -116,9 +108,8 @@ class BankTransferEnv(ToolUseEnv):
             if payee.lower() == wanted:
                 return {"name": payee, "account_id": self.payees[payee]}
         close = [p for p in sorted(self.payees) if wanted and wanted.split()[0] in p.lower()]
-        raise ToolError(
-            f"no payee named {str(name)[:40]!r}" + (f"; did you mean {close}?" if close else "")
-        )
+        more = f"; did you mean {close}?" if close else ""
+        raise ToolError(f"no payee named {str(name)[:40]!r}{more}")
 
     def tool_transfer(
         self, from_account: str, to_account: str, amount: float, reference: str = ""
@@ -142,14 +133,13 @@ class BankTransferEnv(ToolUseEnv):
             raise ToolError("external payments may only leave from a checking account")
         cents = _cents(amount)
         if cents > self.balances[src]:
-            raise ToolError(f"insufficient funds: {src} holds {self.balances[src] / 100:.2f}")
+            raise ToolError(f"insufficient funds: {src} holds {_money(self.balances[src])}")
         self.balances[src] -= cents
         if dst in self.balances:
             self.balances[dst] += cents
         tx = f"TX-{self.tx_base + len(self.transfers) + 1}"
-        self.transfers.append(
-            {"id": tx, "to": dst, "cents": cents, "reference": str(reference)[:200]}
-        )
+        note = str(reference)[:200]
+        self.transfers.append({"id": tx, "to": dst, "cents": cents, "reference": note})
         return {"confirmation": tx, "from_balance": self.balances[src] / 100}
 
     def check_answer(self, answer: str) -> float:
@@ -166,24 +156,16 @@ class BankTransferEnv(ToolUseEnv):
 
     def solution(self) -> list[str]:
         def call(tool: str, **arguments) -> str:
-            return (
-                "<tool_call>" + json.dumps({"name": tool, "arguments": arguments}) + "</tool_call>"
-            )
+            body = json.dumps({"name": tool, "arguments": arguments})
+            return f"<tool_call>{body}</tool_call>"
 
-        short = self.invoice_cents - self.balances[self.checking]
+        short = (self.invoice_cents - self.have) / 100
+        pay = {"to_account": self.payees[self.payee], "amount": self.invoice_cents / 100}
         return [
             call("get_invoice", invoice_id=self.invoice),
             call("list_accounts", customer=self.customer),
             call("lookup_payee", name=self.payee),
-            call(
-                "transfer", from_account=self.savings, to_account=self.checking, amount=short / 100
-            ),
-            call(
-                "transfer",
-                from_account=self.checking,
-                to_account=self.payees[self.payee],
-                amount=self.invoice_cents / 100,
-                reference=self.invoice,
-            ),
+            call("transfer", from_account=self.savings, to_account=self.checking, amount=short),
+            call("transfer", from_account=self.checking, reference=self.invoice, **pay),
             f"<answer>TX-{self.tx_base + 2}</answer>",
         ]

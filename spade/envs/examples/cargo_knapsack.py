@@ -1,4 +1,4 @@
-"""Cargo knapsack (optimization): inspect hidden crates, then load the most valuable set that fits."""
+"""Cargo knapsack (optimization): inspect hidden crates, then load the best set that fits."""
 
 import itertools
 import re
@@ -10,14 +10,17 @@ _INT = re.compile(r"\d{1,3}")
 
 
 class CargoKnapsackEnv(TextEnv):
-    """Choose crates for a hold of fixed capacity; each crate's weight and value is hidden until inspected.
+    """Load crates into a hold of fixed capacity; weights and values are hidden until inspected.
 
     Hidden state: the weights and values of eight crates. One loading decision ends the episode.
     Partial reward: loaded value divided by the optimal value (0 when over capacity).
     """
 
     skill = "optimization"
-    hint = "Inspect every crate first, then compare combinations rather than greedily taking the best value per weight."
+    hint = (
+        "Inspect every crate first, then compare combinations rather than greedily taking "
+        "the best value per weight."
+    )
 
     def __init__(self, max_turns: int = 25, crates: int = 8, **kwargs):
         super().__init__(max_turns=max_turns, **kwargs)
@@ -29,7 +32,8 @@ class CargoKnapsackEnv(TextEnv):
             self.weights = [self.rng.randint(2, 12) for _ in range(n)]
             self.values = [self.rng.randint(3, 30) for _ in range(n)]
             self.capacity = sum(self.weights) * 2 // 5
-            self.best, self.best_set = 0, ()
+            self.best = 0
+            self.best_set: tuple[int, ...] = ()
             for k in range(1, n + 1):
                 for combo in itertools.combinations(range(n), k):
                     weight = sum(self.weights[i] for i in combo)

@@ -1,24 +1,15 @@
-"""Order fulfillment (tool_use): restock short products, ship an order and report its total via a store API."""
+"""Order fulfillment (tool_use): restock short products, ship an order and report its total."""
 
 import json
 import re
+from typing import Any
 
 from spade.envs import ToolError, ToolUseEnv
 
 _NAMES = [
-    "blue mug",
-    "red mug",
-    "green mug",
-    "steel bottle",
-    "glass bottle",
-    "canvas bag",
-    "leather bag",
-    "paper notebook",
-    "desk lamp",
-    "phone stand",
-    "usb cable",
-    "wall clock",
-]
+    "blue mug", "red mug", "green mug", "steel bottle", "glass bottle", "canvas bag",
+    "leather bag", "paper notebook", "desk lamp", "phone stand", "usb cable", "wall clock",
+]  # fmt: skip
 _REFILL = 50
 
 
@@ -31,20 +22,20 @@ class OrderFulfillmentEnv(ToolUseEnv):
     """
 
     skill = "tool_use"
-    hint = "Read the order first, compare each product's stock with the ordered quantity, and fix shortages before shipping."
+    hint = (
+        "Read the order first, compare each product's stock with the ordered quantity, and "
+        "fix shortages before shipping."
+    )
 
     def setup(self) -> str:
         rng = self.rng
-        self.products = {}
-        for name, num in zip(rng.sample(_NAMES, 8), rng.sample(range(100, 1000), 8)):
+        self.products: dict[str, dict[str, Any]] = {}
+        for name, num in zip(rng.sample(_NAMES, 8), rng.sample(range(100, 1000), 8), strict=True):
             cents = rng.randint(3, 60) * 100 + rng.choice([0, 25, 50, 99])
-            self.products[f"SKU-{num}"] = {
-                "name": name,
-                "cents": cents,
-                "stock": rng.randint(0, 30),
-            }
+            stock = rng.randint(0, 30)
+            self.products[f"SKU-{num}"] = {"name": name, "cents": cents, "stock": stock}
         skus = list(self.products)
-        self.orders = {}
+        self.orders: dict[str, dict[str, Any]] = {}
         for num in rng.sample(range(1000, 10000), 3):
             items = {sku: rng.randint(2, 9) for sku in sorted(rng.sample(skus, 3))}
             self.orders[f"ORD-{num}"] = {"items": items, "status": "pending"}
@@ -77,9 +68,7 @@ class OrderFulfillmentEnv(ToolUseEnv):
             query: Part of a product name, e.g. "mug".
         """
         q = str(query).strip().lower()
-        hits = [
-            self.view(sku) for sku in sorted(self.products) if q and q in self.products[sku]["name"]
-        ]
+        hits = [self.view(s) for s in sorted(self.products) if q and q in self.products[s]["name"]]
         return hits or "No products match."
 
     def tool_get_product(self, sku: str) -> dict:
@@ -132,11 +121,9 @@ class OrderFulfillmentEnv(ToolUseEnv):
         if order["status"] != "pending":
             raise ToolError(f"order {order['order_id']} was already shipped")
         for item in order["items"]:
-            have = self.products[item["sku"]]["stock"]
-            if have < item["quantity"]:
-                raise ToolError(
-                    f"insufficient stock for {item['sku']}: have {have}, need {item['quantity']}"
-                )
+            sku, need, have = item["sku"], item["quantity"], self.products[item["sku"]]["stock"]
+            if have < need:
+                raise ToolError(f"insufficient stock for {sku}: have {have}, need {need}")
         for item in order["items"]:
             self.products[item["sku"]]["stock"] -= item["quantity"]
         self.orders[order["order_id"]]["status"] = "shipped"
@@ -152,15 +139,13 @@ class OrderFulfillmentEnv(ToolUseEnv):
         cents = int(m.group(1)) * 100 + int((m.group(2) or "0").ljust(2, "0")) if m else -1
         checks.append(cents == self.total)
         score = sum(checks) / len(checks)
-        others = [
-            s
-            for s in self.products
-            if s not in items and self.products[s]["stock"] != self.original[s]
+        touched = [
+            s for s, p in self.products.items() if s not in items and p["stock"] != self.original[s]
         ]
         shipped = [
-            o for o in self.orders if o != self.target and self.orders[o]["status"] != "pending"
+            o for o, v in self.orders.items() if o != self.target and v["status"] != "pending"
         ]
-        return score * 0.5 if others or shipped else score
+        return score * 0.5 if touched or shipped else score
 
     def solution(self) -> list[str]:
         def call(tool: str, **arguments) -> str:

@@ -1,8 +1,8 @@
-"""Ownership riddle (logical_deduction): narrow down who owns which pet from clues and yes/no questions."""
+"""Ownership riddle (logical_deduction): find who owns which pet from clues and yes/no questions."""
 
 import itertools
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from spade.envs import TextEnv
 
@@ -19,7 +19,10 @@ class OwnershipRiddleEnv(TextEnv):
     """
 
     skill = "logical_deduction"
-    hint = "First list every assignment consistent with the clues, then ask questions that split the remaining possibilities evenly."
+    hint = (
+        "First list every assignment consistent with the clues, then ask questions that split "
+        "the remaining possibilities evenly."
+    )
 
     def __init__(self, max_turns: int = 25, questions: int = 5, **kwargs):
         super().__init__(max_turns=max_turns, **kwargs)

@@ -59,7 +59,7 @@ class PolynomialProbeEnv(TextEnv):
             nums = _INT.findall(move)
             if len(nums) != 4:
                 return "Submit exactly four integers: \\boxed{answer a3, a2, a1, a0}.", 0.0, False
-            right = sum(int(n) == c for n, c in zip(nums, self.coeffs))
+            right = sum(int(n) == c for n, c in zip(nums, self.coeffs, strict=True))
             if right == 4:
                 return "Correct, that is the polynomial!", 1.0, True
             return f"Wrong: {right} of 4 coefficients are right.", 0.5 * right / 4, True

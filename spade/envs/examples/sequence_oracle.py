@@ -1,4 +1,4 @@
-"""Sequence oracle (pattern_recognition): ask for a few terms of a hidden sequence, predict far ones."""
+"""Sequence oracle (pattern_recognition): see some terms of a hidden sequence, predict more."""
 
 import re
 
@@ -6,18 +6,24 @@ from spade.envs import TextEnv
 
 _ASK = re.compile(r"^(?:ask|term|t)\s*\(?\s*(\d{1,3})\s*\)?$", re.IGNORECASE)
 _INT = re.compile(r"-?\d{1,30}")
-_KINDS = "arithmetic, quadratic, geometric, Fibonacci-style, two interleaved arithmetic sequences, t(n) = 2*t(n-1) + c"
+_KINDS = (
+    "arithmetic, quadratic, geometric, Fibonacci-style, two interleaved arithmetic sequences, "
+    "t(n) = 2*t(n-1) + c"
+)
 
 
 class SequenceOracleEnv(TextEnv):
-    """Reveal up to six terms t(1)..t(12) of a hidden integer sequence, then predict three later terms.
+    """Reveal up to six of the terms t(1)..t(12) of a hidden sequence, then predict three more.
 
     Hidden state: the rule family and its parameters. The agent chooses which terms to reveal.
     Partial reward: the share of the three predicted terms that are exactly right (one submission).
     """
 
     skill = "pattern_recognition"
-    hint = "Reveal consecutive early terms, compare differences and ratios to pin down the rule, then extrapolate carefully."
+    hint = (
+        "Reveal consecutive early terms, compare differences and ratios to pin down the rule, "
+        "then extrapolate carefully."
+    )
 
     def __init__(self, max_turns: int = 25, asks: int = 6, **kwargs):
         super().__init__(max_turns=max_turns, **kwargs)
@@ -82,7 +88,7 @@ class SequenceOracleEnv(TextEnv):
             if len(nums) != 3:
                 return "Predict exactly three integers: \\boxed{predict x, y, z}.", 0.0, False
             truth = [self.terms[i - 1] for i in self.targets]
-            right = sum(int(x) == t for x, t in zip(nums, truth))
+            right = sum(int(x) == t for x, t in zip(nums, truth, strict=True))
             if right == 3:
                 return "All three predictions are right!", 1.0, True
             shown = ", ".join(str(t) for t in truth)

@@ -1,4 +1,4 @@
-"""Switchboard (causal_inference): design a few switch experiments to learn which switch drives each lamp."""
+"""Switchboard (causal_inference): run switch experiments to learn which switch drives each lamp."""
 
 import re
 

@@ -1,0 +1,19 @@
+"""The ``spade`` command line (typer). Subcommands live in sibling modules."""
+
+from __future__ import annotations
+
+import typer
+
+from spade.cli.env import env_app
+
+app = typer.Typer(
+    name="spade",
+    help="SPADE: self-play in LLM-designed, sandboxed executable environments.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(env_app, name="env")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,27 @@
+"""Shared fixtures: the bundled examples, and a host-leak check around the whole run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from spade.envs.examples import example_paths
+from tests.leaks import HostSnapshot
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftovers_after_suite():
+    """Every jail the suite starts must be gone at the end: processes, cgroups, mounts, dirs."""
+    before = HostSnapshot.take()
+    yield
+    deadline = time.monotonic() + 5  # nsjail reaps and removes cgroups as it exits
+    while (leaks := HostSnapshot.take().leaks_since(before)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not leaks, leaks
+
+
+@pytest.fixture(params=example_paths(), ids=lambda p: p.stem)
+def example_path(request) -> Path:
+    return request.param
