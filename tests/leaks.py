@@ -39,7 +39,9 @@ class HostSnapshot:
             processes=frozenset(_jail_processes()),
             cgroups=frozenset(glob.glob(f"{parent}/NSJAIL.*")),
             mounts=len(Path("/proc/self/mountinfo").read_text().splitlines()),
-            jail_dirs=frozenset(glob.glob(os.path.join(os.environ.get("TMPDIR", "/tmp"), "spade-jail-*"))),
+            jail_dirs=frozenset(
+                glob.glob(os.path.join(os.environ.get("TMPDIR", "/tmp"), "spade-jail-*"))
+            ),
         )
 
     def leaks_since(self, before: HostSnapshot) -> list[str]:

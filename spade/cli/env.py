@@ -19,7 +19,9 @@ from spade.verify import Verdict, VerifyConfig, verify_file
 
 env_app = typer.Typer(help="Check and play environment files.", no_args_is_help=True)
 USAGE_ERROR = 2
-PolicyOpt = Annotated[Path | None, typer.Option("--policy", help="Sandbox policy YAML (default: infra/sandbox.yaml).")]
+PolicyOpt = Annotated[
+    Path | None, typer.Option("--policy", help="Sandbox policy YAML (default: infra/sandbox.yaml).")
+]
 
 
 def _usage(message: str) -> typer.Exit:
@@ -51,13 +53,21 @@ def expand_paths(paths: list[Path]) -> list[Path]:
 
 @env_app.command("check")
 def check(
-    paths: Annotated[list[Path], typer.Argument(help="Environment files (one class each) or folders of them.")],
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file per line.")] = False,
+    paths: Annotated[
+        list[Path], typer.Argument(help="Environment files (one class each) or folders of them.")
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per file per line.")
+    ] = False,
     policy_path: PolicyOpt = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the instance the checks play.")] = 1234,
-    max_turns: Annotated[int, typer.Option(min=1, max=1000, help="Turn bound for every episode.")] = 25,
+    max_turns: Annotated[
+        int, typer.Option(min=1, max=1000, help="Turn bound for every episode.")
+    ] = 25,
     workers: Annotated[int, typer.Option(min=1, max=64, help="Files verified in parallel.")] = 2,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every check and tracebacks.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show every check and tracebacks.")
+    ] = False,
 ) -> None:
     """Verify environment files in the sandbox. Exit 0 if all are accepted, 1 if any is rejected."""
     files = expand_paths(paths)
@@ -65,7 +75,10 @@ def check(
     config = VerifyConfig(seed=seed, max_turns=max_turns)
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 120)
     results: list[tuple[Path, Verdict]] = []
-    with ThreadPoolExecutor(max_workers=workers) as pool, Progress(console=console, transient=True, disable=as_json) as bar:
+    with (
+        ThreadPoolExecutor(max_workers=workers) as pool,
+        Progress(console=console, transient=True, disable=as_json) as bar,
+    ):
         task = bar.add_task("verifying", total=len(files))
         futures = [pool.submit(verify_file, f, config=config, policy=policy) for f in files]
         for path, future in zip(files, futures, strict=True):
@@ -89,9 +102,14 @@ def check(
 
 @env_app.command("play")
 def play(
-    path: Annotated[Path, typer.Argument(help="Environment file to play.", exists=True, dir_okay=False)],
+    path: Annotated[
+        Path, typer.Argument(help="Environment file to play.", exists=True, dir_okay=False)
+    ],
     seed: Annotated[int | None, typer.Option(help="Instance seed (default: random).")] = None,
-    hint: Annotated[bool, typer.Option("--hint", help="Show the environment's own hint with the first observation.")] = False,
+    hint: Annotated[
+        bool,
+        typer.Option("--hint", help="Show the environment's own hint with the first observation."),
+    ] = False,
     hint_text: Annotated[str | None, typer.Option(help="Show this hint instead.")] = None,
     policy_path: PolicyOpt = None,
     max_turns: Annotated[int, typer.Option(min=1, max=1000)] = 25,
@@ -101,9 +119,18 @@ def play(
 
     code = path.read_text(encoding="utf-8", errors="replace")
     try:
-        rc = play_session(code, _policy(policy_path), seed=seed, use_hint=hint, hint_text=hint_text, max_turns=max_turns)
+        rc = play_session(
+            code,
+            _policy(policy_path),
+            seed=seed,
+            use_hint=hint,
+            hint_text=hint_text,
+            max_turns=max_turns,
+        )
     except EnvFailure as exc:  # the design cannot even start: say why, as data
-        Console(stderr=True).print(f"[red]environment failed:[/] {exc.failure.kind}: {exc.failure.reason}")
+        Console(stderr=True).print(
+            f"[red]environment failed:[/] {exc.failure.kind}: {exc.failure.reason}"
+        )
         if exc.failure.traceback:
             Console(stderr=True).print(exc.failure.traceback, markup=False, highlight=False)
         raise typer.Exit(1) from None

@@ -35,7 +35,10 @@ def play_session(
             for tool in session.tools():
                 fn = tool.get("function", {})
                 console.print(f"  tool [cyan]{fn.get('name')}[/]: {fn.get('description', '')}")
-                console.print(f"    parameters: {json.dumps(fn.get('parameters', {}).get('properties', {}))}", markup=False)
+                console.print(
+                    f"    parameters: {json.dumps(fn.get('parameters', {}).get('properties', {}))}",
+                    markup=False,
+                )
         obs, _ = session.reset(seed, hint=hint)
         console.print(Panel(obs, title="observation", title_align="left"))
         total_turns = 0
@@ -50,11 +53,17 @@ def play_session(
             try:
                 obs, reward, terminated, truncated, _ = session.step(action)
             except EnvFailure as exc:  # the design broke: show it and stop
-                console.print(f"[red]environment failed:[/] {exc.failure.kind}: {exc.failure.reason}")
+                console.print(
+                    f"[red]environment failed:[/] {exc.failure.kind}: {exc.failure.reason}"
+                )
                 return 1
             total_turns += 1
-            console.print(Panel(obs, title=f"turn {total_turns} · reward {reward:g}", title_align="left"))
+            console.print(
+                Panel(obs, title=f"turn {total_turns} · reward {reward:g}", title_align="left")
+            )
             if terminated or truncated:
                 ended = "terminated" if terminated else "truncated"
-                console.print(f"[bold]episode {ended}[/] after {total_turns} turns, final reward {reward:g}")
+                console.print(
+                    f"[bold]episode {ended}[/] after {total_turns} turns, final reward {reward:g}"
+                )
                 return 0

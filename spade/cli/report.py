@@ -33,8 +33,19 @@ def summary_table(results: list[tuple[Path, Verdict]]) -> Table:
     for col in ("environment", "class", "skill", "verdict", "failed check", "time"):
         table.add_column(col)
     for path, v in results:
-        verdict = "[green]accepted[/]" if v.accepted else f"[red]{v.failure.kind if v.failure else 'rejected'}[/]"
-        table.add_row(path.name, v.class_name or "-", v.skill or "-", verdict, v.failed_check or "-", f"{v.seconds:.2f}s")
+        verdict = (
+            "[green]accepted[/]"
+            if v.accepted
+            else f"[red]{v.failure.kind if v.failure else 'rejected'}[/]"
+        )
+        table.add_row(
+            path.name,
+            v.class_name or "-",
+            v.skill or "-",
+            verdict,
+            v.failed_check or "-",
+            f"{v.seconds:.2f}s",
+        )
     accepted = sum(v.accepted for _, v in results)
     table.caption = f"{accepted}/{len(results)} accepted"
     return table

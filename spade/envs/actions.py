@@ -93,7 +93,9 @@ def split_solution(solution: Any) -> list[str]:
             raise TypeError("solution() list must contain only strings")
         return list(solution)
     if not isinstance(solution, str):
-        raise TypeError(f"solution() must return a list of str or a str, got {type(solution).__name__}")
+        raise TypeError(
+            f"solution() must return a list of str or a str, got {type(solution).__name__}"
+        )
     actions: list[str] = []
     pos = 0
     while True:

@@ -153,16 +153,17 @@ class ToolUseEnv(TextEnv):
     def check_answer(self, answer: str) -> float:
         raise NotImplementedError
 
-    def tool_names(self) -> list[str]:
+    def available_tools(self) -> list[str]:
+        """Names of the ``tool_<name>`` methods (the base defines none of its own)."""
         return sorted(n[len("tool_") :] for n in dir(type(self)) if n.startswith("tool_"))
 
     def tools(self) -> list[dict[str, Any]]:
-        return [tool_schema(n, getattr(self, "tool_" + n)) for n in self.tool_names()]
+        return [tool_schema(n, getattr(self, "tool_" + n)) for n in self.available_tools()]
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         """Run one tool; bad names, bad arguments and ToolError become error text."""
-        if name not in self.tool_names():
-            return f"Error: unknown tool {name!r}; available: {', '.join(self.tool_names())}"
+        if name not in self.available_tools():
+            return f"Error: unknown tool {name!r}; available: {', '.join(self.available_tools())}"
         fn = getattr(self, "tool_" + name)
         try:
             inspect.signature(fn).bind(**arguments)
@@ -172,6 +173,10 @@ class ToolUseEnv(TextEnv):
             result = fn(**arguments)
         except ToolError as exc:  # the tool rejected the request on purpose
             return f"Error: {exc}"
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+            # Arguments of the wrong type or value break a tool the way they break a real API:
+            # the agent sees an error response instead of the episode crashing.
+            return f"Error: {name} failed: {type(exc).__name__}: {exc}"
         return result if isinstance(result, str) else json.dumps(result, sort_keys=True)
 
     def act(self, action: str) -> tuple[str, float, bool]:

@@ -120,13 +120,22 @@ def classify_exit(
         name = _signal_name(sig)
         if sig == signal.SIGKILL:
             if "time limit" in log_text or elapsed_s >= session_limit_s - 0.5:
-                return Failure(FailureKind.TIMEOUT, f"session ran past its {session_limit_s:g}s wall limit")
-            return Failure(FailureKind.MEMORY, "killed by SIGKILL without reaching the time limit (memory cgroup)")
+                return Failure(
+                    FailureKind.TIMEOUT, f"session ran past its {session_limit_s:g}s wall limit"
+                )
+            return Failure(
+                FailureKind.MEMORY,
+                "killed by SIGKILL without reaching the time limit (memory cgroup)",
+            )
         if sig == signal.SIGXCPU:
             return Failure(FailureKind.TIMEOUT, "CPU time limit exceeded (SIGXCPU)")
         if sig == signal.SIGXFSZ:
             if log_limit_bytes and log_bytes >= log_limit_bytes:
-                return Failure(FailureKind.OUTPUT_LIMIT, "wrote more output than the log limit (SIGXFSZ)")
-            return Failure(FailureKind.DISK_LIMIT, "wrote a file larger than the size limit (SIGXFSZ)")
+                return Failure(
+                    FailureKind.OUTPUT_LIMIT, "wrote more output than the log limit (SIGXFSZ)"
+                )
+            return Failure(
+                FailureKind.DISK_LIMIT, "wrote a file larger than the size limit (SIGXFSZ)"
+            )
         return Failure(FailureKind.EXITED, f"interpreter killed by {name}")
     return Failure(FailureKind.EXITED, f"interpreter exited with status {returncode}")

@@ -8,7 +8,7 @@ gymnasium tools see data, not an exception; a failed ``reset`` raises :class:`En
 from __future__ import annotations
 
 import string
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 from gymnasium.spaces import Text
@@ -40,7 +40,7 @@ class SandboxedTextEnv(gym.Env[str, str]):
     ``reset(options={"hint": ...})`` appends the hint to the first observation.
     """
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(
         self,

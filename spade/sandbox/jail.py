@@ -99,7 +99,9 @@ def build_config(policy: SandboxPolicy, files: JailFiles, *, use_cgroup: bool) -
     mounts.append(_ro(policy.interpreter))
     mounts += _runtime_mounts()
     mounts.append(_ro(files.code_dir, CODE_DIR))
-    mounts += [MountPt(src=str(d), dst=str(d), is_bind=True, rw=d.name == "null") for d in policy.devices]
+    mounts += [
+        MountPt(src=str(d), dst=str(d), is_bind=True, rw=d.name == "null") for d in policy.devices
+    ]
     mounts.append(
         MountPt(dst="/tmp", fstype="tmpfs", rw=True, is_dir=True, options=f"size={lim.tmpfs_mb}m")
     )
@@ -123,7 +125,9 @@ def build_config(policy: SandboxPolicy, files: JailFiles, *, use_cgroup: bool) -
         uidmap=uidmap,
         gidmap=gidmap,
         mount=mounts,
-        exec_bin=Exe(path=str(policy.interpreter), arg=["-I", "-S", "-u", f"{RUNTIME_ROOT}/server.py"]),
+        exec_bin=Exe(
+            path=str(policy.interpreter), arg=["-I", "-S", "-u", f"{RUNTIME_ROOT}/server.py"]
+        ),
     )
     if use_cgroup:
         cfg.cgroup_mem_max = lim.cgroup_memory_mb << 20

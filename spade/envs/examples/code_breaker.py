@@ -11,7 +11,10 @@ class CodeBreakerEnv(TextEnv):
     """
 
     skill = "logical_deduction"
-    hint = "Use each guess to test a few digits at a time, and keep only codes consistent with all feedback."
+    hint = (
+        "Use each guess to test a few digits at a time, and keep only codes consistent "
+        "with all feedback."
+    )
 
     def __init__(self, max_turns: int = 25, length: int = 4, guesses: int = 10, **kwargs):
         super().__init__(max_turns=max_turns, **kwargs)
@@ -34,7 +37,7 @@ class CodeBreakerEnv(TextEnv):
         if len(guess) != self.length or not guess.isdigit() or len(set(guess)) != self.length:
             return f"Invalid guess {move!r}: give {self.length} distinct digits.", 0.0, False
         self.used += 1
-        exact = sum(a == b for a, b in zip(guess, self.code))
+        exact = sum(a == b for a, b in zip(guess, self.code, strict=True))
         misplaced = len(set(guess) & set(self.code)) - exact
         self.best = max(self.best, exact)
         if exact == self.length:

@@ -1,0 +1,24 @@
+# The two commands of the README: `make demo` (the main job) and `make test`.
+# Both bootstrap first: system packages, .venv, pinned dependencies (scripts/bootstrap.sh).
+.PHONY: demo test lint bench bootstrap lock
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+demo: bootstrap
+	.venv/bin/spade env check spade/envs/examples --verbose
+
+lint: bootstrap
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+
+test: lint
+	.venv/bin/pytest -m "not slow and not gpu" -q
+
+bench: bootstrap
+	.venv/bin/python bench/sandbox.py
+
+# Re-pin every dependency after changing pyproject.toml.
+lock: bootstrap
+	.venv/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
