@@ -8,7 +8,7 @@ gymnasium tools see data, not an exception; a failed ``reset`` raises :class:`En
 from __future__ import annotations
 
 import string
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.spaces import Text
@@ -40,7 +40,7 @@ class SandboxedTextEnv(gym.Env[str, str]):
     ``reset(options={"hint": ...})`` appends the hint to the first observation.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium declares it an instance attribute)
 
     def __init__(
         self,
