@@ -173,7 +173,7 @@ class ToolUseEnv(TextEnv):
             result = fn(**arguments)
         except ToolError as exc:  # the tool rejected the request on purpose
             return f"Error: {exc}"
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as exc:
             # Arguments of the wrong type or value break a tool the way they break a real API:
             # the agent sees an error response instead of the episode crashing.
             return f"Error: {name} failed: {type(exc).__name__}: {exc}"

@@ -105,7 +105,7 @@ class Server:
         exec(code, vars(module))
         cls = getattr(module, class_name) if class_name else _find_class(module)
         kwargs = dict(kwargs or {})
-        if "max_turns" in kwargs and not _accepts(cls.__init__, "max_turns"):
+        if "max_turns" in kwargs and not _accepts(cls, "max_turns"):
             kwargs.pop("max_turns")
         self.env = cls(**kwargs)
         hint = getattr(cls, "hint", None)

@@ -100,7 +100,11 @@ class JailedSession:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> JailedSession:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # a design that does not load: leave nothing behind, re-raise
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

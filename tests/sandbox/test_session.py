@@ -1,0 +1,101 @@
+"""A persistent jailed session against real nsjail."""
+
+import pytest
+
+from spade.envs.examples import example_paths
+from spade.sandbox import EnvFailure, FailureKind, JailedSession
+
+pytestmark = pytest.mark.sandbox
+
+CODE_BREAKER = next(p for p in example_paths() if p.stem == "code_breaker").read_text()
+
+ODD = """
+import math
+class OddEnv:
+    def reset(self, seed=None):
+        print("chatter on stdout must not corrupt the channel")
+        return "start", {"obj": object(), "n": 1}
+    def step(self, action):
+        if action == "nan":
+            return "x", math.nan, True, False, {}
+        if action == "raise":
+            raise ValueError("bad move")
+        if action == "types":
+            return 1, "a", None
+        return "ok", 0.5, False, False, {}
+    def solution(self):
+        return 42
+"""
+
+
+def test_session_serves_an_episode_and_appends_the_hint():
+    with JailedSession(CODE_BREAKER, env_kwargs={"max_turns": 25}) as s:
+        assert s.info is not None and s.info.class_name == "CodeBreakerEnv"
+        assert (
+            s.info.skill == "logical_deduction" and not s.info.tool_use and s.info.max_turns == 25
+        )
+        obs, info = s.reset(7, hint="think")
+        assert obs.endswith("\n\nHINT: think") and info["max_turns"] == 25
+        solution = s.solution()
+        obs, reward, terminated, truncated, _ = s.step(solution[0])
+        assert (reward, terminated, truncated) == (1.0, True, False)
+        assert s.stats.calls == 4 and s.stats.start_s > 0
+    assert not s.alive
+
+
+def test_env_errors_are_classified_and_non_fatal():
+    with JailedSession(ODD) as s:
+        obs, info = s.reset(0)
+        assert obs == "start" and info["obj"].startswith("<object")  # non-JSON -> repr
+        with pytest.raises(EnvFailure) as exc:
+            s.step("raise")
+        assert exc.value.failure.kind is FailureKind.CRASH and not exc.value.fatal
+        assert "bad move" in (exc.value.failure.traceback or "")
+        for action in ("nan", "types"):
+            with pytest.raises(EnvFailure) as exc:
+                s.step(action)
+            assert exc.value.failure.kind is FailureKind.CONTRACT
+        with pytest.raises(EnvFailure) as exc:
+            s.solution()
+        assert exc.value.failure.kind is FailureKind.CONTRACT
+        assert s.step("fine")[1] == 0.5  # still alive after all that
+        assert "chatter" in (s.log_tail() or "")
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        ("class Broken(:\n", FailureKind.SYNTAX),
+        ("class NotAnEnvironment:\n    pass\n", FailureKind.CONTRACT),
+        ("raise RuntimeError('at import')\n", FailureKind.CRASH),
+        (
+            "import pickle\nclass AEnv:\n    def reset(self): ...\n    def step(self, a): ...\n",
+            FailureKind.IMPORT_DENIED,
+        ),
+    ],
+)
+def test_load_failures(code, kind):
+    session = JailedSession(code)
+    with pytest.raises(EnvFailure) as exc:
+        session.start()
+    session.close()
+    assert exc.value.failure.kind is kind and exc.value.fatal
+
+
+def test_calls_after_death_fail_fast_and_close_is_idempotent():
+    code = "import time\nclass SEnv:\n    def reset(self, seed=None):\n        time.sleep(60)\n    def step(self, a): ...\n"
+    policy_session = JailedSession(code)
+    from spade.sandbox.policy import load_policy
+
+    p = load_policy()
+    policy_session.policy = p.model_copy(
+        update={"limits": p.limits.model_copy(update={"call_timeout_s": 0.5})}
+    )
+    with policy_session as s:
+        with pytest.raises(EnvFailure) as exc:
+            s.reset(0)
+        assert exc.value.failure.kind is FailureKind.TIMEOUT and exc.value.fatal
+        with pytest.raises(EnvFailure) as again:
+            s.step("x")
+        assert again.value.failure.kind is FailureKind.TIMEOUT
+    s.close()

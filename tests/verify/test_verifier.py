@@ -1,0 +1,75 @@
+"""The verifier on the bundled examples and on small broken designs."""
+
+import pytest
+
+from spade.verify import CHECKS, VerifyConfig, verify, verify_file
+
+pytestmark = pytest.mark.sandbox
+
+CHECK_NAMES = [name for name, _ in CHECKS]
+
+
+def test_every_example_is_accepted_with_all_checks(example_path):
+    verdict = verify_file(example_path)
+    assert verdict.accepted, verdict.to_dict()
+    assert [c.name for c in verdict.checks] == CHECK_NAMES
+    assert verdict.skill and verdict.hint and verdict.solution_length >= 1
+    data = verdict.to_dict()
+    assert data["failure"] is None and all(c["reason"] for c in data["checks"])
+
+
+GOOD = """
+from spade.envs import TextEnv
+
+class PickEnv(TextEnv):
+    def setup(self):
+        self.secret = self.rng.randint(100, 999)
+        self.tries = 0
+        return "Guess a number between 100 and 999; I say higher or lower. 12 tries."
+
+    def play(self, move):
+        if not move.isdigit():
+            return "numbers only", 0.0, False
+        self.tries += 1
+        n = int(move)
+        if n == self.secret:
+            return "yes", 1.0, True
+        if self.tries >= 12:
+            return "out of tries", 0.0, True
+        return ("higher" if n < self.secret else "lower"), 0.0, False
+
+    def solution(self):
+        return ["\\\\boxed{%d}" % self.secret]
+"""
+
+
+def test_a_valid_design_is_accepted():
+    verdict = verify(GOOD)
+    assert verdict.accepted, verdict.to_dict()
+
+
+def test_first_failure_stops_the_run_and_is_recorded():
+    verdict = verify(GOOD.replace("import TextEnv", "import TextEnv\nimport os"))
+    assert not verdict.accepted and verdict.failed_check == "import_policy"
+    assert [c.name for c in verdict.checks] == ["parse", "import_policy"]
+    assert verdict.to_dict()["failure"] == {
+        "kind": "import_denied",
+        "reason": "imports outside the allow-list: os (line 3)",
+    }
+
+
+def test_reward_range_is_configurable():
+    scaled = GOOD.replace('return "yes", 1.0, True', 'return "yes", 5.0, True')
+    assert verify(scaled).failure.kind == "contract"
+    assert verify(scaled, config=VerifyConfig(reward_max=5.0, success_threshold=1.0)).accepted
+
+
+def test_missing_turn_bound_is_no_termination():
+    endless = GOOD.replace(
+        'return "out of tries", 0.0, True', 'return "again", 0.0, False'
+    ).replace(
+        "class PickEnv(TextEnv):",
+        "class PickEnv(TextEnv):\n    def __init__(self, **kw):\n        super().__init__(max_turns=10**6)",
+    )
+    verdict = verify(endless)
+    assert verdict.failure.kind == "no_termination" and verdict.failed_check == "termination"
