@@ -129,6 +129,10 @@ def build_config(policy: SandboxPolicy, files: JailFiles, *, use_cgroup: bool) -
             path=str(policy.interpreter), arg=["-I", "-S", "-u", f"{RUNTIME_ROOT}/server.py"]
         ),
     )
+    if policy.seccomp_deny:
+        cfg.seccomp_string = [
+            f"ERRNO(1) {{ {', '.join(policy.seccomp_deny)} }} DEFAULT ALLOW",
+        ]
     if use_cgroup:
         cfg.cgroup_mem_max = lim.cgroup_memory_mb << 20
         cfg.cgroup_mem_parent = policy.cgroup_parent

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from spade.errors import ConfigError
 
@@ -22,6 +23,14 @@ DEFAULT_ALLOWED_MODULES = [
     "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib", "heapq",
     "itertools", "json", "math", "numbers", "operator", "random", "re", "statistics",
     "string", "textwrap", "time", "typing", "unicodedata", "spade.envs",
+]  # fmt: skip
+
+SyscallName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$")]
+DEFAULT_SECCOMP_DENY = [
+    "ptrace", "process_vm_readv", "process_vm_writev", "unshare", "setns", "mount", "umount",
+    "pivot_root", "chroot", "bpf", "userfaultfd", "perf_event_open", "keyctl", "add_key",
+    "request_key", "kexec_load", "init_module", "finit_module", "delete_module", "reboot",
+    "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "personality", "io_uring_setup",
 ]  # fmt: skip
 
 
@@ -189,6 +198,10 @@ class SandboxPolicy(BaseModel):
             "PATH": "/usr/bin",
         },
         description="The jail's entire environment (nothing is inherited from the host).",
+    )
+    seccomp_deny: list[SyscallName] = Field(
+        default_factory=lambda: list(DEFAULT_SECCOMP_DENY),
+        description="System calls that fail with EPERM in the jail (no design needs them).",
     )
     cgroup_parent: str = Field(
         "SPADE",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spade.errors import SandboxError
 from spade.sandbox.failures import (
     EnvFailure,
     Failure,
@@ -303,6 +304,9 @@ class JailedSession:
         except subprocess.TimeoutExpired:  # channel closed but nsjail lingers: end it
             self._kill()
             rc = self._proc.returncode
+        fatal = [ln for ln in self.jail_log().splitlines() if ln.startswith("[F]")]
+        if fatal:  # nsjail itself could not set the jail up: our set-up, not the design
+            raise SandboxError("nsjail could not start the session:\n" + "\n".join(fatal[-5:]))
         log_bytes = self._files.stderr.stat().st_size if self._files else 0
         failure = classify_exit(
             rc,

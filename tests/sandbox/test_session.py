@@ -99,3 +99,38 @@ def test_calls_after_death_fail_fast_and_close_is_idempotent():
             s.step("x")
         assert again.value.failure.kind is FailureKind.TIMEOUT
     s.close()
+
+
+def test_a_jail_that_cannot_start_is_a_loud_sandbox_error():
+    from spade.errors import SandboxError
+    from spade.sandbox.policy import load_policy
+
+    policy = load_policy().model_copy(
+        update={"readonly_binds": [], "interpreter": "/nonexistent/python"}
+    )
+    session = JailedSession(CODE_BREAKER, policy=policy)
+    with pytest.raises(SandboxError, match="could not start"):
+        session.start()
+    session.close()
+
+
+def test_seccomp_denies_namespace_and_ptrace_syscalls():
+    from spade.sandbox.policy import load_policy
+
+    policy = load_policy()
+    policy = policy.model_copy(
+        update={"imports": policy.imports.model_copy(update={"allow": ["*"]})}
+    )
+    code = (
+        "import ctypes\n"
+        "class SEnv:\n"
+        "    def reset(self, seed=None):\n"
+        "        libc = ctypes.CDLL(None, use_errno=True)\n"
+        "        r1 = libc.unshare(0x10000000); e1 = ctypes.get_errno()\n"
+        "        r2 = libc.syscall(101, 0, 0, 0, 0); e2 = ctypes.get_errno()\n"
+        "        return f'{r1} {e1} {r2} {e2}', {}\n"
+        "    def step(self, a):\n"
+        "        return '', 0.0, True, False, {}\n"
+    )
+    with JailedSession(code, policy=policy) as s:
+        assert s.reset(0)[0] == "-1 1 -1 1"  # unshare(CLONE_NEWUSER) and ptrace: EPERM
