@@ -125,8 +125,11 @@ def build_config(policy: SandboxPolicy, files: JailFiles, *, use_cgroup: bool) -
         uidmap=uidmap,
         gidmap=gidmap,
         mount=mounts,
+        # Not -I: it implies -E, which would drop PYTHONHASHSEED. The environment is the
+        # policy's alone anyway; -s -S -P keep user site, site and the script dir off the path.
         exec_bin=Exe(
-            path=str(policy.interpreter), arg=["-I", "-S", "-u", f"{RUNTIME_ROOT}/server.py"]
+            path=str(policy.interpreter),
+            arg=["-s", "-S", "-P", "-u", f"{RUNTIME_ROOT}/server.py"],
         ),
     )
     if policy.seccomp_deny:

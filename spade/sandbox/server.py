@@ -1,6 +1,6 @@
 """The in-jail session server: loads one environment and serves it over JSON lines.
 
-Runs inside nsjail under Debian's Python 3.11 with ``-I -S``; standard library only. It is
+Runs inside nsjail under Debian's Python 3.11 with ``-s -S -P``; standard library only. It is
 never imported by the host. Protocol: one JSON request per line on stdin, one JSON reply per
 line on a private copy of the original stdout; fd 1 and ``sys.stdout`` are pointed at stderr,
 so whatever the environment prints lands in the captured log, never on the channel.

@@ -134,3 +134,19 @@ def test_seccomp_denies_namespace_and_ptrace_syscalls():
     )
     with JailedSession(code, policy=policy) as s:
         assert s.reset(0)[0] == "-1 1 -1 1"  # unshare(CLONE_NEWUSER) and ptrace: EPERM
+
+
+def test_string_hashing_is_fixed_across_sessions():
+    """PYTHONHASHSEED reaches the jail, so set order cannot make designs nondeterministic."""
+    code = (
+        "class HEnv:\n"
+        "    def reset(self, seed=None):\n"
+        "        return str(hash('spade')) + ' ' + ''.join({'a', 'b', 'c', 'd', 'e', 'f'}), {}\n"
+        "    def step(self, a):\n"
+        "        return '', 0.0, True, False, {}\n"
+    )
+    seen = set()
+    for _ in range(3):
+        with JailedSession(code) as s:
+            seen.add(s.reset(0)[0])
+    assert len(seen) == 1
