@@ -34,7 +34,11 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   py=$(find_python312) || { log "Python 3.12 not found (set SPADE_PYTHON=/path/to/python3.12)"; exit 1; }
   [ -x .venv/bin/python ] || { log "creating .venv with $py"; "$py" -m venv .venv; }
   log "installing the project and its pinned dependencies"
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev]'
+  if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+         .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev]'; } >.venv/install.log 2>&1; then
+    cat .venv/install.log >&2
+    log "pip install failed (log above, also in .venv/install.log)"
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi

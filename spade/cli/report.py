@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from spade.verify import Verdict
 
@@ -15,17 +16,18 @@ def verdict_json(path: Path, verdict: Verdict) -> str:
     return json.dumps({"path": str(path), **verdict.to_dict()}, ensure_ascii=False)
 
 
-def verdict_table(path: Path, verdict: Verdict) -> Table:
+def verdict_table(path: Path, verdict: Verdict) -> Group:
     status = "[green]ACCEPTED[/]" if verdict.accepted else "[red]REJECTED[/]"
     who = f"{verdict.class_name or '?'}" + (f" · {verdict.skill}" if verdict.skill else "")
-    table = Table(title=f"{path}  {status}  {who}  ({verdict.seconds:.2f}s)", title_justify="left")
+    header = Text.from_markup(f"[bold]{path}[/]  {status}  {who}  ({verdict.seconds:.2f}s)")
+    table = Table()
     table.add_column("check")
     table.add_column("", justify="center")
     table.add_column("reason", overflow="fold")
     for c in verdict.checks:
         mark = "[green]✓[/]" if c.passed else f"[red]✗ {c.kind}[/]"
         table.add_row(c.name, mark, c.reason)
-    return table
+    return Group(header, table)
 
 
 def summary_table(results: list[tuple[Path, Verdict]]) -> Table:
