@@ -5,7 +5,8 @@ never imported by the host. Protocol: one JSON request per line on stdin, one JS
 line on a private copy of the original stdout; fd 1 and ``sys.stdout`` are pointed at stderr,
 so whatever the environment prints lands in the captured log, never on the channel.
 
-Requests: ``{"op": "load", "path", "allow", "kwargs"}`` first, then ``reset`` (seed, options,
+Every request carries an ``id`` that its reply echoes. Requests:
+``{"op": "load", "path", "allow", "kwargs"}`` first, then ``reset`` (seed, options,
 hint), ``step`` (action), ``solution``, ``tools``, ``close``. Replies:
 ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {type, errno, message, traceback}}``,
 plus ``"denied": [...]`` whenever the environment tried imports outside the allow-list.
@@ -27,6 +28,7 @@ sys.stdout = sys.stderr
 _RESERVE = [bytearray(1 << 20)]  # freed on MemoryError so the reply can still be built
 _DENIED: list = []
 _MODULE = "design"
+_PID = os.getpid()  # a forked copy of the server must never touch the channel
 
 
 class ImportDeniedError(ImportError):
@@ -156,6 +158,8 @@ class Server:
 
 
 def _send(reply):
+    if os.getpid() != _PID:  # a fork of the design returned into server code: vanish
+        os._exit(0)
     if _DENIED:
         reply["denied"] = list(_DENIED)
     try:
@@ -169,8 +173,11 @@ def _send(reply):
 def main():
     server = Server()
     for raw in sys.stdin:
+        if os.getpid() != _PID:
+            os._exit(0)
         try:
             request = json.loads(raw)
+            rid = request.pop("id", None)
             op = request.pop("op")
             handler = getattr(server, "op_" + op)
         except (ValueError, KeyError, AttributeError, TypeError) as exc:  # host bug: say so
@@ -180,12 +187,12 @@ def main():
             result = handler(**request)
             if isinstance(result, tuple):
                 result = list(result)
-            _send({"ok": True, "result": result})
+            _send({"id": rid, "ok": True, "result": result})
         except MemoryError as exc:
             _RESERVE.clear()
-            _send({"ok": False, "error": _error_payload(exc)})
+            _send({"id": rid, "ok": False, "error": _error_payload(exc)})
         except BaseException as exc:  # anything the design raises, SystemExit included, is data
-            _send({"ok": False, "error": _error_payload(exc)})
+            _send({"id": rid, "ok": False, "error": _error_payload(exc)})
         if op == "close":
             break
 

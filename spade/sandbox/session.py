@@ -97,6 +97,7 @@ class JailedSession:
         self._files: JailFiles | None = None
         self._buf = bytearray()
         self._started_at = 0.0
+        self._next_id = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -214,6 +215,8 @@ class JailedSession:
         if self._proc is None:
             raise EnvFailure(Failure(FailureKind.PROTOCOL, "session not started"), fatal=True)
         t0 = time.perf_counter()
+        self._next_id += 1
+        request = {"id": self._next_id, **request}
         try:
             self._write(json.dumps(request).encode() + b"\n")
             line = self._read_line(
@@ -225,15 +228,19 @@ class JailedSession:
         finally:
             self.stats.calls += 1
             self.stats.call_s.append(time.perf_counter() - t0)
-        return self._parse_reply(line, load=load)
+        return self._parse_reply(line, load=load, rid=self._next_id)
 
-    def _parse_reply(self, line: bytes, *, load: bool) -> Any:
+    def _parse_reply(self, line: bytes, *, load: bool, rid: int) -> Any:
         try:
             reply = json.loads(line)
         except ValueError:  # forged or corrupted channel: the session cannot be trusted
             self._die(Failure(FailureKind.PROTOCOL, f"unparseable reply: {line[:200]!r}"))
         if not isinstance(reply, dict) or "ok" not in reply:
             self._die(Failure(FailureKind.PROTOCOL, f"malformed reply: {str(reply)[:200]}"))
+        if reply.get("id") != rid:  # a stale or forged reply: the channel is out of step
+            self._die(
+                Failure(FailureKind.PROTOCOL, f"reply to request {reply.get('id')}, not {rid}")
+            )
         if reply.get("denied"):
             names = ", ".join(sorted(set(map(str, reply["denied"]))))
             self._die(

@@ -1,0 +1,754 @@
+"""Adversarial designs: every attack is rejected by the verifier AND contained by the jail alone.
+
+One attack per file under ``attacks/`` (placeholders such as ``__PORT__`` are filled in here).
+Two layers are tested separately for each attack:
+
+(a) ``verify(code)`` with the checked-in policy rejects it with the expected failure kind at the
+    expected check (the static checks for imports and forbidden names, otherwise the first
+    runtime check the attack meets);
+(b) where the static layer would catch it, the jail alone (import guard opened with
+    ``allow: ["*"]``; sessions never run the static checks) contains it: the expected kind, and
+    a fact observed on the host that nothing escaped.
+
+After every test the caller must still be healthy: a fresh session plays code_breaker.
+
+This module's sessions keep their folders in a private TMPDIR, so the leak checks attribute
+jails to this module even when other test runs share the host: a leftover is "ours" unless it
+belongs to a live nsjail that another run started (see :func:`own_leaks`).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spade.sandbox import (
+    EnvFailure,
+    Failure,
+    FailureKind,
+    JailedSession,
+    SandboxPolicy,
+    load_policy,
+)
+from spade.sandbox.jail import memory_cgroup_available
+from spade.verify import verify
+from tests.leaks import HostSnapshot
+
+pytestmark = pytest.mark.sandbox
+
+K = FailureKind
+ATTACK_DIR = Path(__file__).resolve().parent / "attacks"
+REPO = Path(__file__).resolve().parents[2]
+CODE_BREAKER = REPO / "spade" / "envs" / "examples" / "code_breaker.py"
+CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
+
+DEFAULT_POLICY = load_policy()
+JAIL_CALL_TIMEOUT_S = 2.0
+SLACK_S = 3.0  # how much longer than its deadline a call may take to come back
+MOVE = "\\boxed{7}"
+
+
+def with_changes(
+    policy: SandboxPolicy,
+    *,
+    allow: list[str] | None = None,
+    cgroup_parent: str | None = None,
+    **limits: Any,
+) -> SandboxPolicy:
+    update: dict[str, Any] = {"limits": policy.limits.model_copy(update=limits)}
+    if allow is not None:
+        update["imports"] = policy.imports.model_copy(update={"allow": allow})
+    if cgroup_parent is not None:
+        update["cgroup_parent"] = cgroup_parent
+    return policy.model_copy(update=update)
+
+
+# The jail alone: any import allowed, so only nsjail and the host-side session stand in the way.
+OPEN_POLICY = with_changes(DEFAULT_POLICY, allow=["*"], call_timeout_s=JAIL_CALL_TIMEOUT_S)
+# The checked-in policy with a shorter call deadline, for the repeat of the whole list.
+FAST_POLICY = with_changes(DEFAULT_POLICY, call_timeout_s=JAIL_CALL_TIMEOUT_S)
+
+_PLACEHOLDER = re.compile(r"__[A-Z]+__")
+
+
+def attack(name: str, **subs: object) -> str:
+    """The attack file's code with ``__KEY__`` placeholders replaced by ``subs[key]``."""
+    code = (ATTACK_DIR / f"{name}.py").read_text(encoding="utf-8")
+    for key, value in subs.items():
+        code = code.replace(f"__{key.upper()}__", str(value))
+    assert not (left := _PLACEHOLDER.findall(code)), f"{name}: unfilled placeholders {left}"
+    return code
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One row of the attack table: what the verifier and the jail alone must answer."""
+
+    id: str
+    file: str
+    verifier: FailureKind  # the verdict's failure kind with the checked-in policy
+    check: str  # the verifier check that fails
+    says: str  # a fragment of the verdict's reason
+    jail: FailureKind | None  # the jail-alone kind; None: the call returns (contained otherwise)
+    op: str | None = "reset"  # where the attack sits: "start", "reset", "step"; None: not run alone
+    subs: dict[str, object] = field(default_factory=dict)
+    default_policy: bool = False  # run alone with the checked-in policy (the runtime import guard)
+
+
+ATTACKS = [
+    Attack("net_outside_public", "net_outside", K.IMPORT_DENIED, "import_policy", "socket", K.NET_DENIED, subs={"host": "1.1.1.1"}),
+    Attack("net_outside_private", "net_outside", K.IMPORT_DENIED, "import_policy", "socket", K.NET_DENIED, subs={"host": "10.255.255.1"}),
+    Attack("net_loopback", "net_loopback", K.IMPORT_DENIED, "import_policy", "socket", K.NET_DENIED, subs={"port": 9}),
+    Attack("read_shadow", "read_shadow", K.POLICY_DENIED, "import_policy", "'open'", K.FS_DENIED),
+    Attack("read_checkout", "read_checkout", K.POLICY_DENIED, "import_policy", "'open'", K.FS_DENIED, subs={"path": REPO / "pyproject.toml"}),
+    Attack("read_aws_credentials", "read_aws_credentials", K.POLICY_DENIED, "import_policy", "'open'", K.FS_DENIED, subs={"path": "/root/.aws/credentials"}),
+    Attack("env_secrets", "env_secrets", K.IMPORT_DENIED, "import_policy", "os (line", None),
+    Attack("write_code_dir", "write_outside", K.POLICY_DENIED, "import_policy", "'open'", K.FS_DENIED, subs={"path": "/code/pwn"}),
+    Attack("write_runtime_dir", "write_outside", K.POLICY_DENIED, "import_policy", "'open'", K.FS_DENIED, subs={"path": "/opt/spade/pwn"}),
+    Attack("write_root", "write_outside", K.POLICY_DENIED, "import_policy", "'open'", K.FS_DENIED, subs={"path": "/pwn"}),
+    Attack("fill_tmpfs", "fill_tmpfs", K.POLICY_DENIED, "import_policy", "'open'", K.DISK_LIMIT, subs={"prefix": "spade-fill-"}),
+    Attack("fork_bomb", "fork_bomb", K.IMPORT_DENIED, "import_policy", "os (line", K.PROC_LIMIT),
+    Attack("memory_bytearray", "memory_bytearray", K.MEMORY, "reset_contract", "MemoryError", K.MEMORY),
+    Attack("memory_list_growth", "memory_list_growth", K.MEMORY, "reset_contract", "", K.MEMORY),
+    Attack("cpu_spin", "cpu_spin", K.TIMEOUT, "step_contract", "wall-clock limit", K.TIMEOUT, op="step"),
+    Attack("sleep_forever", "sleep_forever", K.TIMEOUT, "step_contract", "wall-clock limit", K.TIMEOUT, op="step"),
+    Attack("print_flood", "print_flood", K.OUTPUT_LIMIT, "step_contract", "log limit", K.OUTPUT_LIMIT, op="step"),
+    Attack("huge_observation", "huge_observation", K.OUTPUT_LIMIT, "reset_contract", "reply larger", K.OUTPUT_LIMIT),
+    Attack("os_exit", "os_exit", K.IMPORT_DENIED, "import_policy", "os (line", K.EXITED, op="step"),
+    Attack("self_kill", "self_kill", K.IMPORT_DENIED, "import_policy", "signal (line", K.CONTRACT),
+    Attack("segfault", "segfault", K.IMPORT_DENIED, "import_policy", "ctypes (line", K.EXITED),
+    Attack("daemon", "daemon", K.IMPORT_DENIED, "import_policy", "os (line", None),
+    Attack("ctypes_system", "ctypes_system", K.IMPORT_DENIED, "import_policy", "ctypes (line", None, subs={"marker": "spade-ctypes-marker"}),
+    Attack("subprocess_sh", "subprocess_sh", K.IMPORT_DENIED, "import_policy", "subprocess (line", K.FS_DENIED),
+    Attack("import_pickle", "import_pickle", K.IMPORT_DENIED, "import_policy", "pickle (line", K.IMPORT_DENIED, op="start", default_policy=True),
+    Attack("wrong_step_types", "wrong_step_types", K.CONTRACT, "step_contract", "5-tuple", K.CONTRACT, op="step"),
+    Attack("infeasible", "infeasible", K.INFEASIBLE, "feasibility", "below the goal", None, op=None),
+    Attack("trivial", "trivial", K.TRIVIAL, "non_triviality", "empty actions", None, op=None),
+    Attack("nondeterministic", "nondeterministic", K.NONDETERMINISTIC, "determinism", "differ at step", None, op=None),
+]  # fmt: skip
+
+
+def test_attack_table_covers_every_attack_file():
+    assert {a.file for a in ATTACKS} == {p.stem for p in ATTACK_DIR.glob("*.py")}
+
+
+# -- host-side observation helpers ----------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # gone
+        return []
+
+
+def _pidns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:  # gone
+        return None
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("Uid:")))
+
+
+def jail_pidns(session: JailedSession) -> str:
+    """The pid namespace of a live session's jailed interpreter (nsjail's only child)."""
+    assert session._proc is not None  # the nsjail process, as a host Popen
+    kids = _children(session._proc.pid)
+    assert len(kids) == 1, f"nsjail {session._proc.pid} has children {kids}"
+    ns = _pidns(kids[0])
+    assert ns is not None and ns != _pidns(os.getpid()), "the jail has no pid namespace of its own"
+    return ns
+
+
+def procs_in_ns(ns: str) -> list[int]:
+    """Host pids of every process in pid namespace ``ns``."""
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and _pidns(int(p.name)) == ns
+    ]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def own_leaks(before: HostSnapshot, private: Path) -> list[str]:
+    """``HostSnapshot`` leaks since ``before``, minus live jails that other runs started (their
+    nsjail's config is not under this module's private TMPDIR). Anything that escaped a jail of
+    ours, or that no live nsjail accounts for, still counts."""
+    after = HostSnapshot.take()
+    foreign = {pid for pid, cmd in after.processes if "nsjail" in cmd and str(private) not in cmd}
+    foreign_kids = {kid for pid in foreign for kid in _children(pid)}
+    foreign_ns = {ns for kid in foreign_kids if (ns := _pidns(kid))}
+    mine = HostSnapshot(
+        processes=frozenset(
+            (pid, cmd)
+            for pid, cmd in after.processes
+            if pid not in foreign and _pidns(pid) not in foreign_ns
+        ),
+        cgroups=frozenset(c for c in after.cgroups if int(c.rsplit(".", 1)[1]) not in foreign_kids),
+        mounts=after.mounts,
+        jail_dirs=after.jail_dirs,
+    )
+    return mine.leaks_since(before)
+
+
+def wait_no_own_leaks(before: HostSnapshot, private: Path, timeout: float = 5.0) -> list[str]:
+    leaks: list[str] = []
+
+    def clean() -> bool:
+        nonlocal leaks
+        leaks = own_leaks(before, private)
+        return not leaks
+
+    wait_for(clean, timeout)
+    return leaks
+
+
+def host_view(session: JailedSession, *parts: object) -> str:
+    """Everything the host got back from a session: results, failure texts and its log."""
+    texts = [session.log_tail(1 << 20) or ""]
+    for part in parts:
+        if isinstance(part, EnvFailure):
+            part = part.failure
+        if isinstance(part, Failure):
+            texts += [part.reason, part.traceback or ""]
+        else:
+            texts.append(repr(part))
+    return "\n".join(texts)
+
+
+def files_named(name: str, root: Path) -> list[Path]:
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in (".git", ".venv", "node_modules")]
+        found += [Path(folder) / f for f in files if f == name]
+    return found
+
+
+@contextmanager
+def jailed(code: str, policy: SandboxPolicy = OPEN_POLICY) -> Iterator[JailedSession]:
+    """A started session that is always closed (also when start() itself fails)."""
+    session = JailedSession(code, policy=policy)
+    try:
+        session.start()
+        yield session
+    finally:
+        session.close()
+
+
+def expect_failure(call: Callable[..., object], *args: object) -> EnvFailure:
+    with pytest.raises(EnvFailure) as exc:
+        call(*args)
+    return exc.value
+
+
+def assert_caller_healthy() -> None:
+    """The calling process can still start a fresh session and play a step."""
+    with JailedSession(CODE_BREAKER.read_text(), env_kwargs={"max_turns": 25}) as s:
+        obs, info = s.reset(7)
+        assert "secret code" in obs and info["max_turns"] == 25
+        obs, reward, terminated, truncated, info = s.step("\\boxed{0123}")
+    assert obs.startswith("0123:") and 0.0 <= reward <= 1.0 and info == {"turn": 1}
+    assert isinstance(terminated, bool) and truncated is False
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_tmpdir() -> Iterator[Path]:
+    """Session folders of this module go here (world-traversable, like the default /tmp)."""
+    root = Path(tempfile.mkdtemp(prefix="spade-attacks-"))
+    root.chmod(0o755)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(root))
+        mp.setattr(tempfile, "tempdir", str(root))
+        yield root
+    left = sorted(p.name for p in root.iterdir())
+    shutil.rmtree(root, ignore_errors=True)
+    assert not left, f"left in the private TMPDIR: {left}"
+
+
+@pytest.fixture(autouse=True)
+def caller_stays_healthy() -> Iterator[None]:
+    yield
+    assert_caller_healthy()
+
+
+@dataclass
+class Listener:
+    port: int
+    accepted: list[tuple[Any, bytes]]
+
+
+@pytest.fixture
+def loopback_listener() -> Iterator[Listener]:
+    """A TCP listener on the host's 127.0.0.1 that records (at most 100) connections."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.1)
+    listener = Listener(server.getsockname()[1], [])
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set() and len(listener.accepted) < 100:
+            try:
+                conn, addr = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+            with conn:
+                conn.settimeout(0.5)
+                try:
+                    data = conn.recv(1024)
+                except OSError:
+                    data = b""
+                listener.accepted.append((addr, data))
+
+    thread = threading.Thread(target=serve, name="loopback-listener", daemon=True)
+    thread.start()
+    try:
+        yield listener
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+        assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def memory_cgroup() -> Iterator[tuple[SandboxPolicy, Path | None]]:
+    """The open policy under a cgroup parent of our own, so its peak usage is ours alone (and
+    a roomy call deadline: touching 512 MiB on a busy host must not turn into a timeout)."""
+    policy = with_changes(
+        OPEN_POLICY, cgroup_parent=f"SPADE_attacks_{os.getpid()}", call_timeout_s=10.0
+    )
+    parent = CGROUP_MEMORY / policy.cgroup_parent
+    available = memory_cgroup_available(policy)  # creates the parent when it can
+    yield policy, parent if available else None
+    if parent.exists():
+        wait_for(lambda: not list(parent.glob("NSJAIL.*")), 5)
+        left = list(parent.glob("NSJAIL.*"))
+        parent.rmdir()
+        assert not left, f"session cgroups left: {left}"
+
+
+# -- (a) the full verifier --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("atk", ATTACKS, ids=lambda a: a.id)
+def test_verifier_rejects(atk: Attack):
+    code = attack(atk.file, **atk.subs)
+    t0 = time.monotonic()
+    verdict = verify(code)
+    elapsed = time.monotonic() - t0
+    assert not verdict.accepted
+    assert verdict.failure is not None, verdict.to_dict()
+    assert verdict.failure.kind is atk.verifier, verdict.to_dict()
+    assert verdict.failed_check == atk.check, verdict.to_dict()
+    assert atk.says in verdict.failure.reason, verdict.to_dict()
+    if atk.check == "import_policy":  # rejected before anything ran
+        assert [c.name for c in verdict.checks] == ["parse", "import_policy"]
+    if atk.verifier is K.TIMEOUT:
+        assert elapsed <= DEFAULT_POLICY.limits.call_timeout_s + SLACK_S
+
+
+# -- (b) the jail alone ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["1.1.1.1", "10.255.255.1"])
+def test_network_to_outside_is_unreachable(host: str):
+    with jailed(attack("net_outside", host=host)) as s:
+        t0 = time.monotonic()
+        exc = expect_failure(s.reset, 1)
+        elapsed = time.monotonic() - t0
+        seen = host_view(s, exc)
+    assert exc.failure.kind is K.NET_DENIED and not exc.fatal
+    # ENETUNREACH at once, not a 2 s connect timeout: the jail's network namespace has no
+    # route at all, so no packet left it.
+    assert "Network is unreachable" in exc.failure.reason
+    assert elapsed < 1.5
+    assert "connected" not in seen
+
+
+def test_network_to_host_loopback_never_arrives(loopback_listener: Listener):
+    # Positive control: the listener does see a connection from the host itself.
+    with socket.create_connection(("127.0.0.1", loopback_listener.port), timeout=2) as conn:
+        conn.sendall(b"control\n")
+    assert wait_for(lambda: len(loopback_listener.accepted) == 1, 2)
+    with jailed(attack("net_loopback", port=loopback_listener.port)) as s:
+        exc = expect_failure(s.reset, 1)
+    assert exc.failure.kind is K.NET_DENIED and not exc.fatal
+    # The jail's 127.0.0.1 is its own loopback, where nothing listens.
+    assert "Connection refused" in exc.failure.reason
+    time.sleep(0.3)
+    assert [data for _, data in loopback_listener.accepted] == [b"control\n"]
+
+
+def test_reading_etc_shadow_finds_nothing():
+    try:
+        secrets = [ln for ln in Path("/etc/shadow").read_text().splitlines() if len(ln) >= 8]
+    except OSError:  # not root here: nothing to compare with, the kind is still checked
+        secrets = []
+    with jailed(attack("read_shadow")) as s:
+        exc = expect_failure(s.reset, 1)
+        seen = host_view(s, exc)
+    assert exc.failure.kind is K.FS_DENIED and not exc.fatal
+    assert "No such file or directory: '/etc/shadow'" in exc.failure.reason  # /etc is not mounted
+    assert not [ln for ln in secrets if ln in seen]
+
+
+def test_reading_the_project_checkout_finds_nothing():
+    target = REPO / "pyproject.toml"
+    content = [ln for ln in target.read_text().splitlines() if len(ln) >= 12]
+    assert content and os.stat(target).st_mode & 0o004  # world-readable on the host
+    with jailed(attack("read_checkout", path=target)) as s:
+        exc = expect_failure(s.reset, 1)
+        seen = host_view(s, exc)
+    assert exc.failure.kind is K.FS_DENIED and not exc.fatal
+    assert f"No such file or directory: '{target}'" in exc.failure.reason
+    assert not [ln for ln in content if ln in seen]
+
+
+def test_reading_aws_credentials_finds_nothing(private_tmpdir: Path):
+    secret = f"spade-aws-secret-{uuid.uuid4().hex}"
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=private_tmpdir))
+    try:
+        # World-readable all the way down: only the jail's mount namespace can hide it.
+        home.chmod(0o755)
+        (home / ".aws").mkdir(mode=0o755)
+        creds = home / ".aws" / "credentials"
+        creds.write_text(
+            f"[default]\naws_access_key_id = AKIATEST\naws_secret_access_key = {secret}\n"
+        )
+        creds.chmod(0o644)
+        with jailed(attack("read_aws_credentials", path=creds)) as s:
+            exc = expect_failure(s.reset, 1)
+            seen = host_view(s, exc)
+    finally:
+        shutil.rmtree(home)
+    assert exc.failure.kind is K.FS_DENIED and not exc.fatal
+    assert "No such file or directory" in exc.failure.reason
+    assert secret not in seen
+
+
+def test_environment_secrets_are_not_inherited(monkeypatch: pytest.MonkeyPatch):
+    secrets = {
+        "AWS_SECRET_ACCESS_KEY": f"aws-{uuid.uuid4().hex}",
+        "SPADE_TEST_SECRET": f"spade-{uuid.uuid4().hex}",
+    }
+    for key, value in secrets.items():
+        monkeypatch.setenv(key, value)
+    with jailed(attack("env_secrets")) as s:
+        obs, info = s.reset(1)  # the attack "succeeds": it reads its environment
+        seen = host_view(s, obs, info)
+    assert not [v for v in secrets.values() if v in seen]
+    assert ast.literal_eval(obs) == OPEN_POLICY.env  # exactly the policy's variables
+
+
+@pytest.mark.parametrize("target", ["/code/pwn", "/opt/spade/pwn", "/pwn"])
+def test_writing_outside_tmpfs_is_refused(target: str):
+    host_paths = [Path("/pwn"), Path("/opt/spade/pwn"), Path("/code/pwn")]
+    existed = {p: p.exists() for p in host_paths}
+    with jailed(attack("write_outside", path=target)) as s:
+        exc = expect_failure(s.reset, 1)
+        assert s._files is not None  # the session's host folder (code, config, logs)
+        in_session = list(s._files.root.rglob("pwn"))
+    assert exc.failure.kind is K.FS_DENIED and not exc.fatal
+    assert "Read-only file system" in exc.failure.reason
+    assert not in_session
+    assert not files_named("pwn", REPO)
+    assert {p: p.exists() for p in host_paths} == existed
+
+
+def test_filling_tmpfs_hits_its_size(private_tmpdir: Path):
+    prefix = f"spade-fill-{uuid.uuid4().hex[:8]}-"
+    with jailed(attack("fill_tmpfs", prefix=prefix)) as s:
+        exc = expect_failure(s.reset, 1)
+        assert s._files is not None
+        folder_bytes = sum(p.stat().st_size for p in s._files.root.rglob("*") if p.is_file())
+        after = s.step(MOVE)  # the interpreter survives a full /tmp
+    assert exc.failure.kind is K.DISK_LIMIT and not exc.fatal
+    assert "No space left on device" in exc.failure.reason
+    assert after == ("ok", 1.0, True, False, {})
+    assert folder_bytes < 1 << 20  # none of the 16 MiB landed in the session's folder
+    for tmp in {Path("/tmp"), private_tmpdir, Path(tempfile.gettempdir())}:
+        assert not list(tmp.glob(prefix + "*"))  # the jail's /tmp is a private tmpfs
+
+
+def test_fork_bomb_is_capped():
+    with jailed(attack("fork_bomb")) as s:
+        exc = expect_failure(s.reset, 1)
+        ns = jail_pidns(s)
+        in_jail = procs_in_ns(ns)
+        uids = {_uid(pid) for pid in in_jail}
+    assert exc.failure.kind is K.PROC_LIMIT and not exc.fatal
+    assert "BlockingIOError" in exc.failure.reason
+    assert 2 <= len(in_jail) <= OPEN_POLICY.limits.processes
+    assert uids == {OPEN_POLICY.uid}
+    assert wait_for(lambda: not procs_in_ns(ns), 3), procs_in_ns(ns)
+
+
+def test_fork_bomb_does_not_starve_other_sessions():
+    """RLIMIT_NPROC is counted per jail (each has its own user namespace), not per host uid:
+    while one jail's bomb holds its whole quota of uid-65534 processes, another jail can
+    still start, fork and play."""
+    limit = OPEN_POLICY.limits.processes
+    with jailed(attack("fork_bomb")) as bomb:
+        exc = expect_failure(bomb.reset, 1)
+        assert exc.failure.kind is K.PROC_LIMIT
+        ns = jail_pidns(bomb)
+        # The bomb's copies keep forking until each one hits the limit: it holds its quota.
+        assert wait_for(lambda: len(procs_in_ns(ns)) == limit, 3), procs_in_ns(ns)
+        bomb_uids = {_uid(pid) for pid in procs_in_ns(ns)}
+        with JailedSession(CODE_BREAKER.read_text()) as other:
+            other.reset(7)
+            obs, *_ = other.step("\\boxed{0123}")
+        with jailed(attack("daemon")) as forker:
+            spawned, info = forker.reset(1)  # a fork in another jail
+        still = procs_in_ns(ns)
+    assert obs.startswith("0123:")
+    assert spawned.startswith("spawned daemon") and info["daemon"] > 0
+    assert bomb_uids == {OPEN_POLICY.uid}  # the same host uid as every other jail
+    assert len(still) == limit
+
+
+def test_session_after_fork_bomb_is_dead_or_in_sync():
+    with jailed(attack("fork_bomb")) as s:
+        exc = expect_failure(s.reset, 1)
+        if exc.fatal:
+            return
+        assert s.step(MOVE) == ("ok", 1.0, True, False, {})
+
+
+@pytest.mark.parametrize("name", ["memory_bytearray", "memory_list_growth"])
+def test_memory_bombs_are_capped(name: str, memory_cgroup: tuple[SandboxPolicy, Path | None]):
+    policy, parent = memory_cgroup
+    if parent is not None:
+        (parent / "memory.max_usage_in_bytes").write_text("0")
+    with jailed(attack(name), policy) as s:
+        t0 = time.monotonic()
+        exc = expect_failure(s.reset, 1)
+        elapsed = time.monotonic() - t0
+    assert exc.failure.kind is K.MEMORY
+    assert elapsed < policy.limits.call_timeout_s
+    limit = policy.limits.cgroup_memory_mb << 20
+    peak = int((parent / "memory.max_usage_in_bytes").read_text()) if parent else None
+    if name == "memory_bytearray" or parent is None:
+        # RLIMIT_AS refuses the allocation up front: a MemoryError, and the jail lives on.
+        assert not exc.fatal and exc.failure.reason.startswith("MemoryError")
+        if name == "memory_bytearray" and peak is not None:
+            assert peak < 64 << 20  # the 10 GB were never touched
+    else:
+        # Pages really touched: the memory cgroup (512 MiB, under RLIMIT_AS) kills the jail.
+        assert exc.fatal and "memory cgroup" in exc.failure.reason
+        assert peak is not None and limit - (64 << 20) < peak <= limit + (8 << 20)
+
+
+@pytest.mark.parametrize("name", ["cpu_spin", "sleep_forever"])
+def test_endless_step_is_cut_at_the_call_deadline(name: str):
+    with jailed(attack(name)) as s:
+        s.reset(1)
+        ns = jail_pidns(s)
+        t0 = time.monotonic()
+        exc = expect_failure(s.step, MOVE)
+        elapsed = time.monotonic() - t0
+        alive = s.alive
+        again = expect_failure(s.step, MOVE)  # a dead session answers at once, the same way
+    assert exc.failure.kind is K.TIMEOUT and exc.fatal
+    assert JAIL_CALL_TIMEOUT_S <= elapsed <= JAIL_CALL_TIMEOUT_S + SLACK_S
+    assert not alive and again.failure == exc.failure and again.fatal
+    assert wait_for(lambda: not procs_in_ns(ns), 2), "the spinning jail is still running"
+
+
+def test_print_flood_is_capped_by_the_log_limit():
+    limit = OPEN_POLICY.limits.max_file_mb << 20
+    with jailed(attack("print_flood")) as s:
+        s.reset(1)
+        t0 = time.monotonic()
+        exc = expect_failure(s.step, MOVE)
+        elapsed = time.monotonic() - t0
+        assert s._files is not None
+        log_bytes = s._files.stderr.stat().st_size
+    assert exc.failure.kind is K.OUTPUT_LIMIT and not exc.fatal
+    assert "File too large" in (exc.failure.traceback or "")  # RLIMIT_FSIZE stopped the writes
+    assert limit - (64 << 10) <= log_bytes <= limit
+    assert elapsed < JAIL_CALL_TIMEOUT_S
+
+
+def test_huge_observation_is_cut_at_the_reply_cap():
+    limit = OPEN_POLICY.limits.max_message_bytes
+    with jailed(attack("huge_observation")) as s:
+        exc = expect_failure(s.reset, 1)
+        buffered = len(s._buf)  # what the host read of the 5 MiB reply before giving up
+    assert exc.failure.kind is K.OUTPUT_LIMIT and exc.fatal
+    assert f"reply larger than {limit} bytes" in exc.failure.reason
+    assert limit < buffered <= limit + (1 << 16)
+
+
+def test_os_exit_ends_the_session():
+    with jailed(attack("os_exit")) as s:
+        s.reset(1)
+        exc = expect_failure(s.step, MOVE)
+        alive = s.alive
+    assert exc.failure.kind is K.EXITED and exc.fatal and not alive
+    assert "exited with status 3" in exc.failure.reason
+
+
+def test_sigkill_to_self_is_ignored_as_pid_1():
+    """The interpreter is pid 1 of the jail's pid namespace, and the kernel drops signals a
+    namespace's init sends itself without a handler: os.kill returns None, which is no valid
+    reset() result, and the jail keeps serving."""
+    with jailed(attack("self_kill")) as s:
+        exc = expect_failure(s.reset, 1)
+        alive = s.alive
+        after = s.step(MOVE)
+    assert exc.failure.kind is K.CONTRACT and not exc.fatal
+    assert "got None" in exc.failure.reason
+    assert alive and after == ("ok", 1.0, True, False, {})
+
+
+def test_segfault_ends_the_session():
+    with jailed(attack("segfault")) as s:
+        exc = expect_failure(s.reset, 1)
+        alive = s.alive
+    assert exc.failure.kind is K.EXITED and exc.fatal and not alive
+    assert "SIGSEGV" in exc.failure.reason
+
+
+def test_daemon_does_not_outlive_the_session(private_tmpdir: Path):
+    before = HostSnapshot.take()
+    with jailed(attack("daemon")) as s:
+        obs, info = s.reset(1)
+        after = s.step(MOVE)
+        ns = jail_pidns(s)
+        assert s._proc is not None
+        (interpreter,) = _children(s._proc.pid)
+        daemons = [pid for pid in procs_in_ns(ns) if pid != interpreter]
+        sessions = {pid: _session_id(pid) for pid in (interpreter, *daemons)}
+        uids = {_uid(pid) for pid in (interpreter, *daemons)}
+    assert obs == "spawned daemon 2" and info == {"daemon": 2}  # the interpreter is pid 1
+    assert after == ("ok", 1.0, True, False, {})
+    assert len(daemons) == 1 and uids == {OPEN_POLICY.uid}
+    assert sessions[daemons[0]] == daemons[0] != sessions[interpreter]  # setsid() worked
+    assert wait_for(lambda: not procs_in_ns(ns), 2), procs_in_ns(ns)
+    assert not (leaks := wait_no_own_leaks(before, private_tmpdir, 2)), leaks
+
+
+def _session_id(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[3])  # field 6: session id
+
+
+def test_ctypes_system_runs_nothing():
+    marker = f"spade-ctypes-{uuid.uuid4().hex}"
+    with jailed(attack("ctypes_system", marker=marker)) as s:
+        obs, info = s.reset(1)
+        seen = host_view(s, obs, info)
+    # system() forks a shell that cannot exist in the jail: "exit 127" (command not found).
+    assert info == {"rc": 127 << 8} and obs == f"system returned {127 << 8}"
+    assert marker not in seen and "uid=" not in seen
+
+
+def test_subprocess_finds_no_shell():
+    with jailed(attack("subprocess_sh")) as s:
+        exc = expect_failure(s.reset, 1)
+        seen = host_view(s, exc)
+    assert exc.failure.kind is K.FS_DENIED and not exc.fatal
+    assert "No such file or directory: '/bin/sh'" in exc.failure.reason
+    assert "uid=" not in seen
+
+
+def test_disallowed_import_is_denied_by_the_runtime_guard():
+    session = JailedSession(attack("import_pickle"))  # the checked-in policy: guard active
+    try:
+        exc = expect_failure(session.start)
+        alive = session.alive
+    finally:
+        session.close()
+    assert exc.failure.kind is K.IMPORT_DENIED and exc.fatal and not alive
+    assert "pickle" in exc.failure.reason
+
+
+def test_failed_start_in_a_with_block_leaves_no_folder(private_tmpdir: Path):
+    """A design that does not load, used as a context manager: __enter__ cleans up itself."""
+    before = set(private_tmpdir.glob("spade-jail-*"))
+    try:
+        with pytest.raises(EnvFailure), JailedSession(attack("import_pickle")):
+            pass
+        assert set(private_tmpdir.glob("spade-jail-*")) == before
+    finally:
+        for left in set(private_tmpdir.glob("spade-jail-*")) - before:
+            shutil.rmtree(left)
+
+
+# -- the whole list again, then nothing may be left behind ------------------------------------
+
+
+def run_alone(atk: Attack, code: str) -> FailureKind | None:
+    """Run one attack in a session (no static checks); the failure kind, or None if it ran."""
+    session = JailedSession(code, policy=DEFAULT_POLICY if atk.default_policy else OPEN_POLICY)
+    try:
+        session.start()
+        if atk.op in ("reset", "step"):
+            session.reset(1)
+        if atk.op == "step":
+            session.step(MOVE)
+    except EnvFailure as exc:
+        return exc.failure.kind
+    finally:
+        session.close()
+    return None
+
+
+def test_whole_attack_list_leaves_nothing_behind(loopback_listener: Listener, private_tmpdir: Path):
+    before = HostSnapshot.take()
+    wrong = []
+    for atk in ATTACKS:
+        subs = dict(atk.subs)
+        if "port" in subs:
+            subs["port"] = loopback_listener.port
+        code = attack(atk.file, **subs)
+        verdict = verify(code, policy=FAST_POLICY)
+        got = verdict.failure.kind if verdict.failure else None
+        if verdict.accepted or got is not atk.verifier:
+            wrong.append(f"{atk.id}: verifier {got}, expected {atk.verifier}")
+        if atk.op is not None and (alone := run_alone(atk, code)) is not atk.jail:
+            wrong.append(f"{atk.id}: jail alone {alone}, expected {atk.jail}")
+    assert not wrong, wrong
+    assert not (leaks := wait_no_own_leaks(before, private_tmpdir, 5)), leaks
+    assert loopback_listener.accepted == []
