@@ -35,8 +35,12 @@ class Verdict:
     skill: str | None = None
     tool_use: bool = False
     hint: str | None = None
-    solution_length: int = 0
+    solution: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def solution_length(self) -> int:
+        return len(self.solution)
 
     @property
     def accepted(self) -> bool:
@@ -86,7 +90,7 @@ def verify(
     if ctx.info is not None:
         verdict.class_name, verdict.skill = ctx.info.class_name, ctx.info.skill
         verdict.tool_use, verdict.hint = ctx.info.tool_use, ctx.info.hint
-    verdict.solution_length = len(ctx.solution)
+    verdict.solution = list(ctx.solution)
     verdict.seconds = time.perf_counter() - t_all
     return verdict
 

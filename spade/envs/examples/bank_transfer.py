@@ -41,7 +41,7 @@ class BankTransferEnv(ToolUseEnv):
     wrong payee or the invoice was paid twice.
     """
 
-    skill = "tool_use"
+    skill = "error_recovery"
     hint = (
         "Gather the invoice, account and payee details before moving money, and read error "
         "messages: they say what to fix."

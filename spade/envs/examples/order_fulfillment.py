@@ -21,7 +21,7 @@ class OrderFulfillmentEnv(ToolUseEnv):
     stock, the reported total), halved if other products or orders were changed.
     """
 
-    skill = "tool_use"
+    skill = "state_modification"
     hint = (
         "Read the order first, compare each product's stock with the ordered quantity, and "
         "fix shortages before shipping."

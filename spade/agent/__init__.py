@@ -1,0 +1,7 @@
+"""The agent role: multi-turn rollouts of a model against sandboxed environments."""
+
+from spade.agent.actions import extract_action
+from spade.agent.rollout import EpisodeJob, RolloutSettings, run_episodes
+from spade.agent.trajectory import Trajectory, Turn
+
+__all__ = ["EpisodeJob", "RolloutSettings", "Trajectory", "Turn", "extract_action", "run_episodes"]

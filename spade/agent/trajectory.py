@@ -1,0 +1,96 @@
+"""What one played episode leaves behind: every message, token, log-prob, reward and timing."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Status = Literal[
+    "terminated", "truncated", "turn_limit", "context_limit", "env_failed", "inference_failed"
+]
+
+
+@dataclass
+class Turn:
+    """One agent turn: the prompt it saw, what it generated, and what the environment said."""
+
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    logprobs: list[float]  # one per completion token
+    text: str  # the agent's full reply
+    action: str  # what was sent to step()
+    observation: str  # what step() answered
+    reward: float
+    terminated: bool
+    truncated: bool
+    finish_reason: str
+    generate_s: float
+    step_s: float
+
+
+@dataclass
+class Trajectory:
+    """One episode of one environment instance, hinted or not.
+
+    ``messages`` is the whole conversation (system, observations as user turns, replies as
+    assistant turns). ``failure`` is a dict ``{"kind", "reason"}`` when the environment or the
+    model failed; the episode then ends as data with return 0.
+    """
+
+    env_id: str
+    seed: int
+    hinted: bool
+    hint: str | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    status: Status = "truncated"
+    model: str = ""
+    failure: dict[str, str] | None = None
+    reset_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def terminated(self) -> bool:
+        return self.status == "terminated"
+
+    @property
+    def final_reward(self) -> float:
+        return self.turns[-1].reward if self.turns else 0.0
+
+    def episode_return(self) -> float:
+        """DESIGN §2.5: the last step's reward clipped to [-1, 1] if terminated, else 0."""
+        return max(-1.0, min(1.0, self.final_reward)) if self.terminated else 0.0
+
+    def success(self, threshold: float = 1.0) -> bool:
+        return self.terminated and self.final_reward >= threshold
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(t.completion_token_ids) for t in self.turns)
+
+    def token_view(self) -> tuple[list[int], list[int], list[float]] | None:
+        """The episode as one token sequence with a loss mask and log-probs.
+
+        ``(ids [T], mask [T], logprobs [T])``: mask 1 on tokens the agent generated (their
+        log-probs), 0 on prompt/observation tokens (log-prob 0.0). Possible when each turn's
+        prompt extends the previous prompt plus completion (prefix-stable chat templates);
+        otherwise None, and training uses the turns one by one.
+        """
+        ids: list[int] = []
+        mask: list[int] = []
+        lps: list[float] = []
+        for turn in self.turns:
+            prompt = turn.prompt_token_ids
+            if prompt[: len(ids)] != ids:
+                return None
+            new = prompt[len(ids) :]
+            ids += new + turn.completion_token_ids
+            mask += [0] * len(new) + [1] * len(turn.completion_token_ids)
+            lps += [0.0] * len(new) + list(turn.logprobs)
+        return ids, mask, lps
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["return"] = self.episode_return()
+        return data

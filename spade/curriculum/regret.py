@@ -1,0 +1,85 @@
+"""Regret estimators and the win rate: pure functions of per-episode numbers.
+
+The agent's regret on an environment is how much better it plays *with* the privileged hint
+than without it (DESIGN.md §2.6). Estimators are chosen by name from :data:`REGRET_ESTIMATORS`
+(``ScoringConfig.regret_estimator``):
+
+- ``mean_gap``: ``max(0, mean(hinted) - mean(unhinted))`` — the reference's estimator;
+- ``max_gap``: ``max(0, max(hinted) - mean(unhinted))`` — PAIRED-style: the best hinted play
+  stands for what the environment allows.
+
+Inputs are episode returns (floats, normally in [-1, 1]). A failed or non-terminated episode
+returns 0.0 by the return rule, so the caller passes 0.0 for it: there is no "failed" case here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from statistics import fmean
+
+RegretEstimator = Callable[[Sequence[float], Sequence[float]], float]
+"""``(hinted returns, unhinted returns) -> regret >= 0``."""
+
+
+def _checked(returns: Sequence[float], name: str) -> Sequence[float]:
+    # A NaN would silently poison every mean downstream; fail at the boundary instead.
+    for value in returns:
+        if not math.isfinite(value):
+            raise ValueError(f"{name} returns must be finite numbers, got {value!r}")
+    return returns
+
+
+def mean_gap(hinted: Sequence[float], unhinted: Sequence[float]) -> float:
+    """``max(0, mean(hinted) - mean(unhinted))``.
+
+    Args:
+        hinted: returns of the plays with the hint, shape ``(n_hinted,)``.
+        unhinted: returns of the plays without it, shape ``(n_unhinted,)``.
+
+    Returns:
+        The regret, ``>= 0``. It is 0.0 when either side has no plays: with no hinted plays
+        there is no evidence of a gap, and with no unhinted plays the gap is undefined (reading
+        a missing mean as 0 would invent regret from nothing).
+    """
+    _checked(hinted, "hinted")
+    _checked(unhinted, "unhinted")
+    if not hinted or not unhinted:
+        return 0.0
+    return max(0.0, fmean(hinted) - fmean(unhinted))
+
+
+def max_gap(hinted: Sequence[float], unhinted: Sequence[float]) -> float:
+    """PAIRED-style ``max(0, max(hinted) - mean(unhinted))``.
+
+    Same shapes and the same empty-side rule (0.0) as :func:`mean_gap`.
+    """
+    _checked(hinted, "hinted")
+    _checked(unhinted, "unhinted")
+    if not hinted or not unhinted:
+        return 0.0
+    return max(0.0, max(hinted) - fmean(unhinted))
+
+
+REGRET_ESTIMATORS: dict[str, RegretEstimator] = {"mean_gap": mean_gap, "max_gap": max_gap}
+"""Estimators by the name ``ScoringConfig.regret_estimator`` uses."""
+
+
+def get_regret_estimator(name: str) -> RegretEstimator:
+    """The estimator called ``name``; ValueError naming the valid ones otherwise."""
+    try:
+        return REGRET_ESTIMATORS[name]
+    except KeyError:
+        valid = ", ".join(sorted(REGRET_ESTIMATORS))
+        raise ValueError(f"unknown regret estimator {name!r}; valid: {valid}") from None
+
+
+def win_rate(successes: Sequence[bool]) -> float:
+    """Share of successful episodes, in [0, 1]; 0.0 when there are none.
+
+    Args:
+        successes: one flag per episode, shape ``(n_plays,)``.
+    """
+    if not successes:
+        return 0.0
+    return sum(1 for ok in successes if ok) / len(successes)

@@ -1,0 +1,230 @@
+"""Designer rewards: how good a design was for the curriculum, pure and chosen by name.
+
+DESIGN.md §2.6. A valid design is scored by the function ``ScoringConfig.designer_reward``
+names (:data:`DESIGNER_REWARDS`); a design that failed verification gets
+``config.invalid_reward``, or ``config.timeout_penalty`` when it failed by timing out. Then,
+with ``config.centre_per_skill``, the mean reward of each skill is subtracted (no division by
+the std), so the designer is compared with itself on the same skill.
+
+- ``blend``: ``w * plateau(win) + (1 - w) * clip(regret / scale, 0, 1)`` (the paper's launchers);
+- ``regret``: the regret itself;
+- ``solve_rate``: ``plateau(win)`` only;
+- ``learning_potential``: ``|win - EMA|``, the EMA being a slow average of the skill's past win
+  rates (state passed in and out: these functions stay pure).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
+    from spade.config import ScoringConfig
+
+
+@dataclass(frozen=True)
+class DesignOutcome:
+    """What one design attempt came to, as far as scoring needs it.
+
+    Attributes:
+        env_id: the design's id.
+        skill: the skill it was designed for (the centring group and the EMA key).
+        valid: whether it passed verification (and was evaluated).
+        failure_kind: why it failed (a ``spade.sandbox.failures.FailureKind`` value such as
+            ``"timeout"``); None for a valid design.
+        win_rate: unhinted win rate in [0, 1]; required when valid.
+        hinted_win_rate: hinted win rate in [0, 1], for the record; optional.
+        regret: the regret estimate, ``>= 0``; required when valid.
+    """
+
+    env_id: str
+    skill: str
+    valid: bool
+    failure_kind: str | None = None
+    win_rate: float | None = None
+    hinted_win_rate: float | None = None
+    regret: float | None = None
+
+    def __post_init__(self) -> None:
+        where = f"design {self.env_id!r}"
+        if self.valid and self.failure_kind is not None:
+            raise ValueError(f"{where} is valid but has failure_kind {self.failure_kind!r}")
+        if self.valid and (self.win_rate is None or self.regret is None):
+            raise ValueError(f"{where} is valid, so it needs a win_rate and a regret")
+        for name in ("win_rate", "hinted_win_rate"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{where}: {name} must be in [0, 1], got {value!r}")
+        if self.regret is not None and not (math.isfinite(self.regret) and self.regret >= 0):
+            raise ValueError(f"{where}: regret must be a finite number >= 0, got {self.regret!r}")
+
+    def rates(self) -> tuple[float, float]:
+        """``(win_rate, regret)`` of a valid design."""
+        if self.win_rate is None or self.regret is None:
+            raise ValueError(f"design {self.env_id!r} has no win rate/regret (is it valid?)")
+        return self.win_rate, self.regret
+
+
+def plateau(win_rate: float, low: float = 0.4, high: float = 0.6, ramp: float = 0.25) -> float:
+    """1 on ``[low, high]``, falling linearly to 0 over ``ramp`` outside, 0 beyond.
+
+    So ``plateau(low - ramp) == plateau(high + ramp) == 0``.
+    """
+    if low > high or ramp <= 0:
+        raise ValueError(f"plateau needs low <= high and ramp > 0, got {low}, {high}, {ramp}")
+    if low <= win_rate <= high:
+        return 1.0
+    distance = low - win_rate if win_rate < low else win_rate - high
+    return max(0.0, 1.0 - distance / ramp)
+
+
+def blend(
+    win_rate: float,
+    regret: float,
+    *,
+    plateau_weight: float = 0.6,
+    regret_scale: float = 0.15,
+    low: float = 0.4,
+    high: float = 0.6,
+    ramp: float = 0.25,
+) -> float:
+    """``plateau_weight * plateau(win) + (1 - plateau_weight) * clip(regret / scale, 0, 1)``."""
+    if regret_scale <= 0:
+        raise ValueError(f"regret_scale must be > 0, got {regret_scale}")
+    regret_part = min(1.0, max(0.0, regret / regret_scale))
+    return plateau_weight * plateau(win_rate, low, high, ramp) + (1 - plateau_weight) * regret_part
+
+
+def learning_potential(
+    win_rate: float, ema: float | None, alpha: float = 0.1
+) -> tuple[float, float]:
+    """``(|win_rate - ema|, new ema)``; with no history (``ema is None``) ``(0.0, win_rate)``.
+
+    The EMA starts at the first win rate it sees, then moves ``alpha`` of the way to each new one:
+    ``new = (1 - alpha) * ema + alpha * win_rate``.
+    """
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if ema is None:
+        return 0.0, win_rate
+    return abs(win_rate - ema), (1 - alpha) * ema + alpha * win_rate
+
+
+DesignerReward = Callable[["DesignOutcome", "ScoringConfig", Mapping[str, float]], float]
+"""``(valid outcome, config, EMA by skill before this batch) -> reward``."""
+
+
+def _plateau_of(win: float, config: ScoringConfig) -> float:
+    return plateau(win, config.plateau_low, config.plateau_high, config.plateau_ramp)
+
+
+def _blend_reward(o: DesignOutcome, config: ScoringConfig, ema: Mapping[str, float]) -> float:
+    win, regret = o.rates()
+    return blend(
+        win,
+        regret,
+        plateau_weight=config.plateau_weight,
+        regret_scale=config.regret_scale,
+        low=config.plateau_low,
+        high=config.plateau_high,
+        ramp=config.plateau_ramp,
+    )
+
+
+def _regret_reward(o: DesignOutcome, config: ScoringConfig, ema: Mapping[str, float]) -> float:
+    return o.rates()[1]
+
+
+def _solve_rate_reward(o: DesignOutcome, config: ScoringConfig, ema: Mapping[str, float]) -> float:
+    return _plateau_of(o.rates()[0], config)
+
+
+def _lp_reward(o: DesignOutcome, config: ScoringConfig, ema: Mapping[str, float]) -> float:
+    return learning_potential(o.rates()[0], ema.get(o.skill), config.ema_alpha)[0]
+
+
+DESIGNER_REWARDS: dict[str, DesignerReward] = {
+    "blend": _blend_reward,
+    "regret": _regret_reward,
+    "solve_rate": _solve_rate_reward,
+    "learning_potential": _lp_reward,
+}
+"""Rewards of valid designs by the name ``ScoringConfig.designer_reward`` uses."""
+
+
+def get_designer_reward(name: str) -> DesignerReward:
+    """The reward called ``name``; ValueError naming the valid ones otherwise."""
+    try:
+        return DESIGNER_REWARDS[name]
+    except KeyError:
+        valid = ", ".join(sorted(DESIGNER_REWARDS))
+        raise ValueError(f"unknown designer reward {name!r}; valid: {valid}") from None
+
+
+def centre_per_skill(rewards: Sequence[float], skills: Sequence[str]) -> list[float]:
+    """Subtract from each reward the mean reward of its skill (no division by the std).
+
+    Args:
+        rewards: shape ``(n,)``; skills: shape ``(n,)``, the group of each reward.
+    """
+    if len(rewards) != len(skills):
+        raise ValueError(f"{len(rewards)} rewards but {len(skills)} skills")
+    groups: dict[str, list[float]] = defaultdict(list)
+    for reward, skill in zip(rewards, skills, strict=True):
+        groups[skill].append(reward)
+    means = {skill: fmean(values) for skill, values in groups.items()}
+    return [reward - means[skill] for reward, skill in zip(rewards, skills, strict=True)]
+
+
+def update_ema(
+    ema: Mapping[str, float], outcomes: Sequence[DesignOutcome], alpha: float
+) -> dict[str, float]:
+    """The EMA by skill after one batch: one step per skill, towards its mean valid win rate.
+
+    One step per batch (not per design) keeps the result independent of the designs' order.
+    Skills with no valid design in the batch keep their value.
+    """
+    wins: dict[str, list[float]] = defaultdict(list)
+    for outcome in outcomes:
+        if outcome.valid:
+            wins[outcome.skill].append(outcome.rates()[0])
+    new = dict(ema)
+    for skill, values in wins.items():
+        new[skill] = learning_potential(fmean(values), ema.get(skill), alpha)[1]
+    return new
+
+
+def designer_rewards(
+    outcomes: Sequence[DesignOutcome],
+    config: ScoringConfig,
+    ema: Mapping[str, float] | None = None,
+) -> tuple[list[float], dict[str, float]]:
+    """Reward of each design attempt of a batch, and the updated win-rate EMA by skill.
+
+    Args:
+        outcomes: the batch, shape ``(n,)``.
+        config: names the reward and holds its parameters, penalties and ``centre_per_skill``.
+        ema: slow EMA of past win rates by skill (None: no history yet).
+
+    Returns:
+        ``(rewards, new_ema)``: rewards of shape ``(n,)`` in the order of ``outcomes``. Invalid
+        designs get ``invalid_reward`` (``timeout_penalty`` for ``failure_kind == "timeout"``).
+        Centring runs over *all* designs of a skill, invalid ones included, as the reference
+        does: a lone design of its skill is centred to 0. The EMA is updated whatever reward is
+        chosen, so switching to ``learning_potential`` mid-campaign finds it warm.
+    """
+    reward_of = get_designer_reward(config.designer_reward)
+    previous = dict(ema or {})
+    rewards = [
+        reward_of(o, config, previous)
+        if o.valid
+        else (config.timeout_penalty if o.failure_kind == "timeout" else config.invalid_reward)
+        for o in outcomes
+    ]
+    if config.centre_per_skill:
+        rewards = centre_per_skill(rewards, [o.skill for o in outcomes])
+    return rewards, update_ema(previous, outcomes, config.ema_alpha)

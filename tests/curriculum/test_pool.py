@@ -1,0 +1,164 @@
+"""Seeding the memory from an environment pool: code is read as text, never run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spade.config import MemoryConfig
+from spade.curriculum.memory import (
+    SEED_ROUND,
+    UNKNOWN_SKILL,
+    EnvironmentMemory,
+    import_pool,
+    read_declarations,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "spade" / "envs" / "examples"
+
+TRAP = """
+import os
+os.system("touch {marker}")  # would run on import
+raise SystemExit("imported!")
+
+class TrapEnv:
+    skill = "optimization"
+    hint = ("Pack the densest "
+            "items first.")
+"""
+
+
+def test_examples_pool_reads_skills_via_ast():
+    records = import_pool(EXAMPLES, MemoryConfig())
+    skills = {r.env_id: r.skill for r in records}
+    assert skills == {
+        "bank_transfer": "error_recovery",
+        "cargo_knapsack": "optimization",
+        "code_breaker": "logical_deduction",
+        "maze_walk": "spatial_reasoning",
+        "order_fulfillment": "state_modification",
+        "ownership_riddle": "logical_deduction",
+        "polynomial_probe": "mathematical_reasoning",
+        "sequence_oracle": "pattern_recognition",
+        "switchboard": "causal_inference",
+    }
+    assert all(r.round == SEED_ROUND and r.win_rate is None and r.accepted for r in records)
+    assert all(r.hint and len(r.code_head) <= 2000 for r in records)
+
+
+def test_pool_code_is_never_executed(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "trap.py").write_text(TRAP.format(marker=marker))
+    (records,) = import_pool(tmp_path, MemoryConfig())
+    assert not marker.exists()
+    assert (records.env_id, records.skill) == ("trap", "optimization")
+    assert records.hint == "Pack the densest items first."  # implicit concatenation read
+
+
+def test_folder_pool_sorted_skips_init_and_cuts_code(tmp_path):
+    (tmp_path / "__init__.py").write_text('skill = "nope"\n')
+    (tmp_path / "b.py").write_text('skill: str = "maths"\n' + "#" * 300)
+    (tmp_path / "a.py").write_text("class AEnv:\n    pass\n")
+    records = import_pool(tmp_path, MemoryConfig(code_head_chars=100))
+    assert [(r.env_id, r.skill) for r in records] == [("a", UNKNOWN_SKILL), ("b", "maths")]
+    assert len(records[1].code_head) == 100
+
+
+def test_single_py_file(tmp_path):
+    path = tmp_path / "one.py"
+    path.write_text('class OneEnv:\n    skill = "causal_inference"\n')
+    (record,) = import_pool(str(path), MemoryConfig())
+    assert (record.env_id, record.skill) == ("one", "causal_inference")
+
+
+def test_env_class_wins_over_other_classes():
+    code = 'class Helper:\n    skill = "wrong"\n\nclass GameEnv:\n    skill = "right"\n'
+    assert read_declarations(code) == {"skill": "right"}
+
+
+def test_module_level_skill_wins():
+    code = 'skill = "module"\n\nclass GameEnv:\n    skill = "class"\n    hint = "h"\n'
+    assert read_declarations(code) == {"skill": "module", "hint": "h"}
+
+
+def test_non_literal_skill_is_ignored():
+    assert read_declarations('skill = "a" + "b"\n') == {}
+
+
+def test_broken_code_falls_back_to_a_regex():
+    assert read_declarations('class XEnv:\n    skill = "spatial"\n    def oops(:\n') == {
+        "skill": "spatial"
+    }
+
+
+def test_jsonl_pool(tmp_path):
+    path = tmp_path / "pool.jsonl"
+    lines = [
+        {"env_id": "x", "code": 'skill = "from_code"', "win_rate": 0.5, "regret": 0.2},
+        {"id": 7, "env_code": "pass", "skill": "maths", "round": 4, "accepted": False},
+        {"source": 'class SEnv:\n    skill = "logic"\n    hint = "h"'},
+    ]
+    path.write_text("\n".join(json.dumps(d) for d in lines) + "\n\n")
+    a, b, c = import_pool(path, MemoryConfig())
+    assert (a.env_id, a.skill, a.win_rate, a.regret, a.round) == ("x", "from_code", 0.5, 0.2, -1)
+    assert (b.env_id, b.skill, b.round, b.accepted, b.code_head) == ("7", "maths", 4, False, "pass")
+    assert (c.env_id, c.skill, c.hint) == ("pool.jsonl:3", "logic", "h")
+
+
+def test_jsonl_skill_field_overrides_code(tmp_path):
+    path = tmp_path / "pool.jsonl"
+    path.write_text(json.dumps({"code": 'skill = "in_code"', "skill": "in_record"}) + "\n")
+    (record,) = import_pool(path, MemoryConfig())
+    assert record.skill == "in_record"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"skill": "maths"}', r"pool.jsonl:1: record has no code \(a non-empty code / env_code"),
+        ('{"code": ""}', "record has no code"),
+        ("[1, 2]", "must be a JSON object, got list"),
+        ("{not json", "pool.jsonl:1: not valid JSON"),
+        ('{"code": "x", "win_rate": "high"}', "field 'win_rate' has the wrong type"),
+        ('{"code": "x", "win_rate": true}', "field 'win_rate' has the wrong type"),
+        ('{"code": "x", "win_rate": 2.0}', "pool.jsonl:1: .*win_rate must be in"),
+    ],
+)
+def test_jsonl_errors_name_the_line(tmp_path, line, message):
+    path = tmp_path / "pool.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=message):
+        import_pool(path, MemoryConfig())
+
+
+def test_missing_pool(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        import_pool(tmp_path / "nowhere", MemoryConfig())
+
+
+def test_empty_pools_are_errors(tmp_path):
+    with pytest.raises(ValueError, match="holds no environments"):
+        import_pool(tmp_path, MemoryConfig())
+    empty = tmp_path / "pool.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="holds no environments"):
+        import_pool(empty, MemoryConfig())
+
+
+def test_imported_pool_seeds_memory():
+    memory = EnvironmentMemory(MemoryConfig(capacity=5))
+    memory.extend(import_pool(EXAMPLES, MemoryConfig()))
+    assert len(memory) == 5  # FIFO: the last five examples by name
+    assert memory.records()[-1].env_id == "switchboard"
+
+
+def test_curriculum_import_is_light():
+    code = (
+        "import sys, spade.curriculum; "
+        "heavy = {'torch', 'prefect', 'pydantic', 'transformers'}; "
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

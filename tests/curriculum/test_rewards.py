@@ -1,0 +1,237 @@
+"""Designer rewards, their centring per skill and the win-rate EMA, against hand-computed values."""
+
+import pytest
+
+from spade.config import ScoringConfig
+from spade.curriculum.rewards import (
+    DESIGNER_REWARDS,
+    DesignOutcome,
+    blend,
+    centre_per_skill,
+    designer_rewards,
+    get_designer_reward,
+    learning_potential,
+    plateau,
+    update_ema,
+)
+
+
+def valid(env_id: str, skill: str, win: float, regret: float) -> DesignOutcome:
+    return DesignOutcome(env_id, skill, valid=True, win_rate=win, regret=regret)
+
+
+def invalid(env_id: str, skill: str, kind: str = "bad_signature") -> DesignOutcome:
+    return DesignOutcome(env_id, skill, valid=False, failure_kind=kind)
+
+
+# ------------------------------------------------------------------------------------ plateau
+
+
+@pytest.mark.parametrize(
+    ("win", "expected"),
+    [
+        (0.4, 1.0),  # low edge: on the plateau
+        (0.6, 1.0),  # high edge: on the plateau
+        (0.5, 1.0),
+        (0.15, 0.0),  # low - ramp = 0.4 - 0.25: the ramp's foot
+        (0.85, 0.0),  # high + ramp = 0.6 + 0.25
+        (0.0, 0.0),  # beyond the ramp
+        (1.0, 0.0),
+        (0.3, 0.6),  # 1 - (0.4 - 0.3) / 0.25 = 1 - 0.4
+        (0.7, 0.6),  # 1 - (0.7 - 0.6) / 0.25
+        (0.35, 0.8),  # 1 - 0.05 / 0.25
+    ],
+)
+def test_plateau_defaults(win, expected):
+    assert plateau(win) == pytest.approx(expected)
+
+
+def test_plateau_custom_band():
+    # 1 on [0.2, 0.3]; 0.45 is 0.15 above over a ramp of 0.5 -> 1 - 0.3 = 0.7
+    assert plateau(0.45, low=0.2, high=0.3, ramp=0.5) == pytest.approx(0.7)
+    assert plateau(0.2, low=0.2, high=0.3, ramp=0.5) == 1.0
+
+
+def test_plateau_rejects_bad_band():
+    with pytest.raises(ValueError, match="low <= high"):
+        plateau(0.5, low=0.7, high=0.6)
+    with pytest.raises(ValueError, match="ramp > 0"):
+        plateau(0.5, ramp=0.0)
+
+
+# -------------------------------------------------------------------------- scalar rewards
+
+
+def test_blend_on_the_plateau_half_scale_regret():
+    # 0.6 * 1 + 0.4 * (0.075 / 0.15 = 0.5) = 0.6 + 0.2 = 0.8
+    assert blend(0.5, 0.075) == pytest.approx(0.8)
+
+
+def test_blend_clips_regret_above_scale():
+    # plateau(0.3) = 0.6; regret 0.3 / 0.15 = 2 -> clipped to 1: 0.6 * 0.6 + 0.4 * 1 = 0.76
+    assert blend(0.3, 0.3) == pytest.approx(0.76)
+
+
+def test_blend_off_plateau_no_regret_is_zero():
+    # plateau(0.95) = 0 and regret 0 -> 0
+    assert blend(0.95, 0.0) == 0.0
+
+
+def test_blend_custom_weights():
+    # 0.5 * plateau(0.5)=1 + 0.5 * clip(0.1 / 0.2 = 0.5) = 0.5 + 0.25 = 0.75
+    assert blend(0.5, 0.1, plateau_weight=0.5, regret_scale=0.2) == pytest.approx(0.75)
+
+
+def test_learning_potential_without_history_is_zero_and_starts_ema():
+    assert learning_potential(0.7, None) == (0.0, 0.7)
+
+
+def test_learning_potential_with_history():
+    # |0.8 - 0.5| = 0.3; new ema = 0.9 * 0.5 + 0.1 * 0.8 = 0.53
+    reward, ema = learning_potential(0.8, 0.5, alpha=0.1)
+    assert reward == pytest.approx(0.3)
+    assert ema == pytest.approx(0.53)
+
+
+def test_learning_potential_rejects_bad_alpha():
+    with pytest.raises(ValueError, match="alpha"):
+        learning_potential(0.5, 0.5, alpha=0.0)
+
+
+# ------------------------------------------------------------------------------- registry
+
+
+def test_registry_names_match_config_choices():
+    assert set(DESIGNER_REWARDS) == {"blend", "regret", "solve_rate", "learning_potential"}
+
+
+def test_unknown_reward_lists_valid_names():
+    with pytest.raises(ValueError, match=r"'novelty'.*valid: blend, learning_potential"):
+        get_designer_reward("novelty")
+
+
+# ----------------------------------------------------------------------------- outcomes
+
+
+def test_valid_outcome_needs_rates():
+    with pytest.raises(ValueError, match="needs a win_rate and a regret"):
+        DesignOutcome("e", "optimization", valid=True, win_rate=0.5)
+
+
+def test_valid_outcome_cannot_have_failure_kind():
+    with pytest.raises(ValueError, match="failure_kind"):
+        DesignOutcome("e", "s", valid=True, failure_kind="timeout", win_rate=0.5, regret=0.0)
+
+
+@pytest.mark.parametrize("kwargs", [{"win_rate": 1.5}, {"hinted_win_rate": -0.1}, {"regret": -0.1}])
+def test_outcome_ranges_are_checked(kwargs):
+    with pytest.raises(ValueError, match="design 'e'"):
+        DesignOutcome("e", "s", valid=False, **kwargs)
+
+
+# ----------------------------------------------------------------------- designer_rewards
+
+
+def test_blend_batch_centred_per_skill_includes_invalid_designs():
+    outcomes = [
+        valid("a1", "logic", 0.5, 0.15),  # 0.6 * 1 + 0.4 * 1 = 1.0
+        valid("a2", "logic", 0.3, 0.0),  # 0.6 * 0.6 + 0 = 0.36
+        invalid("a3", "logic"),  # invalid_reward 0.0
+        valid("b1", "maths", 0.95, 0.0),  # 0.0
+        invalid("b2", "maths", kind="timeout"),  # timeout_penalty -0.5
+    ]
+    rewards, _ = designer_rewards(outcomes, ScoringConfig())
+    # logic mean = (1.0 + 0.36 + 0.0) / 3 = 0.45333...; maths mean = (0 - 0.5) / 2 = -0.25
+    expected = [1.0 - 1.36 / 3, 0.36 - 1.36 / 3, -1.36 / 3, 0.25, -0.25]
+    assert rewards == pytest.approx(expected)
+
+
+def test_uncentred_rewards_keep_raw_values_and_penalties():
+    config = ScoringConfig(centre_per_skill=False, invalid_reward=-0.1, timeout_penalty=-0.7)
+    outcomes = [valid("a", "s", 0.5, 0.075), invalid("b", "s"), invalid("c", "s", "timeout")]
+    rewards, _ = designer_rewards(outcomes, config)
+    # 0.6 + 0.4 * 0.5 = 0.8; invalid -0.1; timeout -0.7
+    assert rewards == pytest.approx([0.8, -0.1, -0.7])
+
+
+def test_failure_kind_enum_value_counts_as_timeout():
+    from spade.sandbox.failures import FailureKind
+
+    config = ScoringConfig(centre_per_skill=False)
+    rewards, _ = designer_rewards([invalid("t", "s", FailureKind.TIMEOUT)], config)
+    assert rewards == [-0.5]
+
+
+def test_single_design_in_a_skill_is_centred_to_zero():
+    rewards, _ = designer_rewards([valid("a", "s", 0.5, 0.15)], ScoringConfig())
+    assert rewards == [0.0]
+
+
+def test_one_skill_only():
+    outcomes = [valid("a", "s", 0.5, 0.0), valid("b", "s", 0.0, 0.0)]
+    # raw: 0.6 and 0.0; mean 0.3 -> +0.3, -0.3
+    rewards, _ = designer_rewards(outcomes, ScoringConfig())
+    assert rewards == pytest.approx([0.3, -0.3])
+
+
+def test_all_plays_failed_design():
+    # every play failed: win 0, regret 0 (0 - 0) -> plateau(0) = 0 and regret part 0
+    config = ScoringConfig(centre_per_skill=False)
+    rewards, _ = designer_rewards([valid("a", "s", 0.0, 0.0)], config)
+    assert rewards == [0.0]
+
+
+def test_regret_reward_is_regret():
+    config = ScoringConfig(designer_reward="regret", centre_per_skill=False)
+    rewards, _ = designer_rewards([valid("a", "s", 0.9, 0.4), valid("b", "s", 0.1, 0.0)], config)
+    assert rewards == pytest.approx([0.4, 0.0])
+
+
+def test_solve_rate_reward_is_plateau_only():
+    config = ScoringConfig(designer_reward="solve_rate", centre_per_skill=False)
+    # plateau(0.7) = 0.6 whatever the regret; plateau(0.6) = 1 (edge)
+    rewards, _ = designer_rewards([valid("a", "s", 0.7, 1.0), valid("b", "s", 0.6, 0.0)], config)
+    assert rewards == pytest.approx([0.6, 1.0])
+
+
+def test_learning_potential_batch_uses_ema_before_the_batch():
+    config = ScoringConfig(designer_reward="learning_potential", centre_per_skill=False)
+    outcomes = [valid("a", "s", 0.8, 0.0), valid("b", "s", 0.2, 0.0), valid("c", "new", 0.9, 0.0)]
+    rewards, ema = designer_rewards(outcomes, config, {"s": 0.5, "other": 0.3})
+    # s: |0.8 - 0.5| = 0.3, |0.2 - 0.5| = 0.3; "new" has no history -> 0
+    assert rewards == pytest.approx([0.3, 0.3, 0.0])
+    # s: batch mean 0.5 -> 0.9 * 0.5 + 0.1 * 0.5 = 0.5; new starts at 0.9; other untouched
+    assert ema == pytest.approx({"s": 0.5, "new": 0.9, "other": 0.3})
+
+
+def test_ema_is_updated_whatever_the_reward_and_input_not_mutated():
+    previous = {"s": 1.0}
+    _, ema = designer_rewards(
+        [valid("a", "s", 0.0, 0.0), invalid("b", "s")], ScoringConfig(), previous
+    )
+    # only the valid design counts: 0.9 * 1.0 + 0.1 * 0.0 = 0.9
+    assert ema == pytest.approx({"s": 0.9})
+    assert previous == {"s": 1.0}
+
+
+def test_no_history_returns_empty_ema_for_invalid_only_batch():
+    rewards, ema = designer_rewards([invalid("a", "s")], ScoringConfig(), None)
+    assert rewards == [0.0]
+    assert ema == {}
+
+
+def test_empty_batch():
+    assert designer_rewards([], ScoringConfig(), {"s": 0.4}) == ([], {"s": 0.4})
+
+
+def test_update_ema_averages_the_batch_per_skill():
+    outcomes = [valid("a", "s", 1.0, 0.0), valid("b", "s", 0.0, 0.0)]
+    # batch mean 0.5; 0.8 * 0.2 + 0.2 * 0.5 = 0.26
+    assert update_ema({"s": 0.2}, outcomes, alpha=0.2) == pytest.approx({"s": 0.26})
+
+
+def test_centre_per_skill_helper():
+    # a: (1 + 3) / 2 = 2 -> -1, +1; b alone -> 0
+    assert centre_per_skill([1.0, 5.0, 3.0], ["a", "b", "a"]) == pytest.approx([-1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="2 rewards but 1 skills"):
+        centre_per_skill([1.0, 2.0], ["a"])
