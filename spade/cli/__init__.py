@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from spade.cli.env import env_app
+from spade.cli.selfplay import design, evaluate
 
 app = typer.Typer(
     name="spade",
@@ -13,6 +14,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(env_app, name="env")
+app.command("design")(design)
+app.command("evaluate")(evaluate)
 
 
 def main() -> None:

@@ -1,0 +1,110 @@
+"""``spade design`` and ``spade evaluate``: one batch of designs, or hinted/unhinted plays."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spade.config import CampaignConfig, load_config
+from spade.errors import ConfigError, SpadeError
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Campaign YAML (default: built-in defaults).")
+]
+console = Console()
+
+
+def _config(path: Path | None) -> CampaignConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        Console(stderr=True).print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+
+def _fail(exc: SpadeError) -> typer.Exit:
+    Console(stderr=True).print(f"[red]error:[/] {exc}")
+    return typer.Exit(2)
+
+
+def design(
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for designs, verdicts and hints.")
+    ],
+    config: ConfigOpt = None,
+    regeneration: Annotated[
+        int, typer.Option(min=0, help="Regeneration index (selects the active skills).")
+    ] = 0,
+) -> None:
+    """Design one batch of environments, verify them in the sandbox and write hints."""
+    from spade.workflows import run_design
+
+    cfg = _config(config)
+    try:
+        attempts = asyncio.run(
+            run_design(cfg, out, regeneration=regeneration, progress=console.print)
+        )
+    except SpadeError as exc:
+        raise _fail(exc) from None
+    table = Table(title=f"Designs (regeneration {regeneration})", title_justify="left")
+    for col in ("slot", "try", "skill", "result", "env / reason"):
+        table.add_column(col, overflow="fold")
+    for a in attempts:
+        result = "[green]accepted[/]" if a.accepted else f"[red]{a.failure_kind}[/]"
+        detail = a.env_id if a.accepted else (a.failure_reason or "")[:120]
+        table.add_row(str(a.slot), str(a.attempt), a.skill, result, detail)
+    console.print(table)
+    accepted = sum(a.accepted for a in attempts)
+    console.print(f"{accepted} of {len(attempts)} attempts accepted; written to {out}")
+
+
+def evaluate(
+    envs: Annotated[
+        list[Path],
+        typer.Argument(help="Environment files (a .hint.txt beside one supplies its hint)."),
+    ],
+    config: ConfigOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Folder for trajectories and the regret table."),
+    ] = None,
+) -> None:
+    """Play environments with and without their hint and print the regret table."""
+    from spade.workflows import run_evaluate
+
+    missing = [p for p in envs if not p.is_file()]
+    if missing:
+        Console(stderr=True).print(f"[red]error:[/] no such file: {missing[0]}")
+        raise typer.Exit(2)
+    cfg = _config(config)
+    try:
+        results = asyncio.run(run_evaluate(cfg, envs, out, progress=console.print))
+    except SpadeError as exc:
+        raise _fail(exc) from None
+    table = Table(title="Regret", title_justify="left")
+    for col in (
+        "environment",
+        "skill",
+        "unhinted win",
+        "hinted win",
+        "mean unhinted",
+        "mean hinted",
+        "regret",
+        "failed plays",
+    ):
+        table.add_column(col)
+    for path, ev in zip(envs, results, strict=True):
+        mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+        table.add_row(
+            path.name, ev.skill, f"{ev.win_rate:.2f}", f"{ev.hinted_win_rate:.2f}",
+            f"{mean(ev.unhinted_returns):.3f}", f"{mean(ev.hinted_returns):.3f}",
+            f"{ev.regret:.3f}", str(ev.failed_plays),
+        )  # fmt: skip
+    console.print(table)
+    if out:
+        console.print(f"trajectories and summary in {out}")

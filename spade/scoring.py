@@ -1,0 +1,79 @@
+"""Joining a batch of designs with their evaluations: designer rewards and memory records.
+
+The pure math lives in :mod:`spade.curriculum`; this module only lines up each design attempt
+with what its environment scored, so that the score and remember stages are one call each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from spade.agent.evaluate import EnvEvaluation
+from spade.config import ScoringConfig
+from spade.curriculum.memory import MemoryRecord
+from spade.curriculum.rewards import DesignOutcome, designer_rewards
+from spade.designer.designer import DesignAttempt
+
+
+@dataclass(frozen=True)
+class ScoredAttempt:
+    """One design attempt with its outcome and designer reward."""
+
+    attempt: DesignAttempt
+    outcome: DesignOutcome
+    reward: float
+
+
+def outcomes(
+    attempts: Sequence[DesignAttempt], evaluations: Sequence[EnvEvaluation]
+) -> list[DesignOutcome]:
+    """The scoring view of every attempt; an accepted design without an evaluation is an error
+    in our pipeline, not in the design."""
+    by_env = {e.env_id: e for e in evaluations}
+    out = []
+    for i, att in enumerate(attempts):
+        ident = att.env_id or f"slot{att.slot}-attempt{att.attempt}-{i}"
+        if not att.accepted:
+            out.append(DesignOutcome(ident, att.skill, False, att.failure_kind or "rejected"))
+            continue
+        ev = by_env[ident]
+        out.append(
+            DesignOutcome(ident, att.skill, True, None, ev.win_rate, ev.hinted_win_rate, ev.regret)
+        )
+    return out
+
+
+def score(
+    attempts: Sequence[DesignAttempt],
+    evaluations: Sequence[EnvEvaluation],
+    config: ScoringConfig,
+    ema: Mapping[str, float] | None = None,
+) -> tuple[list[ScoredAttempt], dict[str, float]]:
+    """Designer rewards for every attempt (rejected ones included) and the updated EMA."""
+    outs = outcomes(attempts, evaluations)
+    rewards, new_ema = designer_rewards(outs, config, ema)
+    return [
+        ScoredAttempt(a, o, r) for a, o, r in zip(attempts, outs, rewards, strict=True)
+    ], new_ema
+
+
+def memory_records(
+    attempts: Sequence[DesignAttempt], evaluations: Sequence[EnvEvaluation], round_index: int
+) -> list[MemoryRecord]:
+    """Records of the accepted, evaluated designs, for the environment memory."""
+    by_env = {e.env_id: e for e in evaluations}
+    return [
+        MemoryRecord(
+            env_id=a.env_id,
+            skill=a.skill,
+            code_head=a.code or "",
+            win_rate=by_env[a.env_id].win_rate,
+            regret=by_env[a.env_id].regret,
+            round=round_index,
+            hint=a.hint,
+            accepted=True,
+        )
+        for a in attempts
+        if a.accepted and a.env_id in by_env
+    ]

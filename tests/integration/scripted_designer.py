@@ -1,0 +1,132 @@
+"""A scripted model for the OpenAI stand-in: it designs three known environments (and two
+bad ones), writes hints, and plays so that each environment's regret is known exactly.
+
+- ``SkyWordEnv`` (mathematical_reasoning): the agent wins only with the hint -> regret 1.0.
+- ``MetalEnv`` (logical_deduction): the agent always wins -> win rate 1, regret 0.0.
+- ``HalfEnv`` (spatial_reasoning): without the hint the agent wins even-numbered puzzles only
+  (seeds 0..7: 4 of 8), with it always -> regret 1.0 - 0.5 = 0.5.
+- the second mathematical_reasoning slot first gets an infeasible design (its solution is
+  wrong), then a completion without code.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+SKY = """
+from spade.envs import TextEnv
+
+
+class SkyWordEnv(TextEnv):
+    skill = "mathematical_reasoning"
+
+    def setup(self):
+        self.tries = 0
+        return "Name the secret word in \\\\boxed{}. You have 3 tries."
+
+    def play(self, move):
+        self.tries += 1
+        if move.strip().lower() == "azure":
+            return "Correct!", 1.0, True
+        if self.tries >= 3:
+            return "Out of tries.", 0.0, True
+        return "No.", 0.0, False
+
+    def solution(self):
+        return ["\\\\boxed{azure}"]
+"""
+
+METAL = (
+    SKY.replace("SkyWordEnv", "MetalEnv")
+    .replace("mathematical_reasoning", "logical_deduction")
+    .replace("Name the secret word", "Guess the hidden metal")
+    .replace("azure", "cobalt")
+)
+
+HALF = """
+from spade.envs import TextEnv
+
+
+class HalfEnv(TextEnv):
+    skill = "spatial_reasoning"
+
+    def reset(self, seed=None, options=None):
+        self.puzzle = seed if seed is not None else 0
+        return super().reset(seed, options)
+
+    def setup(self):
+        self.tries = 0
+        return f"Puzzle #{self.puzzle}: say the password in \\\\boxed{{}}. Two tries."
+
+    def play(self, move):
+        self.tries += 1
+        if move.strip().lower() == "quartz":
+            return "Open!", 1.0, True
+        if self.tries >= 2:
+            return "Locked.", 0.0, True
+        return "Wrong.", 0.0, False
+
+    def solution(self):
+        return ["\\\\boxed{quartz}"]
+"""
+
+INFEASIBLE = SKY.replace("SkyWordEnv", "BrokenEnv").replace(
+    'return ["\\\\boxed{azure}"]', 'return ["\\\\boxed{teal}"]'
+)
+
+HINTS = {
+    "azure": "Think of a fancy word for the colour of a clear sky.",
+    "cobalt": "It is a blue-tinged transition metal.",
+    "quartz": "The password is a very common crystal.",
+}
+
+
+class ScriptedModel:
+    """Callable script for FakeOpenAIServer: designer, hint writer and agent in one."""
+
+    def __init__(self) -> None:
+        self.math_designs = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        messages = request["messages"]
+        system = messages[0]["content"]
+        if system.startswith("You write correct"):
+            return self.design(messages[1]["content"])
+        if system.startswith("You coach"):
+            code = messages[1]["content"]
+            return next(h for word, h in HINTS.items() if word in code)
+        return self.play(messages)
+
+    def design(self, prompt: str) -> str:
+        skill = re.search(r"Target skill: (\w+)", prompt).group(1)  # type: ignore[union-attr]
+        if skill == "logical_deduction":
+            return f"```python\n{METAL}```"
+        if skill == "spatial_reasoning":
+            return f"Here you go:\n```python\n{HALF}```\nEnjoy."
+        with self.lock:
+            self.math_designs += 1
+            n = self.math_designs
+        return {1: f"```python\n{SKY}```", 2: f"```python\n{INFEASIBLE}```"}.get(
+            n, "Sorry, I cannot."
+        )
+
+    def play(self, messages: list[dict[str, Any]]) -> str:
+        first = messages[1]["content"]
+        hinted = "HINT:" in first
+        if first.startswith("Guess the hidden metal"):
+            return "\\boxed{cobalt}"
+        if first.startswith("Name the secret word"):
+            return "\\boxed{azure}" if hinted else "I think \\boxed{red}"
+        puzzle = int(re.search(r"Puzzle #(\d+)", first).group(1))  # type: ignore[union-attr]
+        return "\\boxed{quartz}" if hinted or puzzle % 2 == 0 else "\\boxed{slate}"
+
+
+# The regrets and rewards this script implies (see the module docstring), per environment class.
+EXPECTED = {
+    "SkyWordEnv": {"win_rate": 0.0, "hinted_win_rate": 1.0, "regret": 1.0},
+    "MetalEnv": {"win_rate": 1.0, "hinted_win_rate": 1.0, "regret": 0.0},
+    "HalfEnv": {"win_rate": 0.5, "hinted_win_rate": 1.0, "regret": 0.5},
+}

@@ -1,0 +1,136 @@
+"""designer -> verify -> hint -> evaluate -> score, end to end, against a scripted
+OpenAI-compatible stand-in on loopback (the only fake: it stands where vLLM would)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+
+from spade.agent.evaluate import EnvSpec, evaluate_envs
+from spade.config import load_config
+from spade.curriculum.memory import EnvironmentMemory
+from spade.designer.corpus import Corpus
+from spade.designer.designer import design_batch
+from spade.inference.factory import open_backend
+from spade.sandbox.policy import load_policy
+from spade.scoring import memory_records, score
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.integration.scripted_designer import EXPECTED, ScriptedModel
+
+pytestmark = pytest.mark.sandbox
+
+
+@pytest.fixture
+def corpus_file(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    docs = [
+        {"text": f"Document {i} about minerals, skies and locked doors. " * 5} for i in range(10)
+    ]
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(script=ScriptedModel()) as fake:
+        yield fake
+
+
+def _config(server, corpus_file):
+    return load_config(
+        overrides={
+            "inference.backend": "openai",
+            "inference.base_url": server.url,
+            "inference.served_model": server.model,
+            "corpus.path": str(corpus_file),
+            "designer.envs_per_round": 4,
+            "designer.attempts_per_slot": 2,
+            "evaluation.unhinted_plays": 8,
+            "evaluation.hinted_plays": 16,
+        }
+    )
+
+
+async def _round(cfg):
+    policy = load_policy()
+    async with open_backend(cfg) as backend:
+        attempts = await design_batch(
+            backend, Corpus.load(cfg.corpus), EnvironmentMemory(cfg.memory), cfg, policy
+        )
+        accepted = [a for a in attempts if a.accepted]
+        specs = [EnvSpec(a.env_id, a.code, a.skill, a.hint, a.tool_use) for a in accepted]
+        evaluations = await evaluate_envs(backend, specs, cfg, policy)
+    return attempts, evaluations
+
+
+def test_scripted_round_gives_the_exact_regrets(server, corpus_file):
+    cfg = _config(server, corpus_file)
+    attempts, evaluations = asyncio.run(_round(cfg))
+
+    # Designs: 3 accepted, the infeasible one and the code-less one kept as data.
+    kinds = sorted(a.failure_kind or "accepted" for a in attempts)
+    assert kinds == ["accepted", "accepted", "accepted", "infeasible", "parse"]
+    assert all(a.hint and a.hint_note is None for a in attempts if a.accepted)
+
+    by_class = {
+        re.search(r"class (\w+Env)", a.code).group(1): ev
+        for a in attempts
+        if a.accepted
+        for ev in evaluations
+        if ev.env_id == a.env_id
+    }
+    assert set(by_class) == set(EXPECTED)
+    for name, want in EXPECTED.items():
+        ev = by_class[name]
+        assert (ev.win_rate, ev.hinted_win_rate, ev.regret) == (
+            want["win_rate"],
+            want["hinted_win_rate"],
+            want["regret"],
+        ), name
+        assert (
+            len(ev.unhinted_returns) == 8 and len(ev.hinted_returns) == 16 and ev.failed_plays == 0
+        )
+
+    # Designer rewards (blend, centred per skill), by hand:
+    #   SkyWord: 0.6*plateau(0) + 0.4*clip(1.0/0.15) = 0.4; Half: 0.6*1 + 0.4*1 = 1.0; Metal: 0.
+    #   invalid designs: 0. math = [0.4, 0, 0] -> mean 0.4/3; logic [0] -> 0; spatial [1.0] -> 0.
+    scored, _ = score(attempts, evaluations, cfg.scoring)
+    rewards = {}
+    for s in scored:
+        name = (
+            re.search(r"class (\w+Env)", s.attempt.code).group(1)
+            if s.attempt.code and s.attempt.accepted
+            else s.attempt.failure_kind
+        )
+        rewards[name] = s.reward
+    assert rewards["SkyWordEnv"] == pytest.approx(0.4 - 0.4 / 3)
+    assert rewards["infeasible"] == pytest.approx(-0.4 / 3) and rewards["parse"] == pytest.approx(
+        -0.4 / 3
+    )
+    assert rewards["MetalEnv"] == pytest.approx(0.0) and rewards["HalfEnv"] == pytest.approx(0.0)
+
+    records = memory_records(attempts, evaluations, round_index=0)
+    assert sorted((r.skill, r.regret) for r in records) == [
+        ("logical_deduction", 0.0),
+        ("mathematical_reasoning", 1.0),
+        ("spatial_reasoning", 0.5),
+    ]
+
+
+def test_trajectories_keep_tokens_logprobs_and_the_hint(server, corpus_file):
+    cfg = _config(server, corpus_file)
+    _, evaluations = asyncio.run(_round(cfg))
+    trajs = [t for ev in evaluations for t in ev.trajectories]
+    assert len(trajs) == 3 * 24
+    for t in trajs:
+        assert t.status == "terminated" and t.model == server.model
+        first_obs = t.messages[1]["content"]
+        assert ("HINT: " in first_obs) == t.hinted
+        for turn in t.turns:
+            assert turn.completion_token_ids and len(turn.logprobs) == len(
+                turn.completion_token_ids
+            )
+            assert turn.prompt_token_ids
