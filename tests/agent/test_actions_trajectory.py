@@ -1,0 +1,60 @@
+from spade.agent.actions import extract_action
+from spade.agent.trajectory import Trajectory, Turn
+
+
+def test_game_action_is_the_last_box_rewrapped():
+    assert (
+        extract_action("first \\boxed{1} then \\boxed{ {2} }", tool_use=False) == "\\boxed{ {2} }"
+    )
+    assert extract_action("no move here", tool_use=False) == "no move here"
+
+
+def test_tool_use_action_keeps_calls_in_order_or_the_answer():
+    text = 'x <tool_call>{"name": "a"}</tool_call> y <tool_call>{"name": "b"}</tool_call> <answer>7</answer>'
+    assert (
+        extract_action(text, tool_use=True)
+        == '<tool_call>{"name": "a"}</tool_call>\n<tool_call>{"name": "b"}</tool_call>'
+    )
+    assert extract_action("so <answer>7</answer>", tool_use=True) == "<answer>7</answer>"
+    assert extract_action("thinking", tool_use=True) == "thinking"
+
+
+def _turn(prompt, completion, reward=0.0, terminated=False):
+    return Turn(
+        prompt,
+        completion,
+        [-0.5] * len(completion),
+        "t",
+        "a",
+        "o",
+        reward,
+        terminated,
+        False,
+        "stop",
+        0.0,
+        0.0,
+    )
+
+
+def test_return_rule_and_success():
+    t = Trajectory(
+        "e",
+        0,
+        False,
+        turns=[_turn([1], [2]), _turn([1, 2, 3], [4], reward=1.7, terminated=True)],
+        status="terminated",
+    )
+    assert t.episode_return() == 1.0 and t.success(1.0)
+    t.status = "turn_limit"
+    assert t.episode_return() == 0.0 and not t.success(1.0)
+    assert Trajectory("e", 0, False).episode_return() == 0.0
+
+
+def test_token_view_masks_observations_when_prefix_stable():
+    t = Trajectory("e", 0, False, turns=[_turn([1, 2], [3, 4]), _turn([1, 2, 3, 4, 5], [6])])
+    ids, mask, lps = t.token_view()
+    assert ids == [1, 2, 3, 4, 5, 6]
+    assert mask == [0, 0, 1, 1, 0, 1]
+    assert lps == [0.0, 0.0, -0.5, -0.5, 0.0, -0.5]
+    broken = Trajectory("e", 0, False, turns=[_turn([1, 2], [3]), _turn([9, 9, 9, 9], [6])])
+    assert broken.token_view() is None

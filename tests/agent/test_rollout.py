@@ -1,0 +1,113 @@
+"""Batched multi-turn rollouts against real jails and the OpenAI stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from spade.agent import EpisodeJob, RolloutSettings, run_episodes
+from spade.config import InferenceConfig
+from spade.inference.openai import OpenAIBackend
+from spade.sandbox import session as session_mod
+from tests.fakes.openai_server import FakeOpenAIServer
+
+pytestmark = pytest.mark.sandbox
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "spade" / "envs" / "examples"
+CODE_BREAKER = (EXAMPLES / "code_breaker.py").read_text()
+ORDERS = (EXAMPLES / "order_fulfillment.py").read_text()
+
+FLAKY = """
+class FlakyEnv:
+    def reset(self, seed=None):
+        self.n = 0
+        return "go", {}
+    def step(self, action):
+        self.n += 1
+        if self.n == 2:
+            raise RuntimeError("broke on turn 2")
+        return "more", 0.0, False, False, {}
+"""
+
+
+def backend(server: FakeOpenAIServer, **kw) -> OpenAIBackend:
+    cfg = InferenceConfig(
+        backend="openai", base_url=server.url, max_retries=0, request_timeout_s=5, **kw
+    )
+    return OpenAIBackend(cfg, server.model)
+
+
+def play(server, jobs, **settings):
+    async def go():
+        b = backend(server)
+        try:
+            return await run_episodes(b, jobs, RolloutSettings(**settings))
+        finally:
+            await b.aclose()
+
+    return asyncio.run(go())
+
+
+def test_episodes_batch_together_and_reuse_sessions(monkeypatch):
+    starts = []
+    real_start = session_mod.JailedSession.start
+
+    def counting_start(self):
+        starts.append(1)
+        return real_start(self)
+
+    monkeypatch.setattr(session_mod.JailedSession, "start", counting_start)
+    with FakeOpenAIServer(script=lambda r: "\\boxed{0123}", latency_s=0.05) as server:
+        jobs = [EpisodeJob("cb", CODE_BREAKER, seed=i) for i in range(6)]
+        trajs = play(server, jobs, max_parallel=2)
+    assert [t.seed for t in trajs] == list(range(6))
+    assert all(t.status == "terminated" and len(t.turns) == 10 for t in trajs)  # 10 guesses
+    assert len(starts) == 2  # two parallel slots, each session reset for the next episode
+    assert server.max_in_flight == 2
+
+
+def test_env_failure_mid_episode_is_data_and_others_go_on():
+    with FakeOpenAIServer(script=lambda r: "\\boxed{0123}") as server:
+        jobs = [
+            EpisodeJob("flaky", FLAKY, 0),
+            EpisodeJob("cb", CODE_BREAKER, 1),
+            EpisodeJob("bad", "class (:", 2),
+        ]
+        flaky, cb, bad = play(server, jobs, max_turns=5)
+    assert (
+        flaky.status == "env_failed" and flaky.failure["kind"] == "crash" and len(flaky.turns) == 1
+    )
+    assert flaky.episode_return() == 0.0
+    assert bad.status == "env_failed" and bad.failure["kind"] == "syntax"
+    assert cb.status == "terminated" and len(cb.turns) == 5  # max_turns reaches the env too
+
+
+def test_an_env_that_never_ends_is_cut_at_the_turn_limit():
+    endless = FLAKY.replace("FlakyEnv", "EndlessEnv").replace("if self.n == 2", "if self.n == -1")
+    with FakeOpenAIServer(script=lambda r: "\\boxed{1}") as server:
+        (t,) = play(server, [EpisodeJob("endless", endless, 0)], max_turns=4)
+    assert t.status == "turn_limit" and len(t.turns) == 4 and t.episode_return() == 0.0
+
+
+def test_inference_failure_and_context_limit_end_the_episode():
+    with FakeOpenAIServer(script=lambda r: "\\boxed{0123}", faults=["500"]) as server:
+        (t,) = play(server, [EpisodeJob("cb", CODE_BREAKER, 0)])
+    assert t.status == "inference_failed" and t.failure["kind"] == "server_error"
+    with FakeOpenAIServer(
+        script=lambda r: "\\boxed{0123} " + "pad " * 50, max_context=1200
+    ) as server:
+        (t,) = play(server, [EpisodeJob("cb", CODE_BREAKER, 0)], max_tokens_per_turn=100)
+    assert t.status == "context_limit" and 0 < len(t.turns) < 10
+
+
+def test_tool_use_episode_sends_tool_schemas_and_hint():
+    with FakeOpenAIServer(script=lambda r: "<answer>0</answer>") as server:
+        (t,) = play(
+            server, [EpisodeJob("orders", ORDERS, 3, hint="check stock first", tool_use=True)]
+        )
+        chats = [r.body for r in server.requests if r.path.endswith("/chat/completions")]
+    assert t.status == "terminated" and t.hinted and t.tools
+    assert {tool["function"]["name"] for tool in chats[0]["tools"]} >= {"get_order", "ship_order"}
+    assert chats[0]["messages"][1]["content"].endswith("HINT: check stock first")
