@@ -21,4 +21,4 @@ bench: bootstrap
 
 # Re-pin every dependency after changing pyproject.toml.
 lock: bootstrap
-	.venv/bin/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
+	.venv/bin/pip list --format=freeze --exclude-editable > constraints.txt
