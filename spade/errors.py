@@ -19,3 +19,10 @@ class SandboxError(SpadeError):
 
 class DesignParseError(SpadeError):
     """A designer completion or environment file cannot be turned into a design."""
+
+
+class InferenceError(SpadeError):
+    """A backend or server cannot serve (set-up problem): a launch, adapter load or listing failed.
+
+    A single request that fails is *data* (:class:`spade.inference.base.InferenceFailure`).
+    """

@@ -1,0 +1,279 @@
+"""A ``vllm serve`` process this program launches, watches and stops (DESIGN.md §4).
+
+vLLM cannot share Prefect's environment, so it always runs as a separate process started from
+its own ``vllm`` executable (``VllmServerConfig.executable``). :class:`VllmServer` owns that
+process: it starts it in its own process group (vLLM forks engine workers) with its output in a
+log file, waits for ``GET /health`` to answer 200, and stops the whole group (SIGTERM, then
+SIGKILL after ``shutdown_timeout_s``). A new full checkpoint is picked up by
+:meth:`VllmServer.restart`; a new LoRA adapter needs no restart (runtime loading is enabled with
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and done by
+:meth:`spade.inference.openai.OpenAIBackend.load_lora_adapter`).
+
+:class:`ManagedVllmBackend` is that server plus an :class:`OpenAIBackend` speaking to it.
+Launch failures (the process exits, or is not healthy in time) raise
+:class:`spade.errors.InferenceError` with the tail of the server's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, Self
+
+import httpx
+
+from spade.config import InferenceConfig, VllmServerConfig
+from spade.errors import InferenceError
+from spade.inference.base import ChatRequest, Completion
+from spade.inference.openai import OpenAIBackend
+
+_LOG_TAIL_LINES = 40
+
+
+class VllmServer:
+    """One managed ``vllm serve MODEL`` process; ``model`` is a hub id or a checkpoint folder."""
+
+    def __init__(
+        self, config: VllmServerConfig, model: str, *, log_path: str | Path | None = None
+    ) -> None:
+        self.config = config
+        self.model = model
+        self.log_path = Path(log_path) if log_path else _new_log_path()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect_host(self) -> str:
+        """Where clients on this machine reach the server (a wildcard bind means loopback)."""
+        return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(
+            self.config.host, self.config.host
+        )
+
+    @property
+    def root_url(self) -> str:
+        host = self.connect_host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.config.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL clients use (``.../v1``)."""
+        return f"{self.root_url}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def command(self) -> list[str]:
+        cfg = self.config
+        cmd = [cfg.executable, "serve", self.model, "--host", cfg.host, "--port", str(cfg.port)]
+        if cfg.enable_lora:
+            cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank)]
+        return cmd + list(cfg.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.config.enable_lora:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        return env
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch and block until ``/health`` is 200; InferenceError (with log tail) if not."""
+        if self.running:
+            raise InferenceError(f"vLLM server already running (pid {self.pid})")
+        self._ensure_port_free()
+        self._launch()
+        self._wait_healthy()
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL what is left after the grace period; idempotent."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        _signal_group(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.config.shutdown_timeout_s
+        # a server that ignores SIGTERM past the grace period is killed by _reap_group
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=self.config.shutdown_timeout_s)
+        _reap_group(process, deadline)
+
+    def restart(self, model: str | None = None) -> None:
+        """Stop, then start serving ``model`` (a new checkpoint folder) or the same weights."""
+        self.stop()
+        if model is not None:
+            self.model = model
+        self.start()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        try:  # the log may not exist yet if the launch itself failed
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _ensure_port_free(self) -> None:
+        """Another server on our port would answer /health for us: refuse to start."""
+        try:  # a refused connection is the good case
+            with socket.create_connection((self.connect_host, self.config.port), timeout=1.0):
+                pass
+        except OSError:
+            return
+        raise InferenceError(f"port {self.config.port} on {self.connect_host} is already in use")
+
+    def _launch(self) -> None:
+        cmd = self.command()
+        with self.log_path.open("ab") as log:
+            log.write(f"\n=== spade: launching {' '.join(cmd)}\n".encode())
+            log.flush()
+            try:  # a missing or broken executable is a set-up error, reported as such
+                self._process = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.environment(),
+                    start_new_session=True,  # own process group: stop() reaches vLLM's workers
+                )
+            except OSError as exc:
+                raise InferenceError(f"cannot launch {cmd[0]!r}: {exc}") from exc
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        pause = 0.05
+        with httpx.Client(timeout=2.0, trust_env=False) as client:  # local: no proxy
+            while time.monotonic() < deadline:
+                if self._process is None or self._process.poll() is not None:
+                    self._fail(f"exited with code {self._exit_code()} during start-up")
+                if _healthy(client, f"{self.root_url}/health"):
+                    return
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, 2.0)
+        self._fail(f"not healthy within {self.config.startup_timeout_s}s")
+
+    def _exit_code(self) -> int | None:
+        return self._process.returncode if self._process is not None else None
+
+    def _fail(self, what: str) -> NoReturn:
+        self.stop()
+        raise InferenceError(
+            f"vLLM server ({' '.join(self.command())}) {what}; log {self.log_path}, last lines:\n"
+            f"{self.log_tail()}"
+        )
+
+
+class ManagedVllmBackend:
+    """A :class:`VllmServer` and the :class:`OpenAIBackend` that talks to it, as one Backend.
+
+    ``start()`` launches the server (blocking); ``publish_checkpoint(path)`` restarts it on new
+    full weights and points requests at them; adapters go through :attr:`client`.
+    ``aclose()`` closes the client and stops the server.
+    """
+
+    def __init__(
+        self, config: InferenceConfig, model: str, *, log_path: str | Path | None = None
+    ) -> None:
+        self.server = VllmServer(config.vllm, model, log_path=log_path)
+        client_config = config.model_copy(update={"base_url": self.server.base_url})
+        self.client = OpenAIBackend(client_config, self._served_name())
+
+    def _served_name(self) -> str:
+        """What vLLM calls the model: ``--served-model-name`` if given, else the model path."""
+        args = self.server.config.extra_args
+        if "--served-model-name" in args[:-1]:
+            return args[args.index("--served-model-name") + 1]
+        return self.server.model
+
+    def start(self) -> Self:
+        self.server.start()
+        return self
+
+    async def publish_checkpoint(self, path: str | Path) -> None:
+        """Serve a new full checkpoint: restart vLLM on it (in a thread: it takes minutes)."""
+        await asyncio.to_thread(self.server.restart, str(path))
+        self.client.model_name = self._served_name()
+
+    @property
+    def model_name(self) -> str:
+        return self.client.model_name
+
+    async def complete(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        return await self.client.complete(requests)
+
+    def count_tokens(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> int | None:
+        return None
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        await asyncio.to_thread(self.server.stop)
+
+
+def _healthy(client: httpx.Client, url: str) -> bool:
+    try:  # refused connections are normal while the server loads its weights
+        return client.get(url).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False if it no longer exists."""
+    try:  # the group is gone once its last member has exited
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _reap_group(process: subprocess.Popen[bytes], deadline: float) -> None:
+    """Wait for the group's other members until ``deadline``, then SIGKILL them all."""
+    while time.monotonic() < deadline and group_alive(process.pid):
+        time.sleep(0.05)
+    _signal_group(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process group still has a live member.
+
+    Zombies do not count: an orphaned worker that has exited waits for init to reap it, and
+    some container inits never do. Without ``/proc`` any member counts.
+    """
+    if not Path("/proc/self/stat").exists():
+        return _signal_group(pgid, 0)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:  # processes end while we look
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _new_log_path() -> Path:
+    fd, name = tempfile.mkstemp(prefix="spade-vllm-", suffix=".log")
+    os.close(fd)
+    return Path(name)
