@@ -8,7 +8,7 @@ form for them. ``resolved_yaml()`` is what gets saved beside every run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -157,7 +157,7 @@ class CorpusConfig(_Section):
         4000, ge=50, le=1_000_000, description="... and to this many for tool-use designs."
     )
     min_words: int = Field(20, ge=0, le=100_000, description="Shorter documents are skipped.")
-    storage_options: dict[str, str] = Field(
+    storage_options: dict[str, Any] = Field(
         default_factory=dict, description="fsspec options (endpoint_url, key, ...)."
     )
 
@@ -324,7 +324,7 @@ class StorageConfig(_Section):
         min_length=1,
         description="Local folder or fsspec URL (s3://bucket/prefix) of the object store.",
     )
-    storage_options: dict[str, str] = Field(
+    storage_options: dict[str, Any] = Field(
         default_factory=dict, description="fsspec options (endpoint_url, key, ...)."
     )
 
@@ -361,7 +361,7 @@ def load_config(
     if path is not None:
         try:
             data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:  # unreadable or malformed: user input
+        except (OSError, ValueError, yaml.YAMLError) as exc:  # unreadable, not UTF-8, malformed
             raise ConfigError(f"cannot read config {path}: {exc}") from exc
         if not isinstance(data, dict):
             raise ConfigError(f"config {path} must be a mapping at the top level")

@@ -39,9 +39,12 @@ class Document:
 
 def _records_jsonl(fs: Any, path: str) -> Iterator[dict[str, Any]]:
     with fs.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
+        for n, line in enumerate(fh, 1):
             if line.strip():
-                yield json.loads(line)
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError(f"line {n} is not a JSON object")
+                yield record
 
 
 def _records_parquet(fs: Any, path: str) -> Iterator[dict[str, Any]]:
@@ -56,7 +59,12 @@ def _records_datasets(path: str) -> Iterator[dict[str, Any]]:
         import datasets
     except ImportError as exc:  # optional dependency, only for this format
         raise ConfigError("reading a datasets folder needs the `datasets` package") from exc
-    yield from datasets.load_from_disk(path)
+    loaded = datasets.load_from_disk(path)
+    if isinstance(loaded, datasets.DatasetDict):  # saved with splits: every split's records
+        for split in loaded.values():
+            yield from split
+    else:
+        yield from loaded
 
 
 def _records_builtin_wiki() -> Iterator[dict[str, Any]]:
@@ -72,7 +80,11 @@ def _detect(fs: Any, path: str, fmt: str) -> str:
     if fmt != "auto":
         return fmt
     if fs.isdir(path):
-        return "datasets" if fs.exists(f"{path.rstrip('/')}/dataset_info.json") else "text"
+        root = path.rstrip("/")
+        is_dataset = fs.exists(f"{root}/dataset_info.json") or fs.exists(
+            f"{root}/dataset_dict.json"
+        )
+        return "datasets" if is_dataset else "text"
     for suffix, name in ((".jsonl", "jsonl"), (".json", "jsonl"), (".parquet", "parquet")):
         if path.endswith(suffix):
             return name
@@ -83,7 +95,10 @@ def _records(cfg: CorpusConfig) -> Iterator[dict[str, Any]]:
     if cfg.path == BUILTIN_WIKI:
         yield from _records_builtin_wiki()
         return
-    fs, path = fsspec.core.url_to_fs(cfg.path, **cfg.storage_options)
+    try:
+        fs, path = fsspec.core.url_to_fs(cfg.path, **cfg.storage_options)
+    except ImportError as exc:  # a protocol whose fsspec driver is not installed
+        raise ConfigError(f"cannot read corpus {cfg.path}: {exc}") from exc
     if not fs.exists(path):
         raise ConfigError(f"corpus not found: {cfg.path}")
     fmt = _detect(fs, path, cfg.format)
@@ -100,6 +115,10 @@ def _records(cfg: CorpusConfig) -> Iterator[dict[str, Any]]:
                 yield {"id": f, "text": fh.read()}
 
 
+def _nonempty(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
 class Corpus:
     """All usable documents of a corpus, in a stable order, for seeded uniform sampling."""
 
@@ -113,9 +132,7 @@ class Corpus:
         docs = []
         try:
             for i, record in enumerate(_records(cfg)):
-                text = next(
-                    (record[f] for f in cfg.text_fields if isinstance(record.get(f), str)), None
-                )
+                text = next((record[f] for f in cfg.text_fields if _nonempty(record.get(f))), None)
                 if text is not None and len(text.split()) >= cfg.min_words:
                     docs.append(Document(str(record.get("id", i)), text))
         except (OSError, ValueError) as exc:  # unreadable file, bad JSON/parquet: user input
@@ -124,6 +141,11 @@ class Corpus:
 
     def __len__(self) -> int:
         return len(self.documents)
+
+    def stream(self, rng: random.Random) -> Iterator[Document]:
+        """Documents in random order, each once per pass over the corpus, forever."""
+        while True:
+            yield from rng.sample(self.documents, len(self.documents))
 
     def sample(self, rng: random.Random, n: int) -> list[Document]:
         """``n`` documents drawn uniformly; without replacement while the corpus lasts."""

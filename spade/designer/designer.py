@@ -147,10 +147,11 @@ async def design_batch(
     params = SamplingParams(max_tokens=d.max_tokens, temperature=d.temperature)
     attempts: list[DesignAttempt] = []
     open_slots = list(range(d.envs_per_round))
+    documents = corpus.stream(rng)  # one pass before any repeat: a retry gets a new document
     for attempt in range(d.attempts_per_slot):
         if not open_slots:
             break
-        docs = corpus.sample(rng, len(open_slots))
+        docs = [next(documents) for _ in open_slots]
         batch = [
             _new_attempt(s, attempt, skills[s], doc, cfg, memory, rng)
             for s, doc in zip(open_slots, docs, strict=True)

@@ -39,7 +39,8 @@ def extract_code(completion: str) -> str:
 def clean_hint(completion: str, max_sentences: int = 3, max_chars: int = 600) -> str:
     """The hint text: no thinking, no quotes or labels, at most ``max_sentences`` sentences."""
     text = _THINK.sub("", completion).strip().strip('"').strip()
-    text = re.sub(r"^(hint|strategy)\s*:\s*", "", text, flags=re.IGNORECASE)
+    text = re.sub(r"^[*_#\s]*(hint|strategy)\s*:?[*_]*\s*:?\s*", "", text, flags=re.IGNORECASE)
+    text = text.strip().strip('"').strip()
     text = " ".join(text.split())
     sentences = re.split(r"(?<=[.!?])\s+", text)
     return " ".join(sentences[:max_sentences])[:max_chars].strip()

@@ -1,0 +1,349 @@
+"""design_batch against the OpenAI stand-in: memory in the prompt, retries, hints, early stop.
+
+Designs that parse are verified in nsjail (those tests are marked ``sandbox``); designs that
+fail before verification (inference errors, no code) need no jail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spade.config import CampaignConfig, load_config
+from spade.curriculum.memory import EnvironmentMemory, MemoryRecord
+from spade.designer.corpus import Corpus
+from spade.designer.designer import HINT_TRIES, DesignAttempt, design_batch, env_id_for
+from spade.envs.examples import code_breaker
+from spade.inference.factory import open_backend
+from spade.sandbox.policy import load_policy
+from tests.fakes.openai_server import FakeOpenAIServer
+
+CODE_BREAKER = Path(code_breaker.__file__).read_text()
+# A second valid design (another class, so another env id), same game.
+STUBBORN = CODE_BREAKER.replace("CodeBreakerEnv", "StubbornBreakerEnv")
+NO_CODE = "Sorry, I cannot design an environment for this document."
+CLEAN_HINT = "Test a few digits per guess and keep only codes consistent with the feedback."
+
+MATH, LOGIC, SPATIAL = "mathematical_reasoning", "logical_deduction", "spatial_reasoning"
+
+
+def fenced(code: str) -> str:
+    return f"Here is the environment:\n```python\n{code}```\n"
+
+
+def secret_of_verified_instance(cfg: CampaignConfig) -> str:
+    """The code the verifier's instance hides (trusted example code, run here on purpose)."""
+    env = code_breaker.CodeBreakerEnv(max_turns=cfg.sandbox.verify.max_turns)
+    env.reset(seed=cfg.sandbox.verify.seed)
+    (move,) = env.solution()
+    return move.removeprefix("\\boxed{").removesuffix("}")
+
+
+class Script:
+    """Designer and hint writer for the stand-in.
+
+    ``designs[skill]`` is the list of answers to that skill's design requests, in order (the
+    last one repeats); ``hints[class name]`` likewise for hint requests about that class.
+    """
+
+    def __init__(
+        self,
+        designs: dict[str, list[str]],
+        hints: dict[str, list[str]] | None = None,
+    ) -> None:
+        self.designs = designs
+        self.hints = hints or {}
+        self.calls: dict[str, int] = defaultdict(int)
+        self.lock = threading.Lock()
+
+    def _next(self, key: str, answers: list[str]) -> str:
+        with self.lock:
+            n = self.calls[key]
+            self.calls[key] += 1
+        return answers[min(n, len(answers) - 1)]
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        system, user = (m["content"] for m in request["messages"])
+        if system.startswith("You write correct"):
+            skill = re.search(r"Target skill: (\w+)", user).group(1)  # type: ignore[union-attr]
+            return self._next(f"design:{skill}", self.designs.get(skill, [NO_CODE]))
+        if system.startswith("You coach"):
+            cls = re.search(r"class (\w+Env)", user).group(1)  # type: ignore[union-attr]
+            return self._next(f"hint:{cls}", self.hints.get(cls, [CLEAN_HINT]))
+        raise AssertionError(f"unexpected request: {system!r}")
+
+
+def write_corpus(path: Path, n: int = 12) -> Path:
+    docs = [
+        {"id": f"doc{i:02d}", "text": f"DOC{i:02d} " + " ".join(["ore"] * 40)} for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def config(
+    server: FakeOpenAIServer,
+    corpus: Path,
+    extra: Mapping[str, object] | None = None,
+    **designer: object,
+) -> CampaignConfig:
+    overrides: dict[str, object] = {
+        "inference.backend": "openai",
+        "inference.base_url": server.url,
+        "inference.served_model": server.model,
+        "inference.max_retries": 0,
+        "inference.request_timeout_s": 20.0,
+        "corpus.path": str(corpus),
+        "sandbox.workers": 2,
+        "designer.envs_per_round": 1,
+        "designer.attempts_per_slot": 2,
+    }
+    overrides |= {f"designer.{k}": v for k, v in designer.items()}
+    overrides |= extra or {}
+    return load_config(overrides=overrides)
+
+
+def run(
+    cfg: CampaignConfig, memory: EnvironmentMemory | None = None, regeneration: int = 0
+) -> list[DesignAttempt]:
+    async def go() -> list[DesignAttempt]:
+        async with open_backend(cfg) as backend:
+            return await design_batch(
+                backend,
+                Corpus.load(cfg.corpus),
+                memory if memory is not None else EnvironmentMemory(cfg.memory),
+                cfg,
+                load_policy(),
+                regeneration=regeneration,
+            )
+
+    return asyncio.run(go())
+
+
+def design_requests(server: FakeOpenAIServer) -> list[str]:
+    return [
+        r["messages"][1]["content"]
+        for r in server.chat_requests
+        if r["messages"][0]["content"].startswith("You write correct")
+    ]
+
+
+def hint_requests(server: FakeOpenAIServer) -> list[str]:
+    return [
+        r["messages"][1]["content"]
+        for r in server.chat_requests
+        if r["messages"][0]["content"].startswith("You coach")
+    ]
+
+
+def document_of(prompt: str) -> str:
+    return re.search(r"<document>\n(.*?)\n</document>", prompt, re.DOTALL).group(1)  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    return write_corpus(tmp_path / "corpus.jsonl")
+
+
+def serve(script: Script) -> FakeOpenAIServer:
+    return FakeOpenAIServer(script=script)
+
+
+# ----------------------------------------------------------------------------- (a) memory
+
+
+def test_memory_examples_reach_the_prompt(corpus):
+    memory_cfg = load_config().memory
+    memory = EnvironmentMemory(memory_cfg)
+    memory.extend(
+        [
+            MemoryRecord("pos1", MATH, "class PositiveOneEnv:  # POS-ONE", 0.5, 0.40, round=1),
+            MemoryRecord("pos2", MATH, "class PositiveTwoEnv:  # POS-TWO", 0.3, 0.30, round=1),
+            MemoryRecord("easy", MATH, "class TooEasyEnv:  # EASY-ONE", 0.95, 0.0, round=1),
+            MemoryRecord("other", LOGIC, "class OtherSkillEnv:  # OTHER", 0.5, 0.9, round=1),
+            MemoryRecord("hard", LOGIC, "class HardOtherEnv:  # HARD-OTHER", 0.0, 0.0, round=1),
+            MemoryRecord("fresh", MATH, "class NeverPlayedEnv:  # FRESH", None, None, round=2),
+        ]
+    )
+    with serve(Script({})) as server:  # no code: nothing is verified
+        cfg = config(server, corpus, attempts_per_slot=1)
+        attempts = run(cfg, memory)
+    (prompt,) = design_requests(server)
+    assert f"Target skill: {MATH}" in prompt
+    assert "class PositiveOneEnv:  # POS-ONE" in prompt
+    assert "class PositiveTwoEnv:  # POS-TWO" in prompt
+    assert "agent win rate 0.50, regret 0.40" in prompt
+    assert "agent win rate 0.30, regret 0.30" in prompt
+    assert prompt.index("POS-ONE") < prompt.index("POS-TWO")  # highest regret first
+    assert "Avoid designs like this one: too easy (agent win rate 0.95" in prompt
+    assert "EASY-ONE" in prompt
+    # another skill's good design is no positive; the same skill's negative is preferred;
+    # never-evaluated designs are never examples
+    assert "OTHER" not in prompt and "HARD-OTHER" not in prompt and "FRESH" not in prompt
+    assert [(a.failure_kind, a.accepted) for a in attempts] == [("parse", False)]
+    assert attempts[0].messages[1]["content"] == prompt  # the attempt keeps its prompt
+
+
+def test_documents_are_truncated_by_mode(tmp_path):
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"text": " ".join(f"w{i}" for i in range(500))}) + "\n")
+    with serve(Script({})) as server:
+        limits = {"corpus.max_words_games": 100, "corpus.max_words_tool_use": 60}
+        run(config(server, path, limits, attempts_per_slot=1))
+        run(config(server, path, limits, attempts_per_slot=1, mode="tool_use"))
+    game_prompt, tool_prompt = design_requests(server)
+    assert document_of(game_prompt).split() == [f"w{i}" for i in range(100)]
+    assert document_of(tool_prompt).split() == [f"w{i}" for i in range(60)]
+    assert "ToolUseEnv" in tool_prompt and "ToolUseEnv" not in game_prompt
+
+
+def test_skills_rotate_with_the_regeneration(corpus):
+    with serve(Script({})) as server:
+        cfg = config(server, corpus, envs_per_round=4, attempts_per_slot=1)
+        first = run(cfg, regeneration=0)
+        second = run(cfg, regeneration=1)
+    assert [a.skill for a in first] == [MATH, LOGIC, SPATIAL, MATH]
+    assert [a.skill for a in second] == [
+        "pattern_recognition",
+        "optimization",
+        "causal_inference",
+        "pattern_recognition",
+    ]
+
+
+def test_document_sampling_is_seeded(corpus):
+    with serve(Script({})) as server:
+        cfg = config(server, corpus, envs_per_round=3, attempts_per_slot=2)
+        a = [x.doc_id for x in run(cfg)]
+        b = [x.doc_id for x in run(cfg)]
+        c = [x.doc_id for x in run(cfg, regeneration=1)]
+    assert a == b and a != c
+    assert len(set(a[:3])) == 3  # slots of one attempt never share a document
+
+
+# ----------------------------------------------------------------------------- (b) inference
+
+
+@pytest.mark.sandbox
+def test_inference_failure_is_recorded_and_retried_with_a_new_document(corpus):
+    with serve(Script({MATH: [fenced(CODE_BREAKER)]})) as server:
+        server.plan("500")  # the first request fails, and max_retries=0 gives up at once
+        cfg = config(server, corpus, attempts_per_slot=3)
+        attempts = run(cfg)
+    first, second = attempts  # the third attempt never ran
+    assert (first.slot, first.attempt, second.slot, second.attempt) == (0, 0, 0, 1)
+    assert first.failure_kind == "inference" and not first.accepted
+    assert "500" in (first.failure_reason or "")
+    assert first.code is None and first.verdict is None
+    assert second.accepted and second.failure_kind is None
+    assert second.code == CODE_BREAKER and second.env_id == env_id_for(CODE_BREAKER)
+    assert second.doc_id != first.doc_id
+    prompts = design_requests(server)
+    assert len(prompts) == 2
+    assert document_of(prompts[0]) != document_of(prompts[1])
+    assert document_of(prompts[1]).startswith(f"DOC{second.doc_id[3:]}")
+    assert second.hint == CLEAN_HINT and second.hint_note is None
+
+
+def test_a_retry_never_reuses_the_document_it_failed_on(tmp_path):
+    path = write_corpus(tmp_path / "two.jsonl", n=2)
+    with serve(Script({})) as server:
+        repeats = []
+        for seed in range(6):
+            server.plan("500", "500")
+            cfg = config(server, path, attempts_per_slot=2, seed=seed)
+            first, second = run(cfg)
+            assert first.failure_kind == second.failure_kind == "inference"
+            if first.doc_id == second.doc_id:
+                repeats.append(seed)
+    assert repeats == []
+
+
+# ----------------------------------------------------------------------------- (c) hints
+
+
+@pytest.mark.sandbox
+def test_leaking_hints_are_retried_then_dropped(corpus):
+    secret = secret_of_verified_instance(load_config())
+    leak = f"Hint: the code is {secret}, type it at once."
+    silent = CODE_BREAKER.replace("CodeBreakerEnv", "SilentBreakerEnv")
+    script = Script(
+        {MATH: [fenced(CODE_BREAKER)], LOGIC: [fenced(STUBBORN)], SPATIAL: [fenced(silent)]},
+        hints={
+            "CodeBreakerEnv": [leak, CLEAN_HINT],  # leaks once, then a good hint
+            "StubbornBreakerEnv": [leak],  # always leaks
+            "SilentBreakerEnv": ["   "],  # always empty
+        },
+    )
+    with serve(script) as server:
+        cfg = config(server, corpus, envs_per_round=3, attempts_per_slot=3)
+        attempts = run(cfg)
+    by_skill = {a.skill: a for a in attempts}
+    assert len(attempts) == 3 and all(a.accepted for a in attempts)  # no further attempts
+    assert len(design_requests(server)) == 3
+
+    good, stubborn, empty = by_skill[MATH], by_skill[LOGIC], by_skill[SPATIAL]
+    assert good.solution == [f"\\boxed{{{secret}}}"]  # what the leak check compares with
+    assert good.hint == CLEAN_HINT and good.hint_note is None
+    assert stubborn.hint is None
+    assert stubborn.hint_note is not None and "revealed the solution" in stubborn.hint_note
+    assert empty.hint is None and empty.hint_note == "empty hint"
+
+    hints = hint_requests(server)
+    assert len(hints) == 2 + HINT_TRIES + HINT_TRIES  # 1 retry for the good one, 2 tries others
+    assert sum("class StubbornBreakerEnv" in h for h in hints) == HINT_TRIES
+    assert all(
+        "class CodeBreakerEnv" in h or "class StubbornBreakerEnv" in h or "SilentBreakerEnv" in h
+        for h in hints
+    )
+    # the hint prompt carries the design's code
+    assert any(good.code and good.code in h for h in hints)
+
+
+# ----------------------------------------------------------------------------- (d) early stop
+
+
+@pytest.mark.sandbox
+def test_attempts_stop_for_slots_that_were_accepted(corpus):
+    script = Script(
+        {
+            MATH: [fenced(CODE_BREAKER)],  # accepted at once
+            LOGIC: [NO_CODE, fenced(STUBBORN)],  # accepted on the second attempt
+            SPATIAL: ["```python\nclass BrokenEnv(TextEnv):\n    def setup(self"],  # never
+        }
+    )
+    with serve(script) as server:
+        cfg = config(server, corpus, envs_per_round=3, attempts_per_slot=3)
+        attempts = run(cfg)
+    assert [(a.attempt, a.slot) for a in attempts] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 1),
+        (1, 2),
+        (2, 2),
+    ]
+    assert [a.failure_kind for a in attempts] == [None, "parse", "parse", None, "parse", "parse"]
+    assert [a.accepted for a in attempts] == [True, False, False, True, False, False]
+    assert all("cut off" in (a.failure_reason or "") for a in attempts if a.slot == 2)
+    assert len(design_requests(server)) == 3 + 2 + 1
+    assert len(hint_requests(server)) == 2  # one per accepted design, asked once each
+    assert script.calls == {
+        f"design:{MATH}": 1,
+        f"design:{LOGIC}": 2,
+        f"design:{SPATIAL}": 3,
+        "hint:CodeBreakerEnv": 1,
+        "hint:StubbornBreakerEnv": 1,
+    }
+    accepted = [a for a in attempts if a.accepted]
+    assert {a.env_id for a in accepted} == {env_id_for(CODE_BREAKER), env_id_for(STUBBORN)}
+    assert all(a.verdict and a.verdict["accepted"] for a in accepted)
+    assert all(a.token_ids and a.model == server.model for a in attempts)

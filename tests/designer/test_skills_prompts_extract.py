@@ -1,0 +1,233 @@
+"""Skill rotation, the designer's prompts, and getting code and hints out of completions."""
+
+from __future__ import annotations
+
+import pytest
+
+from spade.config import COGNITIVE_SKILLS, TOOL_SKILLS
+from spade.curriculum.memory import MemoryRecord
+from spade.designer.extract import clean_hint, extract_code, leaks_solution
+from spade.designer.prompts import GAME_CONTRACT, TOOL_CONTRACT, design_prompt, hint_prompt
+from spade.designer.skills import SKILL_DESCRIPTIONS, active_skills, slot_skills
+from spade.errors import DesignParseError
+
+# ----------------------------------------------------------------------------- skills
+
+
+def test_active_skills_round_robin_windows():
+    s = COGNITIVE_SKILLS
+    assert active_skills(s, 0, 3) == list(s[:3])
+    assert active_skills(s, 1, 3) == list(s[3:])
+    assert active_skills(s, 2, 3) == list(s[:3])
+    assert active_skills(s, 3, 3) == list(s[3:])
+
+
+def test_active_skills_cover_every_skill_evenly():
+    # windows of 4 over 6 skills wrap around: after 3 regenerations each skill was active twice
+    seen = [x for r in range(3) for x in active_skills(COGNITIVE_SKILLS, r, 4)]
+    assert sorted(seen) == sorted(COGNITIVE_SKILLS * 2)
+    assert active_skills(COGNITIVE_SKILLS, 1, 4) == [
+        "optimization",
+        "causal_inference",
+        "mathematical_reasoning",
+        "logical_deduction",
+    ]
+
+
+def test_active_skills_bounds():
+    assert active_skills(TOOL_SKILLS, 0, 3) == list(TOOL_SKILLS[:3])
+    assert active_skills(COGNITIVE_SKILLS, 5, 6) == list(COGNITIVE_SKILLS)
+    assert active_skills(COGNITIVE_SKILLS, 0, 10) == list(COGNITIVE_SKILLS)  # at most n
+    assert active_skills(COGNITIVE_SKILLS, 7, 1) == [COGNITIVE_SKILLS[1]]
+
+
+def test_slot_skills_take_the_active_skills_in_turn():
+    active = ["a", "b", "c"]
+    assert slot_skills(active, 7) == ["a", "b", "c", "a", "b", "c", "a"]
+    assert slot_skills(active, 2) == ["a", "b"]
+    assert slot_skills(active, 0) == []
+    assert slot_skills(active_skills(COGNITIVE_SKILLS, 0, 3), 24).count(COGNITIVE_SKILLS[0]) == 8
+
+
+def test_every_skill_has_a_description():
+    assert set(SKILL_DESCRIPTIONS) == set(COGNITIVE_SKILLS) | set(TOOL_SKILLS)
+
+
+# ----------------------------------------------------------------------------- prompts
+
+
+def _user(messages: list[dict[str, str]]) -> str:
+    assert [m["role"] for m in messages] == ["system", "user"]
+    return messages[1]["content"]
+
+
+def test_design_prompt_for_games():
+    doc = "The Bessemer process converts pig iron into steel by blowing air through it."
+    text = _user(design_prompt(doc, "logical_deduction", tool_use=False))
+    assert f"<document>\n{doc}\n</document>" in text
+    assert "logical_deduction" in text and SKILL_DESCRIPTIONS["logical_deduction"] in text
+    assert GAME_CONTRACT in text and TOOL_CONTRACT not in text
+    assert "TextEnv" in text and "\\boxed" in text
+    assert "```python" in text  # asks for one python block
+    assert "Good earlier design" not in text and "Avoid designs" not in text
+
+
+def test_design_prompt_for_tool_use():
+    text = _user(design_prompt("A small shop's inventory.", "data_retrieval", tool_use=True))
+    assert TOOL_CONTRACT in text and GAME_CONTRACT not in text
+    assert "ToolUseEnv" in text and "<tool_call>" in text and "<answer>" in text
+    assert SKILL_DESCRIPTIONS["data_retrieval"] in text
+
+
+def test_design_prompt_shows_examples_with_their_stats():
+    good1 = MemoryRecord("g1", "optimization", "class KnapEnv: # GOOD-ONE", 0.5, 0.25)
+    good2 = MemoryRecord("g2", "optimization", "class RouteEnv: # GOOD-TWO", 0.15, 0.8)
+    easy = MemoryRecord("e1", "optimization", "class TrivialEnv: # EASY", 0.95, 0.0)
+    hard = MemoryRecord("h1", "pattern_recognition", "class ImpossibleEnv: # HARD", 0.0, None)
+    text = _user(
+        design_prompt(
+            "doc",
+            "optimization",
+            tool_use=False,
+            positives=[good1, good2],
+            negatives=[(easy, "too easy"), (hard, "too hard")],
+        )
+    )
+    assert "### Good earlier design 1 (agent win rate 0.50, regret 0.25)" in text
+    assert "### Good earlier design 2 (agent win rate 0.15, regret 0.80)" in text
+    assert "```python\nclass KnapEnv: # GOOD-ONE\n```" in text
+    assert "class RouteEnv: # GOOD-TWO" in text
+    assert "### Avoid designs like this one: too easy (agent win rate 0.95, regret 0.00)" in text
+    assert "### Avoid designs like this one: too hard (agent win rate 0.00)" in text
+    assert "class TrivialEnv: # EASY" in text and "class ImpossibleEnv: # HARD" in text
+    # order: contract, skill, document, positives, negatives, the final instruction
+    order = [
+        text.index(s)
+        for s in ("Target skill", "<document>", "GOOD-ONE", "GOOD-TWO", "EASY", "HARD")
+    ]
+    assert order == sorted(order)
+    assert text.rstrip().endswith("nothing else.")
+
+
+def test_hint_prompt_includes_the_code():
+    code = "class SecretEnv:\n    def solution(self):\n        return ['\\\\boxed{42}']\n"
+    messages = hint_prompt(code)
+    text = _user(messages)
+    assert f"```python\n{code}\n```" in text
+    assert "1 to 3 sentences" in text and "do not reveal" in text
+
+
+# ----------------------------------------------------------------------------- extract_code
+
+ENV = "from spade.envs import TextEnv\n\n\nclass SmallEnv(TextEnv):\n    skill = 'x'\n"
+LONG_ENV = ENV.replace("SmallEnv", "BiggerEnv") + "\n    def extra(self):\n        return 1\n"
+
+
+def test_extract_fenced_python_block():
+    completion = f"Here is the environment:\n\n```python\n{ENV}```\n\nEnjoy!"
+    assert extract_code(completion) == ENV
+
+
+@pytest.mark.parametrize("lang", ["", "py", "Python", "python3"])
+def test_extract_accepts_python_fence_variants(lang):
+    assert extract_code(f"```{lang}\n{ENV}```") == ENV
+
+
+def test_extract_longest_of_several_env_blocks():
+    completion = (
+        f"First try:\n```python\n{ENV}```\nBetter:\n```python\n{LONG_ENV}```\n"
+        "Usage:\n```python\nenv = BiggerEnv()\nenv.reset()\n```\n"
+        "```bash\nclass NotPythonEnv: pass\n" + "x = 1\n" * 50 + "```\n"
+    )
+    assert extract_code(completion) == LONG_ENV
+
+
+def test_extract_unfenced_module():
+    assert extract_code("\n\n" + ENV + "\n\n") == ENV
+
+
+def test_extract_ignores_think_blocks():
+    thinking = "<think>Maybe:\n```python\n" + LONG_ENV + "```\nno, simpler.</think>"
+    assert extract_code(thinking + f"\n```python\n{ENV}```") == ENV
+    # an unfenced module after the thinking, whose thinking has a stray fence
+    assert extract_code("<think>draft ``` here</think>\n" + ENV) == ENV
+
+
+def test_extract_unclosed_fence_says_it_was_cut_off():
+    with pytest.raises(DesignParseError, match=r"not closed.*cut off"):
+        extract_code(f"```python\n{ENV}    def play(self, mo")
+
+
+def test_extract_without_code_is_an_error():
+    with pytest.raises(DesignParseError, match="no Python code block"):
+        extract_code("I cannot design an environment for this document.")
+    with pytest.raises(DesignParseError, match="no Python code block"):
+        extract_code("<think>```python\n" + ENV + "```</think>Sorry.")
+
+
+def test_extract_blocks_without_an_env_class_is_an_error():
+    with pytest.raises(DesignParseError, match="ends in 'Env'"):
+        extract_code("```python\nclass Game:\n    pass\n```")
+    with pytest.raises(DesignParseError):
+        extract_code("```python\nclass EnvFactory:\n    pass\n```")
+
+
+# ----------------------------------------------------------------------------- clean_hint
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("Hint: Try small numbers first.", "Try small numbers first."),
+        ("STRATEGY:  Work backwards.", "Work backwards."),
+        ('"Work backwards from the goal."', "Work backwards from the goal."),
+        ('  "Hint: Split the range in half."  ', "Split the range in half."),
+        ("<think>the answer is 7</think>Halve the interval.", "Halve the interval."),
+        ("Track\n  every   clue.\n\nEliminate options.", "Track every clue. Eliminate options."),
+    ],
+)
+def test_clean_hint_strips_labels_quotes_and_thinking(completion, expected):
+    assert clean_hint(completion) == expected
+
+
+@pytest.mark.parametrize(
+    "completion", ['Hint: "Work backwards."', "**Hint:** Work backwards."], ids=["quoted", "bold"]
+)
+def test_clean_hint_strips_a_label_before_quotes_and_markdown_labels(completion):
+    assert clean_hint(completion) == "Work backwards."
+
+
+def test_clean_hint_keeps_at_most_three_sentences():
+    hint = clean_hint("One. Two! Three? Four. Five.")
+    assert hint == "One. Two! Three?"
+    assert clean_hint("One. Two. Three. Four.", max_sentences=1) == "One."
+
+
+def test_clean_hint_bounds_the_length():
+    assert len(clean_hint("x" * 5000)) == 600
+    assert clean_hint("   ") == "" and clean_hint("<think>only thoughts</think>") == ""
+
+
+# ----------------------------------------------------------------------------- leaks_solution
+
+
+@pytest.mark.parametrize(
+    ("hint", "solution", "leaks"),
+    [
+        ("The code is 4071, try it.", ["\\boxed{4071}"], True),
+        ("Try COBALT first.", ["\\boxed{cobalt}"], True),  # case-insensitive
+        ("Guess digits one at a time.", ["\\boxed{4071}"], False),
+        (
+            "The answer is paris.",
+            ['<tool_call>{"name": "a"}</tool_call>', "<answer>Paris</answer>"],
+            True,
+        ),
+        ("Look the city up first.", ["<answer>Paris</answer>"], False),
+        ("Press 7 then 8.", ["\\boxed{7}", "\\boxed{8}"], False),  # under 3 characters
+        ("Go north, north, east.", ["\\boxed{north}", "\\boxed{east}"], True),  # one move suffices
+        ("Any hint at all.", [], False),
+        ("Use the tool named lookup.", ['<tool_call>{"name": "lookup"}</tool_call>'], False),
+    ],
+)
+def test_leaks_solution(hint, solution, leaks):
+    assert leaks_solution(hint, solution) is leaks
