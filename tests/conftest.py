@@ -25,3 +25,17 @@ def no_leftovers_after_suite():
 @pytest.fixture(params=example_paths(), ids=lambda p: p.stem)
 def example_path(request) -> Path:
     return request.param
+
+
+@pytest.fixture(scope="session")
+def smol_cache(pytestconfig, tmp_path_factory) -> Path:
+    """Where the shipped SmolLM2 is converted once; it survives between runs in pytest's cache
+    folder (the conversion takes ~30 s, a cached load ~0.3 s)."""
+    cache = getattr(pytestconfig, "cache", None)
+    return cache.mkdir("spade-models") if cache else tmp_path_factory.mktemp("spade-models")
+
+
+@pytest.fixture
+def smol_env(smol_cache, monkeypatch) -> Path:
+    monkeypatch.setenv("SPADE_CACHE", str(smol_cache))
+    return smol_cache

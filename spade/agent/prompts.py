@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 GAME_SYSTEM = (
     "You are playing a text game over several turns. Each turn, read the latest message, think "
     "briefly, then give exactly one move as \\boxed{your move}. Only the last \\boxed{} of your "
@@ -12,9 +15,24 @@ TOOL_SYSTEM = (
     "You solve a task by calling tools over several turns. To call a tool, write "
     '<tool_call>{"name": "tool_name", "arguments": {...}}</tool_call> (several calls per turn '
     "are allowed); the results come back in the next message. When you are sure, finish with "
-    "<answer>your final answer</answer>. The available tools are described to you."
+    "<answer>your final answer</answer>."
 )
 
 
-def system_prompt(tool_use: bool) -> str:
-    return TOOL_SYSTEM if tool_use else GAME_SYSTEM
+def tool_lines(tools: Sequence[dict[str, Any]]) -> str:
+    """One line per tool: ``name(param: type, ...) - description``."""
+    lines = []
+    for tool in tools:
+        fn = tool.get("function", {})
+        props = fn.get("parameters", {}).get("properties", {})
+        params = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in props.items())
+        lines.append(f"- {fn.get('name')}({params}): {fn.get('description', '')}")
+    return "\n".join(lines)
+
+
+def system_prompt(tool_use: bool, tools: Sequence[dict[str, Any]] | None = None) -> str:
+    """The agent's instructions. Tool-use prompts also list the tools in plain text: some chat
+    templates (SmolLM2's) ignore the ``tools`` they are given."""
+    if not tool_use:
+        return GAME_SYSTEM
+    return TOOL_SYSTEM + ("\n\nTools:\n" + tool_lines(tools) if tools else "")

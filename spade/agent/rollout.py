@@ -161,7 +161,7 @@ async def _begin(index: int, job: EpisodeJob, pools: _Pools) -> _Live | Trajecto
         return _failed(traj, "env_failed", exc)
     traj.reset_s = time.perf_counter() - t0
     traj.messages = [
-        {"role": "system", "content": system_prompt(job.tool_use)},
+        {"role": "system", "content": system_prompt(job.tool_use, traj.tools)},
         {"role": "user", "content": obs},
     ]
     return _Live(index, job, session, traj)

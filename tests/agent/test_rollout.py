@@ -111,3 +111,6 @@ def test_tool_use_episode_sends_tool_schemas_and_hint():
     assert t.status == "terminated" and t.hinted and t.tools
     assert {tool["function"]["name"] for tool in chats[0]["tools"]} >= {"get_order", "ship_order"}
     assert chats[0]["messages"][1]["content"].endswith("HINT: check stock first")
+    assert (
+        "- ship_order(" in chats[0]["messages"][0]["content"]
+    )  # listed for templates without tools

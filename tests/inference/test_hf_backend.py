@@ -287,19 +287,6 @@ def test_alias_without_its_package_says_how_to_install(monkeypatch):
 # -- the shipped SmolLM2 -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def smol_cache(pytestconfig, tmp_path_factory) -> Path:
-    """The converted copy survives between runs in pytest's cache folder (~30 s to make once)."""
-    cache = getattr(pytestconfig, "cache", None)
-    return cache.mkdir("spade-models") if cache else tmp_path_factory.mktemp("spade-models")
-
-
-@pytest.fixture
-def smol_env(smol_cache, monkeypatch) -> Path:
-    monkeypatch.setenv("SPADE_CACHE", str(smol_cache))
-    return smol_cache
-
-
 def test_smollm2_resolves_offline_and_the_converted_copy_is_reused(smol_env, monkeypatch):
     resolved = resolve_model(ModelConfig())
     assert resolved.name == "smollm2-135m-instruct"

@@ -1,0 +1,60 @@
+"""The design -> verify -> hint -> evaluate -> score path with the shipped SmolLM2 on CPU.
+
+A 135M model will rarely write a valid environment; the point is that the real path runs
+offline end to end and records what it produced, accepted or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from spade.config import load_config
+from spade.workflows import run_design, run_evaluate
+
+pytestmark = pytest.mark.sandbox
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "spade" / "envs" / "examples"
+
+
+def test_tiny_round_with_smollm2(tmp_path, smol_env):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"text": "The Moon orbits the Earth every 27 days. " * 10}) + "\n")
+    cfg = load_config(
+        overrides={
+            "corpus.path": str(corpus),
+            "designer.envs_per_round": 1,
+            "designer.attempts_per_slot": 1,
+            "designer.max_tokens": 160,
+            "designer.hint_max_tokens": 32,
+            "evaluation.unhinted_plays": 1,
+            "evaluation.hinted_plays": 1,
+            "evaluation.max_turns": 2,
+            "evaluation.max_tokens_per_turn": 24,
+        }
+    )
+    attempts = asyncio.run(run_design(cfg, tmp_path / "design"))
+    (attempt,) = attempts
+    assert attempt.completion and attempt.model.startswith("smollm2-135m-instruct")
+    assert attempt.token_ids and len(attempt.logprobs) == len(attempt.token_ids)
+    assert attempt.accepted or (attempt.failure_kind and attempt.failure_reason)
+    saved = [
+        json.loads(line)
+        for line in (tmp_path / "design" / "attempts.jsonl").read_text().splitlines()
+    ]
+    assert saved[0]["completion"] == attempt.completion
+
+    # Evaluate a bundled environment with a hint SmolLM2 writes (no .hint.txt, but the class
+    # has its own hint: remove it from a copy so the model must write one).
+    env = tmp_path / "maze.py"
+    env.write_text(
+        (EXAMPLES / "maze_walk.py").read_text().replace("    hint = ", "    _unused_hint = ")
+    )
+    (result,) = asyncio.run(run_evaluate(cfg, [env], tmp_path / "eval"))
+    assert len(result.unhinted_returns) == 1 and len(result.hinted_returns) <= 1
+    assert 0.0 <= result.regret <= 1.0
+    rows = (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()
+    assert rows and all(json.loads(r)["turns"] for r in rows)
