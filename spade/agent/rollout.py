@@ -50,6 +50,9 @@ class RolloutSettings:
     max_context_tokens: int = 8192
     max_parallel: int = 64  # live episodes (and so jailed sessions) at once
     seed: int = 0  # base of the per-turn sampling seeds
+    # Per-request seeds make every turn reproducible; vLLM batches them freely, but the
+    # in-process backend must then generate each request alone, so they are opt-in.
+    seeded_sampling: bool = False
     model: str | None = None  # adapter / model name to request (None: backend default)
 
 
@@ -179,10 +182,11 @@ def _request(ep: _Live, settings: RolloutSettings, backend: Backend) -> ChatRequ
     if used is not None and used + settings.max_tokens_per_turn > settings.max_context_tokens:
         return None
     turn = len(ep.traj.turns)
+    seed = (settings.seed * 1_000_003 + ep.index * 1009 + turn) % (2**31)
     params = SamplingParams(
         max_tokens=settings.max_tokens_per_turn,
         temperature=settings.temperature,
-        seed=(settings.seed * 1_000_003 + ep.index * 1009 + turn) % (2**31),
+        seed=seed if settings.seeded_sampling else None,
     )
     return ChatRequest(
         messages=list(ep.traj.messages), params=params, tools=ep.traj.tools, model=settings.model
