@@ -26,3 +26,7 @@ class InferenceError(SpadeError):
 
     A single request that fails is *data* (:class:`spade.inference.base.InferenceFailure`).
     """
+
+
+class CheckpointError(SpadeError):
+    """A training checkpoint is incomplete or corrupt (missing manifest or file, bad checksum)."""
