@@ -94,3 +94,9 @@ class Trajectory:
         data = asdict(self)
         data["return"] = self.episode_return()
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        """Inverse of :meth:`to_dict` (the derived ``return`` is recomputed, not read)."""
+        fields = {k: v for k, v in data.items() if k not in ("return", "turns")}
+        return cls(**fields, turns=[Turn(**t) for t in data.get("turns", [])])

@@ -58,3 +58,9 @@ def test_token_view_masks_observations_when_prefix_stable():
     assert lps == [0.0, 0.0, -0.5, -0.5, 0.0, -0.5]
     broken = Trajectory("e", 0, False, turns=[_turn([1, 2], [3]), _turn([9, 9, 9, 9], [6])])
     assert broken.token_view() is None
+
+
+def test_trajectory_round_trips_through_its_dict():
+    t = Trajectory("e", 3, True, hint="h", turns=[_turn([1], [2], reward=0.5, terminated=True)], status="terminated", failure=None)
+    again = Trajectory.from_dict(t.to_dict())
+    assert again == t and again.episode_return() == 0.5
