@@ -6,6 +6,7 @@ import typer
 
 from spade.cli.env import env_app
 from spade.cli.selfplay import design, evaluate
+from spade.cli.train import train
 
 app = typer.Typer(
     name="spade",
@@ -16,6 +17,7 @@ app = typer.Typer(
 app.add_typer(env_app, name="env")
 app.command("design")(design)
 app.command("evaluate")(evaluate)
+app.command("train")(train)
 
 
 def main() -> None:

@@ -58,3 +58,13 @@ def test_tiny_round_with_smollm2(tmp_path, smol_env):
     assert 0.0 <= result.regret <= 1.0
     rows = (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()
     assert rows and all(json.loads(r)["turns"] for r in rows)
+
+    # One GRPO update on those plays, twice: the second resumes the first's checkpoint.
+    from spade.training.run import train_once
+
+    ckpts = str(tmp_path / "ckpt")
+    first = train_once(cfg, "agent", tmp_path / "eval" / "trajectories.jsonl", ckpts)
+    assert first.samples >= 1 and first.resumed_from is None
+    assert first.metrics["tokens"] > 0 and first.metrics["loss"] == first.metrics["loss"]  # finite
+    second = train_once(cfg, "agent", tmp_path / "eval" / "trajectories.jsonl", ckpts)
+    assert second.resumed_from == first.checkpoint and second.checkpoint.endswith("step-00000002")

@@ -1,0 +1,57 @@
+"""``spade train``: one GRPO update from saved trajectories or scored design attempts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spade.cli.selfplay import ConfigOpt, _config, _fail
+from spade.errors import SpadeError
+
+
+def train(
+    trajectories: Annotated[
+        Path,
+        typer.Option(
+            "--trajectories",
+            "-t",
+            help="trajectories.jsonl (agent) or scored attempts.jsonl (designer).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
+    config: ConfigOpt = None,
+    role: Annotated[str, typer.Option(help="agent or designer.")] = "agent",
+    checkpoints: Annotated[
+        str | None,
+        typer.Option(
+            help="Checkpoint root URL (default: <storage.root>/<name>/checkpoints/<role>)."
+        ),
+    ] = None,
+) -> None:
+    """One training update; resumes the newest checkpoint and writes the next one."""
+    from spade.training.run import train_once
+
+    if role not in ("agent", "designer"):
+        Console(stderr=True).print("[red]error:[/] --role must be agent or designer")
+        raise typer.Exit(2)
+    cfg = _config(config)
+    the_role: Literal["agent", "designer"] = "agent" if role == "agent" else "designer"
+    try:
+        result = train_once(cfg, the_role, trajectories, checkpoints)
+    except SpadeError as exc:
+        raise _fail(exc) from None
+    table = Table(title=f"{role} update on {result.samples} samples", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.metrics.items():
+        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    Console().print(
+        f"checkpoint: {result.checkpoint}"
+        + (f" (parent {result.resumed_from})" if result.resumed_from else "")
+    )

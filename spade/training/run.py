@@ -1,0 +1,95 @@
+"""One training update from saved rollouts or scored designs (``spade train``).
+
+Loads the configured model, resumes the role's newest checkpoint (so repeated calls continue
+one run), takes one GRPO step on the file's samples and saves a new checkpoint whose manifest
+names its parent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from spade.agent.trajectory import Trajectory
+from spade.config import CampaignConfig
+from spade.designer.designer import DesignAttempt
+from spade.errors import ConfigError
+
+Role = Literal["agent", "designer"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    metrics: dict[str, float | int]
+    checkpoint: str
+    resumed_from: str | None
+    samples: int
+
+
+def checkpoint_root(cfg: CampaignConfig, role: Role) -> str:
+    return f"{cfg.storage.root.rstrip('/')}/{cfg.name}/checkpoints/{role}"
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [
+            json.loads(line)
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
+    except (OSError, ValueError) as exc:  # unreadable file or a line that is not JSON
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+
+
+def load_samples(cfg: CampaignConfig, role: Role, path: Path) -> list[Any]:
+    """Training samples (with advantages) from ``trajectories.jsonl`` or scored attempts."""
+    from spade.training.samples import (
+        assign_advantages,
+        samples_from_design_attempts,
+        samples_from_trajectories,
+    )
+
+    rows = _rows(path)
+    if role == "agent":
+        samples = samples_from_trajectories(Trajectory.from_dict(r) for r in rows)
+        assign_advantages(samples, scale_by_std=cfg.training.advantage_std)
+        return list(samples)
+    if any("reward" not in r for r in rows):
+        raise ConfigError(f"{path}: designer training needs attempts with a 'reward' field")
+    rewards = [float(r.pop("reward")) for r in rows]
+    attempts = [
+        DesignAttempt(**{k: v for k, v in r.items() if k in DesignAttempt.__dataclass_fields__})
+        for r in rows
+    ]
+    samples = samples_from_design_attempts(attempts, rewards)
+    assign_advantages(samples, "centred")
+    return list(samples)
+
+
+def train_once(
+    cfg: CampaignConfig, role: Role, data: Path, checkpoints: str | None = None
+) -> TrainResult:
+    from spade.inference.models import load_model_and_tokenizer, resolve_model
+    from spade.training.trainer import GRPOTrainer
+
+    samples = load_samples(cfg, role, data)
+    if not samples:
+        raise ConfigError(
+            f"{data}: no trainable samples (hinted plays and empty turns are skipped)"
+        )
+    model, tokenizer = load_model_and_tokenizer(
+        resolve_model(cfg.model), cfg.model.dtype, cfg.model.device
+    )
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
+    trainer = GRPOTrainer(model, pad_id, cfg.training, role=role)
+    root = checkpoints or checkpoint_root(cfg, role)
+    previous = trainer.resume(root, storage_options=cfg.storage.storage_options)
+    metrics = trainer.step(samples)
+    uri = trainer.save(
+        root, storage_options=cfg.storage.storage_options, parent=previous.uri if previous else None
+    )
+    return TrainResult(metrics.to_dict(), uri, previous.uri if previous else None, len(samples))
