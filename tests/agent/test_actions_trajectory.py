@@ -61,6 +61,14 @@ def test_token_view_masks_observations_when_prefix_stable():
 
 
 def test_trajectory_round_trips_through_its_dict():
-    t = Trajectory("e", 3, True, hint="h", turns=[_turn([1], [2], reward=0.5, terminated=True)], status="terminated", failure=None)
+    t = Trajectory(
+        "e",
+        3,
+        True,
+        hint="h",
+        turns=[_turn([1], [2], reward=0.5, terminated=True)],
+        status="terminated",
+        failure=None,
+    )
     again = Trajectory.from_dict(t.to_dict())
     assert again == t and again.episode_return() == 0.5

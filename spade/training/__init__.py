@@ -1,0 +1,12 @@
+"""Training: GRPO on plays and designs (DESIGN.md §2.8).
+
+- :mod:`spade.training.samples`: :class:`TrainSample`, builders from trajectories and design
+  attempts, advantages, micro-batching and collation (the one-token shift is documented there);
+- :mod:`spade.training.advantages`, :mod:`spade.training.loss`: the GRPO math;
+- :mod:`spade.training.trainer`: :class:`GRPOTrainer` (one optimizer step per ``step()``), on
+- :mod:`spade.training.engines`: plain torch or DeepSpeed ZeRO;
+- :mod:`spade.training.weights`: LoRA wrapping, weight export and loading;
+- :mod:`spade.training.checkpoint`: atomic checkpoints on any fsspec URL.
+
+Importing this package is light; the submodules import torch (and peft / DeepSpeed when used).
+"""

@@ -1,0 +1,366 @@
+"""Where gradients are applied: plain torch (one device) or DeepSpeed ZeRO (one or many ranks).
+
+Both engines give the trainer one small API (:class:`Engine`): ``module`` to call forward on,
+``begin_step(n)`` / ``backward(loss)`` / ``finish_step()`` around one optimizer step of ``n``
+micro-batches, the optimizer state for checkpoints, and a few collectives (identities on one
+rank). The loss the trainer hands to ``backward`` is already scaled to its share of the step
+(see :mod:`spade.training.trainer`): engines never rescale it.
+
+DeepSpeed specifics:
+
+- **Process group.** Launched by ``deepspeed`` / ``torchrun`` (``RANK``, ``WORLD_SIZE``,
+  ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` in the environment) the ranks join that
+  group; otherwise a single-process group is made (``127.0.0.1``, a free port, rank 0 of 1).
+  The backend is gloo on CPU and the accelerator's (NCCL) on GPUs.
+- **Compiled ops.** DeepSpeed JIT-compiles C++ ops on first use: its CPU communicator
+  (``deepspeed_shm_comm``, loaded at every process-group start on CPU; ~50-75 s to build on 2
+  cores) and, when used, ``fused_adam`` (~85 s) / ``cpu_adam`` (~135 s). They are cached under
+  ``TORCH_EXTENSIONS_DIR``, which is set to ``$SPADE_CACHE/torch_extensions`` (default
+  ``~/.cache/spade/torch_extensions``) unless already set, so only the first run on a machine
+  pays for them.
+- **Optimizer.** AdamW: torch's own on CPU without offload (nothing to compile, numerically the
+  torch engine's), ``DeepSpeedCPUAdam`` when the optimizer state is offloaded, DeepSpeed's fused
+  Adam on GPUs.
+- **Accumulation.** The number of micro-batches varies from step to step (it follows the token
+  budget), so accumulation is unmanaged (``managed_gradient_accumulation: false``): ``backward``
+  only accumulates and ``step()`` is the boundary. ``gradient_accumulation_steps`` is still set to
+  the step's micro-batch count for DeepSpeed's bookkeeping. ZeRO-2/3 reduce gradients inside
+  every backward, so every rank must run as many backward passes as the others: the trainer pads
+  short ranks with zero-weighted micro-batches (:meth:`Engine.max_across_ranks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from spade.config import TrainingConfig
+from spade.errors import ConfigError
+
+__all__ = [
+    "DeepSpeedEngine",
+    "Engine",
+    "TorchEngine",
+    "deepspeed_config",
+    "ensure_extensions_dir",
+    "make_engine",
+]
+
+_ADAM_BETAS = (0.9, 0.999)
+_ADAM_EPS = 1e-8
+# ZeRO state-dict entries that are Python objects (torch.load(weights_only=True) refuses them)
+# and that loading does not need: the static loss scaler (fp32/bf16) and universal-checkpoint maps
+_ZERO_OBJECT_KEYS = ("loss_scaler", "param_slice_mappings")
+
+
+class Engine(ABC):
+    """One optimizer over the trainable parameters of ``module``."""
+
+    name: str
+    module: nn.Module
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """Where batches go."""
+
+    @property
+    @abstractmethod
+    def lr(self) -> float:
+        """The learning rate of the next update."""
+
+    def begin_step(self, micro_batches: int) -> None:  # noqa: B027 - optional hook
+        """Called before the first backward of a step of ``micro_batches`` backward passes."""
+
+    @abstractmethod
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate the gradient of ``loss`` (a scalar already scaled to its share)."""
+
+    @abstractmethod
+    def finish_step(self) -> float:
+        """Clip, update, zero the gradients; the global gradient norm before clipping."""
+
+    @abstractmethod
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer state (collective under DeepSpeed; complete on rank 0)."""
+
+    @abstractmethod
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`optimizer_state` (after the weights were loaded)."""
+
+    def weights_loaded(self) -> None:  # noqa: B027 - optional hook
+        """Called after weights were copied into ``module`` outside the optimizer."""
+
+    def full_parameters(self) -> contextlib.AbstractContextManager[None]:
+        """Inside it every parameter is whole (ZeRO-3 gathers; writes by rank 0 are kept)."""
+        return contextlib.nullcontext()
+
+    def sum_across_ranks(self, values: list[float]) -> list[float]:
+        return values
+
+    def max_across_ranks(self, value: int) -> int:
+        return value
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        return obj
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, on rank 0 (``[]`` elsewhere)."""
+        return [obj]
+
+    def barrier(self) -> None:  # noqa: B027 - nothing to wait for on one rank
+        pass
+
+
+class TorchEngine(Engine):
+    """torch.optim.AdamW on the parameters as they are (one process, CPU or one GPU)."""
+
+    name = "torch"
+
+    def __init__(self, model: nn.Module, config: TrainingConfig, lr: float) -> None:
+        self.module = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters")
+        self.grad_clip = config.grad_clip
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=lr, betas=_ADAM_BETAS, eps=_ADAM_EPS, weight_decay=config.weight_decay
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.params[0].device
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def finish_step(self) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state)
+
+
+# ------------------------------------------------------------------------------------ DeepSpeed
+
+
+def ensure_extensions_dir() -> Path:
+    """``TORCH_EXTENSIONS_DIR``, defaulted to ``$SPADE_CACHE/torch_extensions``; created."""
+    if not os.environ.get("TORCH_EXTENSIONS_DIR"):
+        cache = Path(os.environ.get("SPADE_CACHE") or "~/.cache/spade").expanduser()
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "torch_extensions")
+    path = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _init_process_group(on_cpu: bool) -> None:
+    """Join the launcher's process group, or make a one-process one."""
+    import deepspeed
+
+    launched = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    if not all(k in os.environ for k in launched):
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise RuntimeError(
+                "WORLD_SIZE > 1 but RANK/MASTER_ADDR/MASTER_PORT are not all set: launch with"
+                " `deepspeed` or `torchrun`"
+            )
+        os.environ.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(_free_port()),
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+        )
+    deepspeed.init_distributed(dist_backend="gloo" if on_cpu else None, auto_mpi_discovery=False)
+
+
+def deepspeed_config(config: TrainingConfig, lr: float, *, on_cpu: bool) -> dict[str, Any]:
+    """The DeepSpeed config dict of ``config`` (see the module docstring for the choices)."""
+    ds = config.deepspeed
+    if ds.offload_params and ds.zero_stage != 3:
+        raise ConfigError("training.deepspeed.offload_params needs zero_stage 3")
+    if ds.offload_optimizer and ds.zero_stage == 0:
+        raise ConfigError("training.deepspeed.offload_optimizer needs zero_stage 1, 2 or 3")
+    zero: dict[str, Any] = {"stage": ds.zero_stage}
+    if ds.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": not on_cpu}
+    if ds.offload_params:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": not on_cpu}
+    adam: dict[str, Any] = {
+        "lr": lr,
+        "betas": list(_ADAM_BETAS),
+        "eps": _ADAM_EPS,
+        "weight_decay": config.weight_decay,
+    }
+    if on_cpu and not ds.offload_optimizer:
+        adam["torch_adam"] = True  # no fused op to compile; the torch engine's numerics
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,  # set per step: the step's micro-batch count
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": config.grad_clip,
+        "optimizer": {"type": "AdamW", "params": adam},
+        "zero_optimization": zero,
+        "bf16": {"enabled": ds.bf16},
+        "steps_per_print": 2**31 - 1,  # the trainer reports its own metrics
+        "wall_clock_breakdown": False,
+    }
+
+
+class DeepSpeedEngine(Engine):
+    """``deepspeed.initialize`` around the model; ZeRO stage and offload from the config."""
+
+    name = "deepspeed"
+
+    def __init__(self, model: nn.Module, config: TrainingConfig, lr: float) -> None:
+        ensure_extensions_dir()  # before deepspeed compiles anything
+        import deepspeed
+        import torch.distributed as dist
+        from deepspeed.accelerator import get_accelerator
+
+        accelerator = get_accelerator()
+        on_cpu = accelerator.device_name() == "cpu"
+        if not on_cpu and "LOCAL_RANK" in os.environ:
+            accelerator.set_device(int(os.environ["LOCAL_RANK"]))
+        _init_process_group(on_cpu)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("the model has no trainable parameters")
+        self.zero_stage = config.deepspeed.zero_stage
+        self.ds_config = deepspeed_config(config, lr, on_cpu=on_cpu)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, model_parameters=params, config=self.ds_config
+        )
+        self.module = self.engine
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self._dist = dist
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.engine.device)
+
+    @property
+    def lr(self) -> float:
+        return float(self.engine.get_lr()[0])
+
+    def begin_step(self, micro_batches: int) -> None:
+        self.engine.set_train_batch_size(micro_batches * self.world_size)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.engine.backward(loss, scale_wrt_gas=False)
+
+    def finish_step(self) -> float:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """``{"zero": [state of rank 0, rank 1, ...]}`` on rank 0 (``{}`` elsewhere); without
+        ZeRO (stage 0) the optimizer is replicated: ``{"replicated": state}``."""
+        if self.zero_stage == 0:
+            return {"replicated": self.optimizer.state_dict()}
+        mine = {k: v for k, v in self.optimizer.state_dict().items() if k not in _ZERO_OBJECT_KEYS}
+        mine = {k: int(v) if k == "zero_stage" else v for k, v in mine.items()}  # an IntEnum
+        gathered = self.gather(mine)
+        return {"zero": gathered} if gathered else {}
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Every rank needs the whole ``{"zero": [...]}`` list (it picks its own partition)."""
+        if self.zero_stage == 0:
+            self.optimizer.load_state_dict(state["replicated"])
+            return
+        partitions = state.get("zero")
+        if not isinstance(partitions, list) or len(partitions) != self.world_size:
+            raise ValueError(
+                f"optimizer state holds {len(partitions or [])} ZeRO partitions, this run has"
+                f" {self.world_size} ranks (resume with the same world size)"
+            )
+        # the loss scaler was left out of the saved state (a Python object); ours is the same
+        scaler = getattr(self.optimizer, "loss_scaler", None)
+        partitions = [{"loss_scaler": scaler, **p} for p in partitions]
+        self.optimizer.load_state_dict(
+            partitions, load_optimizer_states=True, load_from_fp32_weights=True
+        )
+
+    def weights_loaded(self) -> None:
+        refresh = getattr(self.optimizer, "refresh_fp32_params", None)
+        if refresh is not None:  # ZeRO (and bf16) keep fp32 master copies of the weights
+            refresh()
+
+    @contextlib.contextmanager
+    def full_parameters(self) -> Iterator[None]:
+        if self.zero_stage < 3:  # parameters are whole on every rank below stage 3
+            yield
+            return
+        import deepspeed
+
+        params = list(self.engine.module.parameters())
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
+            yield
+
+    def sum_across_ranks(self, values: list[float]) -> list[float]:
+        if self.world_size == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        self._dist.all_reduce(t)
+        return [float(v) for v in t.tolist()]
+
+    def max_across_ranks(self, value: int) -> int:
+        if self.world_size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX)
+        return int(t.item())
+
+    def broadcast(self, obj: Any) -> Any:
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        self._dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any]:
+        if self.world_size == 1:
+            return [obj]
+        out: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        self._dist.gather_object(obj, out, dst=0)
+        return out or []
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            self._dist.barrier()
+
+
+def make_engine(model: nn.Module, config: TrainingConfig, lr: float) -> Engine:
+    """The engine ``config.engine`` names, around ``model``."""
+    if config.engine == "deepspeed":
+        return DeepSpeedEngine(model, config, lr)
+    return TorchEngine(model, config, lr)

@@ -1,0 +1,295 @@
+"""Training samples: what GRPO trains on, built from plays and designs, batched and collated.
+
+A :class:`TrainSample` is one token sequence (prompt, observations and the model's own tokens)
+with a loss mask on the model's own tokens, the log-probs the sampler reported for them, one
+scalar reward and the *group* its reward is compared within (an environment's plays for the
+agent, a skill's design attempts for the designer).
+
+Alignment. Everything in a :class:`TrainSample` is indexed by **token**: ``loss_mask[t]`` says
+whether token ``t`` is trained on and ``behaviour_logprobs[t]`` is ``log p(token t | tokens <
+t)`` (0.0 where the mask is 0). A causal LM predicts token ``t`` at position ``t - 1``, so
+:func:`collate` shifts by one: in a collated batch everything per-token is indexed by
+**position**, ``target_ids[b, t] = input_ids[b, t + 1]``, ``loss_mask[b, t] =
+sample.loss_mask[t + 1]``, ``behaviour_logprobs[b, t] = sample.behaviour_logprobs[t + 1]``, and
+the model's ``logits[b, t]`` score ``target_ids[b, t]``. Token 0 is predicted by nothing, so it
+can never be trained on (a sample whose ``loss_mask[0]`` is 1 is refused), and the last position
+predicts nothing (its mask is always 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from spade.training.advantages import get_advantage_fn, group_advantages
+
+if TYPE_CHECKING:
+    from spade.agent.trajectory import Trajectory
+    from spade.designer.designer import DesignAttempt
+
+__all__ = [
+    "TrainSample",
+    "assign_advantages",
+    "collate",
+    "micro_batches",
+    "samples_from_design_attempts",
+    "samples_from_trajectories",
+    "token_logprobs",
+]
+
+log = logging.getLogger(__name__)
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass
+class TrainSample:
+    """One sequence to train on; every list has one entry per token (length ``T``).
+
+    Attributes:
+        input_ids: ``[T]`` token ids, prompt and completion(s).
+        loss_mask: ``[T]`` 1 on the model's own tokens (trained on), 0 elsewhere; ``[0]`` is 0.
+        behaviour_logprobs: ``[T]`` the sampler's log-prob of each token (0.0 where masked).
+        reward: the episode return or the designer reward.
+        group: rewards are compared within a group (env id for plays, skill for designs).
+        advantage: filled by :func:`assign_advantages`; None until then.
+    """
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    behaviour_logprobs: list[float]
+    reward: float
+    group: str
+    advantage: float | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.input_ids)
+        if len(self.loss_mask) != n or len(self.behaviour_logprobs) != n:
+            raise ValueError(
+                f"sample of group {self.group!r}: {n} ids, {len(self.loss_mask)} mask entries"
+                f" and {len(self.behaviour_logprobs)} log-probs (must all be equal)"
+            )
+        if n < 2:
+            raise ValueError(f"sample of group {self.group!r} needs at least 2 tokens, has {n}")
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError(f"sample of group {self.group!r}: loss_mask must be 0/1")
+        if self.loss_mask[0]:  # nothing predicts the first token (see the module docstring)
+            raise ValueError(f"sample of group {self.group!r}: the first token cannot be trained")
+        if not math.isfinite(self.reward):
+            raise ValueError(f"sample of group {self.group!r}: reward {self.reward} not finite")
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def trained_tokens(self) -> int:
+        """How many tokens the loss is taken on."""
+        return sum(self.loss_mask)
+
+
+# ------------------------------------------------------------------------------------ builders
+
+
+def samples_from_trajectories(
+    trajectories: Iterable[Trajectory], *, only_unhinted: bool = True
+) -> list[TrainSample]:
+    """Agent samples: one per episode (``Trajectory.token_view()``), else one per turn.
+
+    Hinted plays are measured, never trained on (DESIGN §2.4): with ``only_unhinted`` (the
+    default) they are skipped. ``reward`` is the episode return and ``group`` the env id, so
+    advantages compare the plays of one environment. When the chat template is not prefix-stable
+    (``token_view()`` is None) every turn becomes its own sample (its prompt masked) carrying
+    the episode's return. Episodes and turns without generated tokens are skipped.
+    """
+    out: list[TrainSample] = []
+    for traj in trajectories:
+        if traj.hinted and only_unhinted:
+            continue
+        reward = traj.episode_return()
+        view = traj.token_view()
+        if view is not None:
+            ids, mask, lps = view
+            if sum(mask):
+                out.append(
+                    _sample(ids, mask, lps, reward, traj.env_id, f"trajectory {traj.env_id}")
+                )
+            continue
+        for i, turn in enumerate(traj.turns):
+            if not turn.completion_token_ids:
+                continue
+            ids = turn.prompt_token_ids + turn.completion_token_ids
+            mask = [0] * len(turn.prompt_token_ids) + [1] * len(turn.completion_token_ids)
+            lps = [0.0] * len(turn.prompt_token_ids) + list(turn.logprobs)
+            out.append(_sample(ids, mask, lps, reward, traj.env_id, f"{traj.env_id} turn {i}"))
+    return out
+
+
+def samples_from_design_attempts(
+    attempts: Sequence[DesignAttempt], rewards: Sequence[float]
+) -> list[TrainSample]:
+    """Designer samples: prompt + completion ids, trained on the completion, grouped by skill.
+
+    ``rewards[i]`` is the designer reward of ``attempts[i]`` (rejected designs included: they
+    are data). Attempts without completion tokens (failed inference, or a backend that returns
+    no token ids) cannot be trained on and are skipped, with a warning counting them.
+    """
+    if len(attempts) != len(rewards):
+        raise ValueError(f"{len(attempts)} design attempts but {len(rewards)} rewards")
+    out: list[TrainSample] = []
+    skipped = 0
+    for attempt, reward in zip(attempts, rewards, strict=True):
+        if not attempt.token_ids:
+            skipped += 1
+            continue
+        prompt = attempt.prompt_token_ids
+        where = f"design attempt {attempt.slot}.{attempt.attempt}"
+        if not prompt:
+            raise ValueError(f"{where} has completion tokens but no prompt token ids")
+        ids = prompt + attempt.token_ids
+        mask = [0] * len(prompt) + [1] * len(attempt.token_ids)
+        lps = [0.0] * len(prompt) + list(attempt.logprobs)
+        out.append(_sample(ids, mask, lps, float(reward), attempt.skill, where))
+    if skipped:
+        log.warning("%d of %d design attempts have no completion tokens", skipped, len(attempts))
+    return out
+
+
+def _sample(
+    ids: list[int], mask: list[int], lps: list[float], reward: float, group: str, where: str
+) -> TrainSample:
+    if len(lps) != len(ids):  # the sampler returned too few or too many log-probs
+        raise ValueError(f"{where}: {len(ids)} tokens but {len(lps)} log-probs")
+    return TrainSample(list(ids), list(mask), [float(x) for x in lps], float(reward), group)
+
+
+# ---------------------------------------------------------------------------------- advantages
+
+
+def assign_advantages(
+    samples: Sequence[TrainSample], fn_name: str | None = None, *, scale_by_std: bool = True
+) -> Sequence[TrainSample]:
+    """Fill each sample's ``advantage`` from the rewards of its group; returns ``samples``.
+
+    ``fn_name`` names an estimator of :data:`spade.training.advantages.ADVANTAGES`
+    (``"zscore"``, ``"centred"``) and then decides alone; None uses ``group_advantages`` with
+    ``scale_by_std`` (``TrainingConfig.advantage_std`` for the agent; the designer's rewards are
+    centred per skill, no std). Advantages must be computed over the *whole* batch, before it is
+    split between data-parallel ranks.
+    """
+    if not samples:
+        return samples
+    index: dict[str, int] = {}
+    group_ids = torch.tensor([index.setdefault(s.group, len(index)) for s in samples])
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+    if fn_name is not None:
+        adv = get_advantage_fn(fn_name)(rewards, group_ids)
+    else:
+        adv = group_advantages(rewards, group_ids, scale_by_std=scale_by_std)
+    for sample, a in zip(samples, adv.tolist(), strict=True):
+        sample.advantage = float(a)
+    return samples
+
+
+# ---------------------------------------------------------------------------------- batching
+
+
+def micro_batches(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
+    """Indices of ``samples`` in micro-batches of at most ``token_budget`` padded tokens.
+
+    A micro-batch is padded to its longest sample, so it costs ``len(longest) * count`` tokens.
+    Samples are packed longest first (ties in input order): each micro-batch takes the longest
+    remaining sample and then the following ones while the padded cost stays within the budget,
+    which keeps padding low because neighbours have similar lengths. A sample longer than the
+    budget on its own cannot be split (the loss needs the whole sequence in one forward), so it
+    gets a micro-batch to itself and exceeds the budget; nothing is dropped. Deterministic.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+    order = sorted(range(len(samples)), key=lambda i: (-len(samples[i]), i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = len(samples[current[0]]) if current else len(samples[i])
+        if current and longest * (len(current) + 1) > token_budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate(samples: Sequence[TrainSample], pad_id: int) -> Batch:
+    """Right-padded tensors of a micro-batch, per-token ones shifted to positions.
+
+    Returns (``B`` samples, ``T`` the longest length):
+
+    - ``input_ids`` ``[B, T]`` int64, ``pad_id`` after each sample's end;
+    - ``attention_mask`` ``[B, T]`` int64, 1 on real tokens;
+    - ``target_ids`` ``[B, T]`` int64, ``input_ids[b, t + 1]`` (``pad_id`` at the last position
+      of each sample and beyond): the token position ``t`` predicts;
+    - ``loss_mask`` ``[B, T]`` float32, ``sample.loss_mask[t + 1]``: 1 where position ``t``'s
+      prediction is trained on, 0 on prompt/observation targets, at the end and on padding;
+    - ``behaviour_logprobs`` ``[B, T]`` float32, ``sample.behaviour_logprobs[t + 1]`` (0.0 where
+      the mask is 0);
+    - ``advantages`` ``[B]`` float32 (every sample needs one: see :func:`assign_advantages`).
+
+    Right padding keeps each real token's position id equal to its index, so a causal model
+    sees the same positions as when the sample was generated.
+    """
+    if not samples:
+        raise ValueError("cannot collate an empty micro-batch")
+    missing = [i for i, s in enumerate(samples) if s.advantage is None]
+    if missing:
+        raise ValueError(f"samples {missing[:5]} have no advantage: call assign_advantages first")
+    b, t = len(samples), max(len(s) for s in samples)
+    input_ids = torch.full((b, t), pad_id, dtype=torch.long)
+    target_ids = torch.full((b, t), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((b, t), dtype=torch.long)
+    loss_mask = torch.zeros((b, t), dtype=torch.float32)
+    behaviour = torch.zeros((b, t), dtype=torch.float32)
+    for row, s in enumerate(samples):
+        n = len(s)
+        input_ids[row, :n] = torch.tensor(s.input_ids)
+        target_ids[row, : n - 1] = input_ids[row, 1:n]
+        attention_mask[row, :n] = 1
+        loss_mask[row, : n - 1] = torch.tensor(s.loss_mask[1:], dtype=torch.float32)
+        behaviour[row, : n - 1] = torch.tensor(s.behaviour_logprobs[1:], dtype=torch.float32)
+    # the sampler's value at a masked token means nothing (it may even be -inf)
+    behaviour = torch.where(loss_mask > 0, behaviour, torch.zeros_like(behaviour))
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "target_ids": target_ids,
+        "loss_mask": loss_mask,
+        "behaviour_logprobs": behaviour,
+        "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+    }
+
+
+def token_logprobs(
+    module: nn.Module, batch: Batch, *, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``[B, T]`` of ``batch["target_ids"]`` and, optionally, the entropy ``[B, T]``.
+
+    ``logits[b, t]`` (float32) scores ``target_ids[b, t] = input_ids[b, t + 1]``; the log-prob is
+    ``logit[target] - logsumexp(logits)`` (no ``[B, T, V]`` log-softmax kept). The entropy of the
+    model's next-token distribution at each position is a diagnostic: computed without gradient.
+    Values at masked positions are meaningless (the loss ignores them).
+    """
+    out = module(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+    )
+    logits = out.logits.float()  # [B, T, V]
+    lse = torch.logsumexp(logits, dim=-1)  # [B, T]
+    picked = logits.gather(-1, batch["target_ids"].unsqueeze(-1)).squeeze(-1)  # [B, T]
+    ent = None
+    if entropy:
+        with torch.no_grad():
+            ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    return picked - lse, ent

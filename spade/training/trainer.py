@@ -1,0 +1,388 @@
+"""GRPO updates of the agent or the designer (DESIGN.md §2.8): one optimizer step per call.
+
+:meth:`GRPOTrainer.step` takes samples whose advantages are set
+(:func:`spade.training.samples.assign_advantages`) and:
+
+1. packs them into micro-batches of at most ``micro_batch_tokens`` padded tokens;
+2. computes ``old_logprobs`` once, without gradient, with the current weights (pi_old, before
+   this update; eval mode, so no dropout) and, with a KL penalty, the reference log-probs (the
+   ``ref_model``, or for LoRA the base model with the adapters switched off);
+3. per micro-batch: forward, the log-prob of each target token at the shifted position (see
+   :mod:`spade.training.samples`) and its entropy, :func:`~spade.training.loss.policy_loss`
+   (clipped ratio against pi_old, truncated importance weights ``min(exp(old - behaviour),
+   is_cap)`` against the sampler's log-probs, optional KL), and ``backward`` of the loss scaled
+   by the micro-batch's share of the step;
+4. clips the gradient norm and takes one optimizer step.
+
+Shares. A micro-batch's loss is aggregated over its own tokens, so it is scaled by
+``d_i / D``, where ``d_i`` is what its aggregation divides by and ``D`` the same over the whole
+step (all ranks): trained tokens for ``token_mean``, sequences with a trained token for
+``sequence_mean``, sequences for ``token_sum``. The summed gradient is then exactly that of the
+whole step in one batch for every aggregation. DeepSpeed averages gradients over its ``W`` ranks,
+so there the scale is ``W * d_i / D``.
+
+Several DeepSpeed ranks: each rank passes its own shard of the samples (advantages computed
+on the whole batch first); every rank must call :meth:`step`, :meth:`save`, :meth:`resume` and
+:meth:`export_weights` together (they are collective).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from spade.config import TrainingConfig
+from spade.errors import CheckpointError, ConfigError
+from spade.training import checkpoint as ckpt
+from spade.training.engines import make_engine
+from spade.training.loss import LossOutput, policy_loss
+from spade.training.samples import Batch, TrainSample, collate, micro_batches, token_logprobs
+from spade.training.weights import (
+    adapter_config,
+    adapter_tensors,
+    full_tensors,
+    is_peft,
+    load_adapter_tensors,
+    load_full_tensors,
+    wrap_lora,
+)
+
+__all__ = ["GRPOTrainer", "StepMetrics"]
+
+log = logging.getLogger(__name__)
+_TOKEN_METRICS = ("kl", "clip_fraction", "ratio_mean", "is_weight_mean", "entropy")
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """One optimizer step, over all ranks.
+
+    ``loss`` is the step's loss (as one big batch); ``kl``, ``clip_fraction``, ``entropy``,
+    ``ratio_mean`` and ``is_weight_mean`` are means over the trained tokens; ``tokens`` counts the
+    tokens run through the model (padding excluded), ``trained_tokens`` those the loss is taken
+    on; ``tokens_per_s`` is ``tokens`` over the step's wall time (both forward passes included);
+    ``grad_norm`` is before clipping; ``lr`` is the rate the update used.
+    """
+
+    step: int
+    loss: float
+    kl: float
+    clip_fraction: float
+    grad_norm: float
+    entropy: float
+    ratio_mean: float
+    is_weight_mean: float
+    tokens: int
+    trained_tokens: int
+    samples: int
+    micro_batches: int
+    tokens_per_s: float
+    seconds: float
+    lr: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+class GRPOTrainer:
+    """GRPO on ``model`` (a causal LM): full fine-tune, or LoRA with ``config.lora.enabled``.
+
+    The torch engine trains the model where it is (move it to the GPU first); DeepSpeed moves it
+    to its rank's device.
+
+    Args:
+        model: a transformers causal LM (or a peft model when LoRA is on). With LoRA the
+            adapters are injected into it in place; only they train.
+        tokenizer_pad_id: the id padding is filled with (any valid id: padding is masked).
+        config: the training section; ``config.engine`` picks torch or DeepSpeed.
+        role: ``"agent"`` (``config.lr``) or ``"designer"`` (``config.designer_lr``).
+        ref_model: the reference policy of the KL penalty, moved to the training device. Without
+            it a LoRA model uses its base (adapters off); a full fine-tune with ``kl_coef > 0``
+            needs one.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer_pad_id: int,
+        config: TrainingConfig,
+        *,
+        role: Literal["agent", "designer"] = "agent",
+        ref_model: nn.Module | None = None,
+    ) -> None:
+        if role not in ("agent", "designer"):
+            raise ValueError(f"role must be 'agent' or 'designer', not {role!r}")
+        self.config, self.role, self.pad_id = config, role, int(tokenizer_pad_id)
+        self.lora = config.lora.enabled
+        if self.lora:
+            model = wrap_lora(model, config.lora, seed=config.seed)
+        elif is_peft(model):
+            raise ConfigError("the model has adapters but training.lora.enabled is false")
+        if config.kl_coef > 0 and ref_model is None and not self.lora:
+            raise ConfigError("training.kl_coef > 0 needs a ref_model for a full fine-tune")
+        self.model = model
+        self.engine = make_engine(
+            model, config, config.lr if role == "agent" else config.designer_lr
+        )
+        self.ref_model = ref_model
+        if ref_model is not None:
+            ref_model.to(self.engine.device).eval().requires_grad_(False)
+        self.global_step = 0
+
+    # ---------------------------------------------------------------------------------- step
+
+    def step(self, samples: Sequence[TrainSample]) -> StepMetrics:
+        """One optimizer step on ``samples`` (this rank's shard); see the module docstring."""
+        started = time.perf_counter()
+        if any(s.advantage is None for s in samples):
+            raise ValueError("every sample needs an advantage: call assign_advantages first")
+        groups = micro_batches(samples, self.config.micro_batch_tokens)
+        batches = [self._to_device(collate([samples[i] for i in g], self.pad_id)) for g in groups]
+        denoms = [self._denominator(b) for b in batches]
+        # ZeRO-2/3 reduce inside backward: every rank must run as many (padding: weight 0)
+        n_micro = self.engine.max_across_ranks(max(len(batches), 1))
+        filler = batches[-1] if batches else self._to_device(self._empty_batch())
+        batches += [filler] * (n_micro - len(batches))
+        denoms += [0.0] * (n_micro - len(denoms))
+        total = self.engine.sum_across_ranks([sum(denoms)])[0]
+        if total <= 0:
+            raise ValueError("the step has no trained tokens (empty batch or all-zero masks)")
+
+        old, ref = self._reference_logprobs(batches)
+        self.engine.module.train()
+        self.engine.begin_step(n_micro)
+        sums = dict.fromkeys(("loss", "trained", "tokens", *_TOKEN_METRICS), 0.0)
+        sums["samples"] = float(len(samples))
+        for i, batch in enumerate(batches):
+            share = denoms[i] / total
+            lp, entropy = token_logprobs(self.engine.module, batch, entropy=True)
+            out = self._loss(lp, old[i], ref[i] if ref is not None else None, batch)
+            self.engine.backward(out.loss * (share * self.engine.world_size))
+            if share > 0.0:  # else a padding micro-batch: it only keeps the ranks in step
+                self._accumulate(sums, out.metrics, share, batch, entropy)
+        grad_norm = self.engine.finish_step()
+        self.global_step += 1
+        return self._metrics(sums, grad_norm, n_micro, started)
+
+    def _loss(
+        self, lp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None, batch: Batch
+    ) -> LossOutput:
+        c = self.config
+        return policy_loss(
+            lp,
+            old,
+            batch["advantages"],
+            batch["loss_mask"],
+            eps_low=c.eps_low,
+            eps_high=c.eps_high,
+            behaviour_logprobs=batch["behaviour_logprobs"],
+            is_cap=c.is_cap,
+            ref_logprobs=ref,
+            kl_coef=c.kl_coef,
+            kl_estimator=c.kl_estimator,
+            aggregation=c.aggregation,
+        )
+
+    def _reference_logprobs(
+        self, batches: list[Batch]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """pi_old's log-probs (current weights) and the reference's, without gradient."""
+        module = self.engine.module
+        module.eval()  # pi_old without dropout noise
+        use_ref = self.ref_model is not None or (self.lora and self.config.kl_coef > 0)
+        with torch.no_grad():
+            old = [token_logprobs(module, b)[0] for b in batches]
+            if not use_ref:
+                return old, None
+            if self.ref_model is not None:
+                return old, [token_logprobs(self.ref_model, b)[0] for b in batches]
+            with self.model.disable_adapter():  # type: ignore[operator]
+                return old, [token_logprobs(module, b)[0] for b in batches]
+
+    def _denominator(self, batch: Batch) -> float:
+        """What this micro-batch's aggregation divides by (see the module docstring)."""
+        mask = batch["loss_mask"]
+        if self.config.aggregation == "token_mean":
+            return float(mask.sum().item())
+        if self.config.aggregation == "sequence_mean":
+            return float((mask.sum(dim=1) > 0).sum().item())
+        return float(mask.shape[0])  # token_sum divides by the number of sequences
+
+    @staticmethod
+    def _accumulate(
+        sums: dict[str, float],
+        metrics: dict[str, float],
+        share: float,
+        batch: Batch,
+        entropy: torch.Tensor | None,
+    ) -> None:
+        mask = batch["loss_mask"]
+        trained = float(mask.sum().item())
+        sums["loss"] += metrics["loss"] * share
+        sums["trained"] += trained
+        sums["tokens"] += float(batch["attention_mask"].sum().item())
+        for key in ("kl", "clip_fraction", "ratio_mean", "is_weight_mean"):
+            sums[key] += metrics[key] * trained  # token means -> token-weighted sums
+        if entropy is not None:
+            sums["entropy"] += float((entropy * mask).sum().item())
+
+    def _metrics(
+        self, sums: dict[str, float], grad_norm: float, n_micro: int, t0: float
+    ) -> StepMetrics:
+        keys = list(sums)
+        totals = dict(zip(keys, self.engine.sum_across_ranks([sums[k] for k in keys]), strict=True))
+        n = max(totals["trained"], 1.0)
+        seconds = time.perf_counter() - t0
+        return StepMetrics(
+            step=self.global_step,
+            loss=totals["loss"],
+            grad_norm=grad_norm,
+            tokens=int(totals["tokens"]),
+            trained_tokens=int(totals["trained"]),
+            samples=int(totals["samples"]),
+            micro_batches=n_micro,
+            tokens_per_s=totals["tokens"] / seconds if seconds > 0 else 0.0,
+            seconds=seconds,
+            lr=self.engine.lr,
+            kl=totals["kl"] / n,
+            clip_fraction=totals["clip_fraction"] / n,
+            entropy=totals["entropy"] / n,
+            ratio_mean=totals["ratio_mean"] / n,
+            is_weight_mean=totals["is_weight_mean"] / n,
+        )
+
+    def _to_device(self, batch: Batch) -> Batch:
+        return {k: v.to(self.engine.device, non_blocking=True) for k, v in batch.items()}
+
+    def _empty_batch(self) -> Batch:
+        """A two-token, nothing-trained batch for a rank without samples."""
+        pad = self.pad_id
+        return collate([TrainSample([pad, pad], [0, 0], [0.0, 0.0], 0.0, "", 0.0)], pad)
+
+    # ------------------------------------------------------------------ state and checkpoints
+
+    @property
+    def kind(self) -> Literal["full", "lora"]:
+        return "lora" if self.lora else "full"
+
+    def state_dict(self) -> dict[str, Any]:
+        """Trainer state: step, role, RNG states (one per rank) and optimizer (collective)."""
+        return {
+            "step": self.global_step,
+            "role": self.role,
+            "engine": self.engine.name,
+            "world_size": self.engine.world_size,
+            "rng": self.engine.gather(ckpt.capture_rng_state()),
+            "optimizer": self.engine.optimizer_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (weights are loaded separately, before this)."""
+        if state.get("world_size", 1) != self.engine.world_size:
+            raise CheckpointError(
+                f"state saved by {state.get('world_size')} ranks, this run has"
+                f" {self.engine.world_size}: resume with the same world size"
+            )
+        self.global_step = int(state["step"])
+        rngs = state.get("rng") or []
+        if len(rngs) > self.engine.rank:
+            ckpt.restore_rng_state(rngs[self.engine.rank])
+        if state.get("optimizer"):
+            self.engine.load_optimizer_state(state["optimizer"])
+
+    def export_weights(self, *, merged: bool = True) -> dict[str, torch.Tensor]:
+        """Weights to publish, CPU copies (collective under ZeRO-3).
+
+        Full fine-tune, or LoRA with ``merged``: every weight under the model's own names (what
+        ``TransformersBackend.reload`` takes), adapters merged in. LoRA without ``merged``: the
+        adapter tensors under peft's names (see :meth:`adapter_config`).
+        """
+        with self.engine.full_parameters():
+            if self.lora and not merged:
+                return adapter_tensors(self.model)
+            return full_tensors(self.model)
+
+    def adapter_config(self) -> dict[str, Any]:
+        """``adapter_config.json`` of the LoRA adapter (ValueError for a full fine-tune)."""
+        if not self.lora:
+            raise ValueError("a full fine-tune has no adapter config")
+        return adapter_config(self.model)
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """A local folder: the LoRA adapter (peft's layout) or the full model (transformers')."""
+        with self.engine.full_parameters():
+            if self.engine.rank == 0:
+                self.model.save_pretrained(str(folder))  # type: ignore[operator]
+        self.engine.barrier()
+
+    def save(
+        self,
+        root: str,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        parent: str | None = None,
+    ) -> str:
+        """A checkpoint ``{root}/step-{global_step:08d}`` (written by rank 0); its URI.
+
+        Kind ``"full"`` holds every weight; kind ``"lora"`` only the adapter tensors and
+        ``adapter_config.json`` (the folder is a peft adapter folder; resuming needs the same
+        base weights). The optimizer state and the trainer state (step, RNG) go along.
+        """
+        tensors = self.export_weights(merged=False)
+        state = self.state_dict()
+        optimizer = state.pop("optimizer")
+        uri = None
+        if self.engine.rank == 0:
+            uri = ckpt.save_checkpoint(
+                root,
+                self.global_step,
+                tensors=tensors,
+                kind=self.kind,
+                optimizer_state=optimizer,
+                trainer_state=state,
+                config_hash=ckpt.config_hash(self.config),
+                parent=parent,
+                adapter_config=self.adapter_config() if self.lora else None,
+                storage_options=storage_options,
+            )
+        uri = self.engine.broadcast(uri)
+        self.engine.barrier()
+        return str(uri)
+
+    def resume(
+        self, root: str, *, storage_options: dict[str, Any] | None = None
+    ) -> ckpt.CheckpointInfo | None:
+        """Load the newest complete checkpoint under ``root``; None when there is none."""
+        info = ckpt.latest_checkpoint(root, storage_options)
+        if info is None:
+            return None
+        loaded = ckpt.load_checkpoint(info.uri, storage_options=storage_options)
+        self.load_checkpoint(loaded)
+        return info
+
+    def load_checkpoint(self, loaded: ckpt.LoadedCheckpoint) -> None:
+        """Weights, optimizer and trainer state from a loaded checkpoint of the same kind."""
+        kind = loaded.manifest.get("kind")
+        if kind != self.kind:
+            raise CheckpointError(
+                f"{loaded.info.uri} is a {kind!r} checkpoint, training is {self.kind!r}"
+            )
+        if loaded.info.config_hash and loaded.info.config_hash != ckpt.config_hash(self.config):
+            log.warning("resuming %s under a changed training config", loaded.info.uri)
+        with self.engine.full_parameters():
+            if self.lora:
+                load_adapter_tensors(self.model, loaded.tensors)
+            else:
+                load_full_tensors(self.model, loaded.tensors)
+        self.engine.weights_loaded()
+        state = dict(loaded.trainer_state or {})
+        state["optimizer"] = loaded.optimizer_state
+        state.setdefault("step", loaded.step)
+        self.load_state_dict(state)

@@ -1,0 +1,140 @@
+"""Weights in and out of a trained model: LoRA wrapping, export for publishing, checkpoint loads.
+
+Two kinds of weights leave the trainer (names match ``spade.training.checkpoint``'s kinds):
+
+- ``"full"``: the model's own ``state_dict`` names (``model.layers.0.self_attn.q_proj.weight``,
+  ...), what ``TransformersBackend.reload`` and ``save_pretrained`` folders use. For a LoRA model
+  the adapters are *merged* into copies of the base weights (the trained model is left as is:
+  no in-place merge/unmerge, whose rounding would drift the base weights).
+- ``"lora"``: only the adapter tensors, under peft's saved names
+  (``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``), with the
+  ``adapter_config.json`` peft writes: together an adapter folder that
+  ``peft.PeftModel.from_pretrained`` and vLLM's LoRA loading read as is.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from spade.config import LoraConfig
+
+__all__ = [
+    "adapter_config",
+    "adapter_tensors",
+    "full_tensors",
+    "is_peft",
+    "load_adapter_tensors",
+    "load_full_tensors",
+    "wrap_lora",
+]
+
+ADAPTER = "default"  # peft's name of the one adapter the trainer makes
+
+
+def is_peft(model: nn.Module) -> bool:
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def wrap_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
+    """``model`` with LoRA adapters (peft ``get_peft_model``); only the adapters train.
+
+    The adapters are injected into ``model`` in place (peft's way). Their random initial values
+    come from ``seed`` without touching the global RNG. A model that already is a peft model is
+    returned as is.
+    """
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    if is_peft(model):
+        return model
+    peft_config = PeftLoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    devices = [model.device] if getattr(model, "device", torch.device("cpu")).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        try:
+            wrapped = get_peft_model(model, peft_config)
+        except ValueError as exc:  # e.g. none of target_modules exist in this model
+            raise ValueError(f"cannot add LoRA adapters: {exc}") from exc
+    return wrapped
+
+
+def adapter_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter tensors under peft's saved names, detached CPU copies."""
+    from peft import get_peft_model_state_dict
+
+    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+
+
+def adapter_config(model: nn.Module) -> dict[str, Any]:
+    """The ``adapter_config.json`` content peft itself writes for ``model``'s adapter."""
+    config: Any = model.peft_config[ADAPTER]  # type: ignore[index]
+    with tempfile.TemporaryDirectory() as tmp:
+        config.save_pretrained(tmp)
+        return dict(json.loads((Path(tmp) / "adapter_config.json").read_text()))
+
+
+def full_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every weight under the base model's names, LoRA merged in; detached CPU copies."""
+    if not is_peft(model):
+        return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()  # type: ignore[operator]
+    out: dict[str, torch.Tensor] = {}
+    for key, value in base.state_dict().items():
+        if ".lora_" in key:  # lora_A / lora_B / lora_embedding_* / lora_magnitude_*
+            continue
+        out[key.replace(".base_layer.", ".")] = value.detach().to("cpu", copy=True)
+    for name, module in base.named_modules():
+        layer: Any = module  # peft's layer classes carry their own (untyped) attributes
+        if not isinstance(module, LoraLayer) or ADAPTER not in module.lora_A:
+            continue
+        if layer.lora_variant.get(ADAPTER) is not None or layer.lora_bias.get(ADAPTER):
+            raise NotImplementedError(f"merging a LoRA variant or bias ({name}) is not supported")
+        key = f"{name}.weight"
+        delta = layer.get_delta_weight(ADAPTER).detach().to("cpu")
+        out[key] = (out[key] + delta.to(out[key].dtype)).contiguous()
+    return out
+
+
+def load_full_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
+    """Copy full weights (``model``'s own names) into a non-LoRA model; every name must fit."""
+    from spade.inference.models import load_state_into
+
+    if is_peft(model):
+        raise ValueError("full weights go into a model without adapters (this one has LoRA)")
+    load_state_into(model, tensors)  # checks names and shapes first: never a partial load
+
+
+def load_adapter_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
+    """Copy adapter tensors (peft's saved names) into a LoRA model; every adapter must fit."""
+    from peft import set_peft_model_state_dict
+
+    if not is_peft(model):
+        raise ValueError("adapter weights need a LoRA model (training.lora.enabled)")
+    expected = set(adapter_tensors(model))
+    if set(tensors) != expected:
+        missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+        raise ValueError(
+            f"adapter weights do not fit: missing {missing[:5]}, unexpected {extra[:5]}"
+        )
+    result = set_peft_model_state_dict(model, dict(tensors), adapter_name=ADAPTER)
+    unexpected = [k for k in getattr(result, "unexpected_keys", []) if ".lora_" in k]
+    if unexpected:
+        raise ValueError(f"adapter weights do not fit: unexpected {unexpected[:5]}")

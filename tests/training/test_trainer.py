@@ -1,0 +1,220 @@
+"""GRPOTrainer on the torch engine: learning signal, exact micro-batch accumulation,
+checkpoint round trips and weight export (tiny random Llama on CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft import PeftModel
+
+from spade.config import TrainingConfig
+from spade.errors import CheckpointError, ConfigError
+from spade.inference.models import load_state_into
+from spade.training.checkpoint import load_checkpoint
+from spade.training.samples import TrainSample
+from spade.training.trainer import GRPOTrainer
+from tests.training.tiny_task import (
+    BAD,
+    GOOD,
+    LORA,
+    PAD,
+    PROMPT,
+    learn,
+    task_samples,
+    tiny_llama,
+    varied_samples,
+)
+
+
+def test_full_fine_tune_learns_the_rewarded_completion():
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(lr=1e-2))
+    good, bad = learn(trainer, steps=6)
+    assert good > 0.5 and bad < -0.5
+
+
+def test_lora_learns_and_trains_only_the_adapters():
+    model = tiny_llama()
+    base = dict(model.named_parameters())  # peft wraps these very parameters
+    before = {name: p.detach().clone() for name, p in base.items()}
+    trainer = GRPOTrainer(model, PAD, TrainingConfig(lr=2e-2, lora=LORA))
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    good, bad = learn(trainer, steps=6)
+    assert good > 0.5 and bad < -0.5
+    assert all(torch.equal(p, before[name]) for name, p in base.items())  # base weights frozen
+
+
+def test_step_metrics_and_designer_learning_rate():
+    trainer = GRPOTrainer(
+        tiny_llama(), PAD, TrainingConfig(designer_lr=0.5, micro_batch_tokens=40), role="designer"
+    )
+    samples = varied_samples()
+    m = trainer.step(samples)
+    assert m.step == 1 and trainer.global_step == 1 and m.lr == 0.5
+    assert m.tokens == sum(len(s) for s in samples)
+    assert m.trained_tokens == sum(s.trained_tokens for s in samples)
+    assert m.micro_batches > 1 and m.tokens_per_s > 0 and m.grad_norm > 0
+    assert m.clip_fraction == 0.0 and m.ratio_mean == pytest.approx(1.0)  # pi_old = current weights
+    assert 0 < m.entropy <= float(torch.log(torch.tensor(64.0)))
+    assert set(m.to_dict()) >= {
+        "loss",
+        "kl",
+        "clip_fraction",
+        "grad_norm",
+        "entropy",
+        "tokens",
+        "tokens_per_s",
+        "micro_batches",
+        "lr",
+    }
+
+
+def test_importance_weights_use_the_behaviour_logprobs():
+    """Behaviour log-probs far below the current policy's: weights truncated at is_cap."""
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(is_cap=2.0))
+    samples = task_samples(trainer.model)
+    for s in samples:
+        s.behaviour_logprobs = [
+            lp - 5.0 if m else 0.0 for lp, m in zip(s.behaviour_logprobs, s.loss_mask, strict=True)
+        ]
+    assert trainer.step(samples).is_weight_mean == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean", "token_sum"])
+def test_micro_batches_add_up_to_one_big_batch(aggregation):
+    """The same step in one micro-batch or in several gives the same loss and gradient."""
+    samples = varied_samples(n=10)
+    grads, losses = [], []
+    for budget in (10_000, 40):
+        trainer = GRPOTrainer(
+            tiny_llama(), PAD, TrainingConfig(aggregation=aggregation, micro_batch_tokens=budget)
+        )
+        seen: list[torch.Tensor] = []
+        finish = trainer.engine.finish_step
+
+        def snapshot(finish=finish, seen=seen, trainer=trainer) -> float:
+            seen.extend(p.grad.clone() for p in trainer.engine.params)  # type: ignore[attr-defined]
+            return finish()
+
+        trainer.engine.finish_step = snapshot  # type: ignore[method-assign]
+        m = trainer.step(samples)
+        assert (m.micro_batches == 1) == (budget == 10_000)
+        grads.append(seen)
+        losses.append(m.loss)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)
+    for one, many in zip(*grads, strict=True):  # float32 sums in another order: ~1e-7 relative
+        assert float((one - many).abs().max()) <= 1e-5 * float(one.abs().max())
+
+
+def test_kl_to_the_base_model_for_lora():
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(lr=2e-2, kl_coef=0.005, lora=LORA))
+    first = trainer.step(task_samples(trainer.model))
+    assert first.kl == pytest.approx(0.0, abs=1e-7)  # adapters start at zero: policy = base
+    trainer.step(task_samples(trainer.model))
+    assert trainer.step(task_samples(trainer.model)).kl > 0.0
+
+
+def test_kl_with_a_reference_model_and_the_boundary_errors():
+    with pytest.raises(ConfigError, match="ref_model"):
+        GRPOTrainer(tiny_llama(), PAD, TrainingConfig(kl_coef=0.01))
+    trainer = GRPOTrainer(
+        tiny_llama(), PAD, TrainingConfig(lr=1e-2, kl_coef=0.01), ref_model=tiny_llama(seed=3)
+    )
+    assert trainer.step(task_samples(trainer.model)).kl > 0.0
+    with pytest.raises(ValueError, match="advantage"):
+        trainer.step([TrainSample([1, 2], [0, 1], [0.0, 0.0], 1.0, "g")])
+    with pytest.raises(ValueError, match="no trained tokens"):
+        trainer.step([TrainSample([1, 2], [0, 0], [0.0, 0.0], 1.0, "g", 0.0)])
+    with pytest.raises(ValueError, match="role"):
+        GRPOTrainer(tiny_llama(), PAD, TrainingConfig(), role="critic")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_resume_continues_bit_identically(tmp_path, lora):
+    config = TrainingConfig(lr=1e-2, micro_batch_tokens=40, lora=LORA if lora else {})
+    samples = varied_samples()
+    root = str(tmp_path / "ckpt")
+    trainer = GRPOTrainer(tiny_llama(), PAD, config)
+    trainer.step(samples)
+    uri = trainer.save(root)
+    trainer.step(samples)
+    trainer.step(samples)
+    expected = trainer.export_weights(merged=False)
+
+    # a fresh trainer: other full weights (or other adapter values), then resumed
+    fresh = GRPOTrainer(
+        tiny_llama(seed=0 if lora else 7), PAD, config.model_copy(update={"seed": 5})
+    )
+    info = fresh.resume(root)
+    assert info is not None and info.uri == uri and info.step == 1 and fresh.global_step == 1
+    fresh.step(samples)
+    fresh.step(samples)
+    got = fresh.export_weights(merged=False)
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+    assert fresh.global_step == 3
+
+
+def test_lora_checkpoint_holds_only_the_adapter_and_is_a_peft_folder(tmp_path):
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(lr=2e-2, lora=LORA))
+    trainer.step(task_samples(trainer.model))
+    uri = trainer.save(str(tmp_path / "ckpt"))
+    loaded = load_checkpoint(uri)
+    assert loaded.manifest["kind"] == "lora" and loaded.adapter_config is not None
+    assert loaded.tensors and all(".lora_" in k for k in loaded.tensors)
+    assert loaded.optimizer_state is not None and loaded.trainer_state["step"] == 1
+    again = PeftModel.from_pretrained(tiny_llama(), uri)
+    ids = torch.tensor([PROMPT + GOOD])
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=ids).logits, trainer.model(input_ids=ids).logits)
+    full = GRPOTrainer(tiny_llama(), PAD, TrainingConfig())
+    with pytest.raises(CheckpointError, match="lora"):
+        full.resume(str(tmp_path / "ckpt"))
+
+
+def test_resume_of_an_empty_root_is_a_fresh_start(tmp_path):
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig())
+    assert trainer.resume(str(tmp_path / "nothing-here")) is None and trainer.global_step == 0
+
+
+# ---------------------------------------------------------------------------------- export
+
+
+def _logits(model, ids=PROMPT + BAD):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits
+
+
+def test_full_export_loads_as_the_inference_backend_loads_weights():
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(lr=1e-2))
+    trainer.step(task_samples(trainer.model))
+    weights = trainer.export_weights()
+    serving = tiny_llama(seed=9)
+    assert weights.keys() == serving.state_dict().keys()
+    assert all(w.device.type == "cpu" for w in weights.values())
+    load_state_into(serving, weights)  # what TransformersBackend.reload does with a state dict
+    torch.testing.assert_close(_logits(serving), _logits(trainer.model))
+    trainer.step(task_samples(trainer.model))  # the export is a copy, not a view
+    assert not torch.equal(weights["lm_head.weight"], trainer.model.lm_head.weight.detach())
+
+
+def test_lora_export_merged_and_as_an_adapter_folder(tmp_path):
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(lr=2e-2, lora=LORA))
+    for _ in range(2):
+        trainer.step(task_samples(trainer.model))
+    merged = trainer.export_weights()
+    serving = tiny_llama()
+    assert merged.keys() == serving.state_dict().keys()
+    load_state_into(serving, merged)
+    torch.testing.assert_close(_logits(serving), _logits(trainer.model), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(_logits(tiny_llama()), _logits(trainer.model))  # it did train
+
+    adapter = trainer.export_weights(merged=False)
+    assert adapter and all(".lora_" in k for k in adapter)
+    assert trainer.adapter_config()["r"] == 8
+    trainer.save_pretrained(tmp_path / "adapter")
+    again = PeftModel.from_pretrained(tiny_llama(), str(tmp_path / "adapter"))
+    torch.testing.assert_close(_logits(again), _logits(trainer.model))
