@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable, Sequence
 from statistics import fmean
 
+from spade.registry import lookup
+
 RegretEstimator = Callable[[Sequence[float], Sequence[float]], float]
 """``(hinted returns, unhinted returns) -> regret >= 0``."""
 
@@ -67,11 +69,7 @@ REGRET_ESTIMATORS: dict[str, RegretEstimator] = {"mean_gap": mean_gap, "max_gap"
 
 def get_regret_estimator(name: str) -> RegretEstimator:
     """The estimator called ``name``; ValueError naming the valid ones otherwise."""
-    try:
-        return REGRET_ESTIMATORS[name]
-    except KeyError:
-        valid = ", ".join(sorted(REGRET_ESTIMATORS))
-        raise ValueError(f"unknown regret estimator {name!r}; valid: {valid}") from None
+    return lookup(REGRET_ESTIMATORS, name, "regret estimator")
 
 
 def win_rate(successes: Sequence[bool]) -> float:

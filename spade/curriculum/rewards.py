@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import TYPE_CHECKING
 
+from spade.registry import lookup
+
 if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
     from spade.config import ScoringConfig
 
@@ -158,11 +160,7 @@ DESIGNER_REWARDS: dict[str, DesignerReward] = {
 
 def get_designer_reward(name: str) -> DesignerReward:
     """The reward called ``name``; ValueError naming the valid ones otherwise."""
-    try:
-        return DESIGNER_REWARDS[name]
-    except KeyError:
-        valid = ", ".join(sorted(DESIGNER_REWARDS))
-        raise ValueError(f"unknown designer reward {name!r}; valid: {valid}") from None
+    return lookup(DESIGNER_REWARDS, name, "designer reward")
 
 
 def centre_per_skill(rewards: Sequence[float], skills: Sequence[str]) -> list[float]:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from spade.registry import lookup
+
 __all__ = [
     "ADVANTAGES",
     "AdvantageFn",
@@ -135,8 +137,4 @@ ADVANTAGES: dict[str, AdvantageFn] = {"zscore": zscore, "centred": centred}
 
 def get_advantage_fn(name: str) -> AdvantageFn:
     """The advantage estimator called ``name``; ValueError naming the valid ones otherwise."""
-    try:
-        return ADVANTAGES[name]
-    except KeyError:
-        valid = ", ".join(sorted(ADVANTAGES))
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {valid}") from None
+    return lookup(ADVANTAGES, name, "advantage estimator")

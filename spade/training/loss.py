@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from spade.registry import lookup
+
 __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
@@ -79,11 +81,7 @@ KL_ESTIMATORS: dict[str, KLEstimator] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 def get_kl_estimator(name: str) -> KLEstimator:
     """The KL estimator called ``name``; ValueError naming the valid ones otherwise."""
-    try:
-        return KL_ESTIMATORS[name]
-    except KeyError:
-        valid = ", ".join(sorted(KL_ESTIMATORS))
-        raise ValueError(f"unknown KL estimator {name!r}; valid: {valid}") from None
+    return lookup(KL_ESTIMATORS, name, "KL estimator")
 
 
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k3") -> Tensor:
@@ -200,11 +198,7 @@ AGGREGATIONS: dict[str, Aggregation] = {
 
 def get_aggregation(name: str) -> Aggregation:
     """The aggregation called ``name``; ValueError naming the valid ones otherwise."""
-    try:
-        return AGGREGATIONS[name]
-    except KeyError:
-        valid = ", ".join(sorted(AGGREGATIONS))
-        raise ValueError(f"unknown aggregation {name!r}; valid: {valid}") from None
+    return lookup(AGGREGATIONS, name, "aggregation")
 
 
 def aggregate(values: Tensor, mask: Tensor, mode: str = "token_mean") -> Tensor:
