@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import random
+import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,3 +43,49 @@ def smol_cache(pytestconfig, tmp_path_factory) -> Path:
 def smol_env(smol_cache, monkeypatch) -> Path:
     monkeypatch.setenv("SPADE_CACHE", str(smol_cache))
     return smol_cache
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """A real S3 endpoint on loopback (moto's server), for the whole run."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    name: str
+    client: Any  # boto3 S3 client on the endpoint
+    endpoint: str
+    storage_options: dict[str, Any]  # what fsspec/s3fs needs to reach it
+
+
+@pytest.fixture
+def s3_bucket(moto_endpoint, monkeypatch) -> S3Bucket:
+    """A fresh bucket (no s3fs listing cache across tests) with dummy credentials."""
+    import boto3
+
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    name = f"spade-test-{random.randrange(10**9)}"
+    client.create_bucket(Bucket=name)
+    options = {"endpoint_url": moto_endpoint, "key": "testing", "secret": "testing"}
+    return S3Bucket(name, client, moto_endpoint, options)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import socket
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,46 +125,17 @@ def test_default_corpus_is_the_builtin_wiki():
 # ----------------------------------------------------------------------------- s3 (moto)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
-def s3_bucket(moto_endpoint, monkeypatch):
-    import boto3
-
-    for var, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(var, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
-    bucket = f"corpus-{random.randrange(10**9)}"  # fresh per test: no s3fs listing cache
-    s3.create_bucket(Bucket=bucket)
+def corpus_bucket(s3_bucket):
+    """A fresh bucket holding corpus.jsonl; its name."""
     body = "".join(json.dumps({"id": f"s{i}", "text": t}) + "\n" for i, t in enumerate(DOCS))
-    s3.put_object(Bucket=bucket, Key="corpus.jsonl", Body=body.encode())
-    return bucket
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="corpus.jsonl", Body=body.encode())
+    return s3_bucket.name
 
 
-def test_s3_jsonl_through_storage_options(moto_endpoint, s3_bucket):
+def test_s3_jsonl_through_storage_options(moto_endpoint, corpus_bucket):
     cfg = CorpusConfig(
-        path=f"s3://{s3_bucket}/corpus.jsonl",
+        path=f"s3://{corpus_bucket}/corpus.jsonl",
         storage_options={"endpoint_url": moto_endpoint, "key": "testing", "secret": "testing"},
     )
     corpus = Corpus.load(cfg)
@@ -173,17 +143,17 @@ def test_s3_jsonl_through_storage_options(moto_endpoint, s3_bucket):
     assert [d.text for d in corpus.documents] == DOCS
 
 
-def test_s3_missing_object_is_a_config_error(moto_endpoint, s3_bucket):
+def test_s3_missing_object_is_a_config_error(moto_endpoint, corpus_bucket):
     cfg = CorpusConfig(
-        path=f"s3://{s3_bucket}/absent.jsonl", storage_options={"endpoint_url": moto_endpoint}
+        path=f"s3://{corpus_bucket}/absent.jsonl", storage_options={"endpoint_url": moto_endpoint}
     )
     with pytest.raises(ConfigError, match="not found"):
         Corpus.load(cfg)
 
 
-def test_s3_client_kwargs_form_of_the_endpoint(moto_endpoint, s3_bucket):
+def test_s3_client_kwargs_form_of_the_endpoint(moto_endpoint, corpus_bucket):
     cfg = CorpusConfig(
-        path=f"s3://{s3_bucket}/corpus.jsonl",
+        path=f"s3://{corpus_bucket}/corpus.jsonl",
         storage_options={"client_kwargs": {"endpoint_url": moto_endpoint}},
     )
     assert len(Corpus.load(cfg)) == 5

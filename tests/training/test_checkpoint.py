@@ -7,7 +7,6 @@ import logging
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -314,41 +313,11 @@ def test_kill_during_local_save_keeps_previous(tmp_path, caplog):
 # ----------------------------------------------------------------------------- (b) real S3 (moto)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
-def s3(moto_endpoint, monkeypatch):
-    """A fresh bucket (no s3fs listing cache across tests), its client and storage options."""
-    import boto3
-
-    for var, value in {
-        "AWS_ACCESS_KEY_ID": "x",
-        "AWS_SECRET_ACCESS_KEY": "y",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(var, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
-    bucket = f"ckpt-{random.randrange(10**9)}"
-    client.create_bucket(Bucket=bucket)
-    opts = {"endpoint_url": moto_endpoint, "key": "x", "secret": "y"}
-    return f"s3://{bucket}/runs/agent", client, bucket, opts
+def s3(s3_bucket):
+    """Root URL, client, bucket name and storage options of a fresh bucket."""
+    b = s3_bucket
+    return f"s3://{b.name}/runs/agent", b.client, b.name, b.storage_options
 
 
 def test_s3_round_trip_list_latest_prune(s3, caplog):
