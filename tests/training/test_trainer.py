@@ -132,14 +132,23 @@ def test_kl_with_a_reference_model_and_the_boundary_errors():
 # ------------------------------------------------------------------------------ checkpoints
 
 
+@pytest.fixture(params=["local", "s3"])
+def ckpt_root(request, tmp_path) -> tuple[str, dict | None]:
+    """A checkpoint root on local disk or in a bucket on a real S3 endpoint (moto)."""
+    if request.param == "local":
+        return str(tmp_path / "ckpt"), None
+    bucket = request.getfixturevalue("s3_bucket")
+    return f"s3://{bucket.name}/ckpt", bucket.storage_options
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_resume_continues_bit_identically(tmp_path, lora):
+def test_resume_continues_bit_identically(ckpt_root, lora):
     config = TrainingConfig(lr=1e-2, micro_batch_tokens=40, lora=LORA if lora else {})
     samples = varied_samples()
-    root = str(tmp_path / "ckpt")
+    root, options = ckpt_root
     trainer = GRPOTrainer(tiny_llama(), PAD, config)
     trainer.step(samples)
-    uri = trainer.save(root)
+    uri = trainer.save(root, storage_options=options)
     trainer.step(samples)
     trainer.step(samples)
     expected = trainer.export_weights(merged=False)
@@ -148,7 +157,7 @@ def test_resume_continues_bit_identically(tmp_path, lora):
     fresh = GRPOTrainer(
         tiny_llama(seed=0 if lora else 7), PAD, config.model_copy(update={"seed": 5})
     )
-    info = fresh.resume(root)
+    info = fresh.resume(root, storage_options=options)
     assert info is not None and info.uri == uri and info.step == 1 and fresh.global_step == 1
     fresh.step(samples)
     fresh.step(samples)
