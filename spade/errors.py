@@ -30,3 +30,7 @@ class InferenceError(SpadeError):
 
 class CheckpointError(SpadeError):
     """A training checkpoint is incomplete or corrupt (missing manifest or file, bad checksum)."""
+
+
+class StorageError(SpadeError):
+    """The object store is unusable or holds corrupt data (unreachable, bad blob checksum)."""
