@@ -34,10 +34,8 @@ import hashlib
 import io
 import json
 import logging
-import os
 import random
 import re
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,6 +48,7 @@ from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel
 
 from spade.errors import CheckpointError
+from spade.storage.store import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -150,28 +149,6 @@ def _uri(fs: Any, path: str) -> str:
     return path if isinstance(fs, LocalFileSystem) else str(fs.unstrip_protocol(path))
 
 
-def _put(fs: Any, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see all of it or nothing."""
-    if not isinstance(fs, LocalFileSystem):
-        fs.pipe_file(path, data)  # one PUT or multipart upload: atomic on object stores
-        return
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_dir(fs: Any, path: str) -> None:
-    if isinstance(fs, LocalFileSystem):
-        fd = os.open(path, os.O_RDONLY)
-        try:  # close the descriptor even if fsync fails
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _dedupe_storage(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """CPU, contiguous, and tied / aliased tensors cloned (safetensors refuses shared storage)."""
     out: dict[str, torch.Tensor] = {}
@@ -225,12 +202,11 @@ def save_checkpoint(
 
     files: dict[str, dict[str, Any]] = {}
     for name, data in payloads():
-        _put(fs, f"{path}/{name}", data)
+        atomic_write(fs, f"{path}/{name}", data)
         files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     head = {"format": FORMAT, "step": step, "kind": kind, "config_hash": config_hash}
     manifest = {**head, "parent": parent, "created": datetime.now(UTC).isoformat(), "files": files}
-    _put(fs, f"{path}/{MANIFEST}", json.dumps(manifest, indent=2).encode())
-    _fsync_dir(fs, path)
+    atomic_write(fs, f"{path}/{MANIFEST}", json.dumps(manifest, indent=2).encode())
     uri = _uri(fs, path)
     logger.info("saved checkpoint %s (%d files)", uri, len(files))
     return uri
