@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import json
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
 
+from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
 from rich.console import Console
 from rich.table import Table
 
@@ -103,14 +100,9 @@ def main() -> None:
     )
     Console().print(table)
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {
-        "machine": {
-            "nproc": os.cpu_count(),
-            "python": platform.python_version(),
-            "kernel": platform.release(),
-        },
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "timestamp": timestamp(),
         "model": args.model,
         "settings": {"episodes": n, "turns": turns, "tokens_per_turn": tokens},
         "one_at_a_time": one,
@@ -118,7 +110,7 @@ def main() -> None:
         "ratio": ratio,
         "wall_seconds": time.perf_counter() - started,
     }
-    args.out.write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     Console().print(f"wrote {args.out}")
 
 

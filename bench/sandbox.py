@@ -26,11 +26,9 @@ Usage: ``.venv/bin/python bench/sandbox.py [--quick] [--out PATH] [--env STEM]``
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import importlib.util
 import json
 import os
-import platform
 import select
 import statistics
 import subprocess
@@ -42,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
 from rich.console import Console
 from rich.table import Table
 
@@ -268,15 +267,7 @@ def machine_info() -> dict[str, Any]:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    return {
-        "nproc": os.cpu_count(),
-        "nproc_available": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-        "jail_python": f"{jail_python} {jail_version}",
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }
+    return machine() | {"jail_python": f"{jail_python} {jail_version}", "timestamp": timestamp()}
 
 
 def start_table(r: dict[str, Any]) -> Table:
@@ -384,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     results["wall_seconds"] = time.perf_counter() - t0
     report(results, console)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_json(args.out, results)
     console.print(f"wrote {args.out} in {results['wall_seconds']:.1f} s")
     return 0
 

@@ -25,16 +25,13 @@ Usage: ``.venv/bin/python bench/train.py [--quick] [--model NAME] [--steps N] [-
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
 from rich.console import Console
 from rich.table import Table
 
@@ -166,16 +163,13 @@ def main() -> None:
     table.add_row("deepspeed / torch", f"{ratio:.2f}x", *[""] * (len(columns) - 2))
     Console().print(table)
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {
-        "machine": {
-            "nproc": os.cpu_count(),
-            "python": platform.python_version(),
-            "kernel": platform.release(),
+        "machine": machine()
+        | {
             "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
             "torch": torch.__version__,
         },
-        "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "timestamp": timestamp(),
         "model": args.model,
         "settings": {
             k: getattr(args, k)
@@ -185,7 +179,7 @@ def main() -> None:
         "deepspeed_over_torch": ratio,
         "wall_seconds": time.perf_counter() - started,
     }
-    args.out.write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     Console().print(f"wrote {args.out}")
 
 
