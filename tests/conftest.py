@@ -89,3 +89,21 @@ def s3_bucket(moto_endpoint, monkeypatch) -> S3Bucket:
     client.create_bucket(Bucket=name)
     options = {"endpoint_url": moto_endpoint, "key": "testing", "secret": "testing"}
     return S3Bucket(name, client, moto_endpoint, options)
+
+
+@pytest.fixture
+def scripted_server():
+    """The OpenAI stand-in answering as the scripted designer/hinter/agent."""
+    from tests.fakes.openai_server import FakeOpenAIServer
+    from tests.integration.scripted_designer import ScriptedModel
+
+    with FakeOpenAIServer(script=ScriptedModel()) as fake:
+        yield fake
+
+
+@pytest.fixture
+def scripted_overrides(scripted_server, tmp_path) -> dict[str, object]:
+    """Config overrides for a scripted round (see tests/integration/scripted_designer.py)."""
+    from tests.integration.scripted_designer import round_overrides, write_corpus
+
+    return round_overrides(scripted_server, write_corpus(tmp_path / "corpus.jsonl"))

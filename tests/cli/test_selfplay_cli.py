@@ -9,8 +9,7 @@ import sys
 import pytest
 import yaml
 
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.scripted_designer import ScriptedModel
+from tests.integration.scripted_designer import write_corpus
 
 pytestmark = pytest.mark.sandbox
 
@@ -22,26 +21,17 @@ def spade(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def config(tmp_path):
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": f"doc {i} " * 30}) + "\n" for i in range(5)))
-    with FakeOpenAIServer(script=ScriptedModel()) as server:
-        path = tmp_path / "c.yaml"
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "inference": {
-                        "backend": "openai",
-                        "base_url": server.url,
-                        "served_model": server.model,
-                    },
-                    "corpus": {"path": str(corpus)},
-                    "designer": {"envs_per_round": 3, "attempts_per_slot": 1},
-                    "evaluation": {"unhinted_plays": 2, "hinted_plays": 2},
-                }
-            )
-        )
-        yield path
+def config(tmp_path, scripted_server):
+    server = scripted_server
+    settings = {
+        "inference": {"backend": "openai", "base_url": server.url, "served_model": server.model},
+        "corpus": {"path": str(write_corpus(tmp_path / "corpus.jsonl"))},
+        "designer": {"envs_per_round": 3, "attempts_per_slot": 1},
+        "evaluation": {"unhinted_plays": 2, "hinted_plays": 2},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
 
 
 def test_design_then_evaluate(config, tmp_path):

@@ -5,8 +5,6 @@ comes back from the cache."""
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import time
 from uuid import UUID
 
@@ -18,8 +16,7 @@ from prefect.testing.utilities import prefect_test_harness
 
 from flows.round import EVALUATE_CODE, RoundResult, results_path, round_flow
 from spade.config import load_config
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.scripted_designer import EXPECTED, ScriptedModel
+from tests.integration.scripted_designer import check_expected_round
 
 pytestmark = pytest.mark.sandbox
 
@@ -35,37 +32,8 @@ def prefect_api():
             yield
 
 
-@pytest.fixture
-def corpus_file(tmp_path):
-    path = tmp_path / "corpus.jsonl"
-    docs = [
-        {"text": f"Document {i} about minerals, skies and locked doors. " * 5} for i in range(10)
-    ]
-    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    return path
-
-
-@pytest.fixture
-def server():
-    with FakeOpenAIServer(script=ScriptedModel()) as fake:
-        yield fake
-
-
-def _config(server, corpus_file, root):
-    return load_config(
-        overrides={
-            "name": "flowtest",
-            "inference.backend": "openai",
-            "inference.base_url": server.url,
-            "inference.served_model": server.model,
-            "corpus.path": str(corpus_file),
-            "designer.envs_per_round": 4,
-            "designer.attempts_per_slot": 2,
-            "evaluation.unhinted_plays": 8,
-            "evaluation.hinted_plays": 16,
-            "storage.root": str(root),
-        }
-    )
+def _config(overrides, root):
+    return load_config(overrides={**overrides, "name": "flowtest", "storage.root": str(root)})
 
 
 async def _flow_state(cfg) -> State[RoundResult]:
@@ -101,21 +69,7 @@ def _final_task_states(flow_run_id: UUID, timeout: float = 20.0) -> dict[str, st
 
 
 def _check_regrets(result: RoundResult) -> None:
-    kinds = sorted(a.failure_kind or "accepted" for a in result.attempts)
-    assert kinds == ["accepted", "accepted", "accepted", "infeasible", "parse"]
-    code_by_env = {a.env_id: a.code for a in result.attempts if a.accepted}
-    by_class = {
-        re.search(r"class (\w+Env)", code_by_env[ev.env_id] or "").group(1): ev  # type: ignore[union-attr]
-        for ev in result.evaluations
-    }
-    assert set(by_class) == set(EXPECTED)
-    for name, want in EXPECTED.items():
-        ev = by_class[name]
-        assert (ev.win_rate, ev.hinted_win_rate, ev.regret) == (
-            want["win_rate"],
-            want["hinted_win_rate"],
-            want["regret"],
-        ), name
+    check_expected_round(result.attempts, result.evaluations)
     assert sorted((r.skill, r.regret) for r in result.memory_records) == [
         ("logical_deduction", 0.0),
         ("mathematical_reasoning", 1.0),
@@ -125,9 +79,10 @@ def _check_regrets(result: RoundResult) -> None:
 
 
 def test_round_flow_gives_the_exact_regrets_and_caches_on_rerun(
-    prefect_api, server, corpus_file, tmp_path, monkeypatch
+    prefect_api, scripted_server, scripted_overrides, tmp_path, monkeypatch
 ):
-    cfg = _config(server, corpus_file, tmp_path / "store")
+    server = scripted_server
+    cfg = _config(scripted_overrides, tmp_path / "store")
 
     first_id, first = _run(cfg)
     _check_regrets(first)

@@ -11,8 +11,11 @@ bad ones), writes hints, and plays so that each environment's regret is known ex
 
 from __future__ import annotations
 
+import json
 import re
 import threading
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 SKY = """
@@ -130,3 +133,47 @@ EXPECTED = {
     "MetalEnv": {"win_rate": 1.0, "hinted_win_rate": 1.0, "regret": 0.0},
     "HalfEnv": {"win_rate": 0.5, "hinted_win_rate": 1.0, "regret": 0.5},
 }
+
+
+def write_corpus(path: Path) -> Path:
+    """A small JSONL corpus the scripted designer is grounded on."""
+    docs = [
+        {"text": f"Document {i} about minerals, skies and locked doors. " * 5} for i in range(10)
+    ]
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def round_overrides(server: Any, corpus: Path) -> dict[str, object]:
+    """Config overrides for one round against the scripted model on ``server``: 4 slots of 2
+    attempts (so the broken designs of the second math slot are seen), 8 + 16 plays."""
+    return {
+        "inference.backend": "openai",
+        "inference.base_url": server.url,
+        "inference.served_model": server.model,
+        "corpus.path": str(corpus),
+        "designer.envs_per_round": 4,
+        "designer.attempts_per_slot": 2,
+        "evaluation.unhinted_plays": 8,
+        "evaluation.hinted_plays": 16,
+    }
+
+
+def env_class(code: str | None) -> str:
+    match = re.search(r"class (\w+Env)", code or "")
+    assert match is not None, "a design without an Env class"
+    return match.group(1)
+
+
+def check_expected_round(attempts: Sequence[Any], evaluations: Sequence[Any]) -> dict[str, Any]:
+    """Assert the round this script implies; return the evaluations by environment class."""
+    kinds = sorted(a.failure_kind or "accepted" for a in attempts)
+    assert kinds == ["accepted", "accepted", "accepted", "infeasible", "parse"]
+    code = {a.env_id: a.code for a in attempts if a.accepted}
+    by_class = {env_class(code[ev.env_id]): ev for ev in evaluations}
+    assert set(by_class) == set(EXPECTED)
+    for name, want in EXPECTED.items():
+        ev = by_class[name]
+        got = {"win_rate": ev.win_rate, "hinted_win_rate": ev.hinted_win_rate, "regret": ev.regret}
+        assert got == want, name
+    return by_class

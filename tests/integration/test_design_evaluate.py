@@ -4,8 +4,6 @@ OpenAI-compatible stand-in on loopback (the only fake: it stands where vLLM woul
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 
 import pytest
 
@@ -17,41 +15,9 @@ from spade.designer.designer import design_batch
 from spade.inference.factory import open_backend
 from spade.sandbox.policy import load_policy
 from spade.scoring import memory_records, score
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.scripted_designer import EXPECTED, ScriptedModel
+from tests.integration.scripted_designer import check_expected_round, env_class
 
 pytestmark = pytest.mark.sandbox
-
-
-@pytest.fixture
-def corpus_file(tmp_path):
-    path = tmp_path / "corpus.jsonl"
-    docs = [
-        {"text": f"Document {i} about minerals, skies and locked doors. " * 5} for i in range(10)
-    ]
-    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    return path
-
-
-@pytest.fixture
-def server():
-    with FakeOpenAIServer(script=ScriptedModel()) as fake:
-        yield fake
-
-
-def _config(server, corpus_file):
-    return load_config(
-        overrides={
-            "inference.backend": "openai",
-            "inference.base_url": server.url,
-            "inference.served_model": server.model,
-            "corpus.path": str(corpus_file),
-            "designer.envs_per_round": 4,
-            "designer.attempts_per_slot": 2,
-            "evaluation.unhinted_plays": 8,
-            "evaluation.hinted_plays": 16,
-        }
-    )
 
 
 async def _round(cfg):
@@ -66,30 +32,15 @@ async def _round(cfg):
     return attempts, evaluations
 
 
-def test_scripted_round_gives_the_exact_regrets(server, corpus_file):
-    cfg = _config(server, corpus_file)
+def test_scripted_round_gives_the_exact_regrets(scripted_overrides):
+    cfg = load_config(overrides=scripted_overrides)
     attempts, evaluations = asyncio.run(_round(cfg))
 
-    # Designs: 3 accepted, the infeasible one and the code-less one kept as data.
-    kinds = sorted(a.failure_kind or "accepted" for a in attempts)
-    assert kinds == ["accepted", "accepted", "accepted", "infeasible", "parse"]
+    # Designs: 3 accepted, the infeasible one and the code-less one kept as data; the
+    # regrets the script implies, exactly.
+    by_class = check_expected_round(attempts, evaluations)
     assert all(a.hint and a.hint_note is None for a in attempts if a.accepted)
-
-    by_class = {
-        re.search(r"class (\w+Env)", a.code).group(1): ev
-        for a in attempts
-        if a.accepted
-        for ev in evaluations
-        if ev.env_id == a.env_id
-    }
-    assert set(by_class) == set(EXPECTED)
-    for name, want in EXPECTED.items():
-        ev = by_class[name]
-        assert (ev.win_rate, ev.hinted_win_rate, ev.regret) == (
-            want["win_rate"],
-            want["hinted_win_rate"],
-            want["regret"],
-        ), name
+    for ev in by_class.values():
         assert (
             len(ev.unhinted_returns) == 8 and len(ev.hinted_returns) == 16 and ev.failed_plays == 0
         )
@@ -100,11 +51,7 @@ def test_scripted_round_gives_the_exact_regrets(server, corpus_file):
     scored, _ = score(attempts, evaluations, cfg.scoring)
     rewards = {}
     for s in scored:
-        name = (
-            re.search(r"class (\w+Env)", s.attempt.code).group(1)
-            if s.attempt.code and s.attempt.accepted
-            else s.attempt.failure_kind
-        )
+        name = env_class(s.attempt.code) if s.attempt.accepted else s.attempt.failure_kind
         rewards[name] = s.reward
     assert rewards["SkyWordEnv"] == pytest.approx(0.4 - 0.4 / 3)
     assert rewards["infeasible"] == pytest.approx(-0.4 / 3) and rewards["parse"] == pytest.approx(
@@ -120,8 +67,9 @@ def test_scripted_round_gives_the_exact_regrets(server, corpus_file):
     ]
 
 
-def test_trajectories_keep_tokens_logprobs_and_the_hint(server, corpus_file):
-    cfg = _config(server, corpus_file)
+def test_trajectories_keep_tokens_logprobs_and_the_hint(scripted_server, scripted_overrides):
+    server = scripted_server
+    cfg = load_config(overrides=scripted_overrides)
     _, evaluations = asyncio.run(_round(cfg))
     trajs = [t for ev in evaluations for t in ev.trajectories]
     assert len(trajs) == 3 * 24
