@@ -61,30 +61,65 @@ class DesignAttempt:
         return asdict(self)
 
 
-def _new_attempt(
-    slot: int,
+def round_documents(corpus: Corpus, cfg: CampaignConfig, regeneration: int) -> list[Document]:
+    """The grounding documents of one regeneration: one per possible attempt, seeded.
+
+    Attempt ``k`` of slot ``s`` uses document ``k * envs_per_round + s``; the corpus is walked
+    once before any document repeats, so a retried slot gets a new document.
+    """
+    d = cfg.designer
+    documents = corpus.stream(random.Random(f"{cfg.seed}:{d.seed}:{regeneration}"))
+    return [next(documents) for _ in range(d.envs_per_round * d.attempts_per_slot)]
+
+
+def slot_plan(cfg: CampaignConfig, regeneration: int) -> list[str]:
+    """The skill of each slot in this regeneration (round-robin over the active skills)."""
+    d = cfg.designer
+    return slot_skills(active_skills(d.skills, regeneration, d.active_skills), d.envs_per_round)
+
+
+def new_attempts(
     attempt: int,
-    skill: str,
-    doc: Document,
+    open_slots: list[int],
+    documents: list[Document],
     cfg: CampaignConfig,
     memory: EnvironmentMemory,
-    rng: random.Random,
-) -> DesignAttempt:
+    regeneration: int,
+) -> list[DesignAttempt]:
+    """The prompts of attempt ``attempt`` for the still-open slots (memory examples seeded
+    per regeneration, attempt and slot, so a re-run builds the same prompts)."""
     d = cfg.designer
+    skills = slot_plan(cfg, regeneration)
     max_words = (
         cfg.corpus.max_words_tool_use if d.mode == "tool_use" else cfg.corpus.max_words_games
     )
-    positives, negatives = memory.examples_for(skill, rng, d)
-    messages = design_prompt(
-        doc.truncated(max_words).text,
-        skill,
-        tool_use=d.mode == "tool_use",
-        positives=positives,
-        negatives=[(n, negative_label(n, d)) for n in negatives],
-    )
-    return DesignAttempt(
-        slot=slot, attempt=attempt, skill=skill, doc_id=doc.doc_id, messages=messages
-    )
+    out = []
+    for slot in open_slots:
+        doc = documents[attempt * d.envs_per_round + slot]
+        rng = random.Random(f"{cfg.seed}:{d.seed}:{regeneration}:{attempt}:{slot}")
+        positives, negatives = memory.examples_for(skills[slot], rng, d)
+        messages = design_prompt(
+            doc.truncated(max_words).text,
+            skills[slot],
+            tool_use=d.mode == "tool_use",
+            positives=positives,
+            negatives=[(n, negative_label(n, d)) for n in negatives],
+        )
+        out.append(
+            DesignAttempt(
+                slot=slot, attempt=attempt, skill=skills[slot], doc_id=doc.doc_id, messages=messages
+            )
+        )
+    return out
+
+
+async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignConfig) -> None:
+    """One completion per attempt, extracted into code (or a parse/inference failure)."""
+    d = cfg.designer
+    params = SamplingParams(max_tokens=d.max_tokens, temperature=d.temperature)
+    completions = await backend.complete([ChatRequest(a.messages, params) for a in batch])
+    for att, comp in zip(batch, completions, strict=True):
+        _take_completion(att, comp)
 
 
 def _take_completion(att: DesignAttempt, comp: Completion) -> None:
@@ -108,7 +143,13 @@ def _take_completion(att: DesignAttempt, comp: Completion) -> None:
     att.env_id = env_id_for(att.code)
 
 
-def _take_verdict(att: DesignAttempt, verdict: Verdict) -> None:
+def verify_design(code: str, cfg: CampaignConfig, policy: SandboxPolicy) -> Verdict:
+    """The verifier's verdict on one design (every check that executes code runs in the jail)."""
+    return verify(code, config=cfg.sandbox.verify, policy=policy)
+
+
+def apply_verdict(att: DesignAttempt, verdict: Verdict) -> None:
+    """Record the verifier's verdict on the attempt (accepted, or the failure and its check)."""
     att.verdict = verdict.to_dict() | {
         "failed_check": verdict.failed_check,
         "seconds": verdict.seconds,
@@ -126,7 +167,7 @@ async def _verify_all(
 
     async def one(code: str) -> Verdict:
         async with gate:
-            return await asyncio.to_thread(verify, code, config=cfg.sandbox.verify, policy=policy)
+            return await asyncio.to_thread(verify_design, code, cfg, policy)
 
     return list(await asyncio.gather(*(one(a.code or "") for a in attempts)))
 
@@ -140,35 +181,28 @@ async def design_batch(
     *,
     regeneration: int = 0,
 ) -> list[DesignAttempt]:
-    """All attempts of one regeneration's slots, in order of (attempt, slot)."""
-    d = cfg.designer
-    rng = random.Random(f"{cfg.seed}:{d.seed}:{regeneration}")
-    skills = slot_skills(active_skills(d.skills, regeneration, d.active_skills), d.envs_per_round)
-    params = SamplingParams(max_tokens=d.max_tokens, temperature=d.temperature)
+    """All attempts of one regeneration's slots, in order of (attempt, slot), verified and
+    hinted: the round flow runs the same steps as separate stages."""
+    documents = round_documents(corpus, cfg, regeneration)
     attempts: list[DesignAttempt] = []
-    open_slots = list(range(d.envs_per_round))
-    documents = corpus.stream(rng)  # one pass before any repeat: a retry gets a new document
-    for attempt in range(d.attempts_per_slot):
+    open_slots = list(range(cfg.designer.envs_per_round))
+    for attempt in range(cfg.designer.attempts_per_slot):
         if not open_slots:
             break
-        docs = [next(documents) for _ in open_slots]
-        batch = [
-            _new_attempt(s, attempt, skills[s], doc, cfg, memory, rng)
-            for s, doc in zip(open_slots, docs, strict=True)
-        ]
-        completions = await backend.complete([ChatRequest(a.messages, params) for a in batch])
-        for att, comp in zip(batch, completions, strict=True):
-            _take_completion(att, comp)
+        batch = new_attempts(attempt, open_slots, documents, cfg, memory, regeneration)
+        await generate(backend, batch, cfg)
         parsed = [a for a in batch if a.code is not None]
         for att, verdict in zip(parsed, await _verify_all(parsed, cfg, policy), strict=True):
-            _take_verdict(att, verdict)
-        await _hint_all([a for a in batch if a.accepted], backend, cfg)
+            apply_verdict(att, verdict)
         attempts += batch
         open_slots = [a.slot for a in batch if not a.accepted]
+    await hint_designs([a for a in attempts if a.accepted], backend, cfg)
     return attempts
 
 
-async def _hint_all(accepted: list[DesignAttempt], backend: Backend, cfg: CampaignConfig) -> None:
+async def hint_designs(
+    accepted: list[DesignAttempt], backend: Backend, cfg: CampaignConfig
+) -> None:
     """Ask for a hint per accepted design; a hint that spells out the solution is retried,
     then dropped (the design is then evaluated without hinted plays)."""
     d = cfg.designer

@@ -29,8 +29,10 @@ How requests become completions:
 - **Failures**: a chat-template error fails its request, a ``generate`` error its batch, both as
   ``BACKEND`` data; errors in our own post-processing propagate.
 
-Generation runs in a worker thread (``asyncio.to_thread``) so the event loop stays responsive; a
-lock keeps one generation (or weight swap) at a time. Use one event loop at a time.
+Generation runs in one serving thread, started on demand, so callers' event loops stay
+responsive; callers may sit on different event loops (concurrent Prefect tasks each run their
+own) and are still batched together: results go back through each caller's loop
+(``call_soon_threadsafe``). A lock keeps one generation (or weight swap) at a time.
 """
 
 from __future__ import annotations
@@ -68,6 +70,17 @@ from spade.inference.models import (
 
 log = logging.getLogger(__name__)
 _Job = tuple[int, list[int]]  # (request index, prompt token ids)
+_Queued = tuple[ChatRequest, "asyncio.Future[Completion]", asyncio.AbstractEventLoop]
+
+
+def _settle(future: asyncio.Future[Completion], result: Completion | BaseException) -> None:
+    """Complete a caller's future on its own loop (unless it was cancelled meanwhile)."""
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -127,8 +140,9 @@ class TransformersBackend:
         self._lock = threading.Lock()  # one generate() or weight swap at a time
         self._version = 0
         self._version_label = "v0"
-        self._queue: list[tuple[ChatRequest, asyncio.Future[Completion]]] = []
-        self._drainer: asyncio.Task[None] | None = None
+        self._queue: list[_Queued] = []
+        self._queue_lock = threading.Lock()
+        self._server: threading.Thread | None = None
 
     @property
     def model_name(self) -> str:
@@ -150,34 +164,36 @@ class TransformersBackend:
             return []
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Completion]] = [loop.create_future() for _ in requests]
-        self._queue.extend(zip(requests, futures, strict=True))
-        drainer = self._drainer
-        if drainer is None or drainer.done() or drainer.get_loop() is not loop:
-            # a drainer left behind by a closed loop never runs again: serve this loop's requests
-            self._queue = [(r, f) for r, f in self._queue if f.get_loop() is loop]
-            self._drainer = loop.create_task(self._drain())
+        with self._queue_lock:
+            self._queue.extend((r, f, loop) for r, f in zip(requests, futures, strict=True))
+        await asyncio.sleep(0)  # let this loop's other callers queue theirs: one batch for all
+        with self._queue_lock:
+            if self._server is None and self._queue:
+                self._server = threading.Thread(
+                    target=self._serve, name="spade-transformers-generate", daemon=True
+                )
+                self._server.start()
         return list(await asyncio.gather(*futures))
 
-    async def _drain(self) -> None:
-        """Serve everything queued, batch after batch, until the queue is empty."""
-        while self._queue:
-            queued, self._queue = self._queue, []
-            live = [(r, f) for r, f in queued if not f.done()]  # skip cancelled callers
+    def _serve(self) -> None:
+        """Serve everything queued, batch after batch; exit when the queue is empty (the next
+        :meth:`complete` starts a new server thread)."""
+        while True:
+            with self._queue_lock:
+                if not self._queue:
+                    self._server = None
+                    return
+                queued, self._queue = self._queue, []
+            live = [q for q in queued if not q[1].done()]  # skip cancelled callers
             try:
-                results = await asyncio.to_thread(self._complete_sync, [r for r, _ in live])
-            except asyncio.CancelledError:  # the loop is shutting down: nobody may hang
-                for _, future in live + self._queue:
-                    future.cancel()
-                self._queue = []
-                raise
+                results: list[Any] = self._complete_sync([r for r, _, _ in live])
             except Exception as exc:  # our own bug: these callers get it, later ones go on
-                for _, future in live:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (_, future), completion in zip(live, results, strict=True):
-                if not future.done():
-                    future.set_result(completion)
+                results = [exc] * len(live)
+            for (_, future, loop), result in zip(live, results, strict=True):
+                try:  # the caller's loop may have closed meanwhile: nobody waits any more
+                    loop.call_soon_threadsafe(_settle, future, result)
+                except RuntimeError:
+                    continue
 
     def count_tokens(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import string
+import threading
 import time
 from pathlib import Path
 
@@ -214,6 +215,28 @@ def test_concurrent_calls_share_one_generate(backend, monkeypatch):
     answers = [a for (a,) in asyncio.run(main())]
     assert calls == [4]
     assert [a.token_ids for a in answers] == [c.token_ids for c in _complete(backend, requests)]
+
+
+def test_callers_on_different_event_loops_are_all_served(backend):
+    # concurrent Prefect tasks each run their own event loop in their own thread
+    requests = [_chat(f"loop{i}", max_tokens=8) for i in range(4)]
+    expected = [c.token_ids for c in _complete(backend, requests)]
+    results: dict[int, list[int]] = {}
+    barrier = threading.Barrier(len(requests))
+
+    def caller(i: int) -> None:
+        async def one():
+            barrier.wait()
+            return (await backend.complete([requests[i]]))[0]
+
+        results[i] = asyncio.run(one()).token_ids
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert [results.get(i) for i in range(len(requests))] == expected
 
 
 def test_context_length_is_a_failure_not_a_truncation(backend):
