@@ -1,57 +1,66 @@
-"""One SPADE round as a Prefect flow: design -> evaluate -> score (first cut of issue 5, item 2).
+"""One SPADE round as a Prefect flow: every stage of DESIGN.md §2 is its own task.
 
-Each task is a thin wrapper over a plain ``spade`` function. Every task is cached on its inputs,
-its own source and the source of the ``spade`` modules it runs (so a changed stage recomputes and
-an unchanged one comes back ``Cached``), and persists its result (pickled: the results are
-dataclasses) under the campaign's storage root, so a re-run of the same round with the same
-inputs skips the stages that already finished.
+sample_documents -> (design -> verify, mapped -> settle) per attempt -> hint -> evaluate, mapped
+-> score -> memory -> train_agent -> train_designer -> publish -> heldout.
+
+Each task is a thin wrapper over a ``spade.pipeline`` function, which writes the stage's
+artifacts and manifest to the object store. Task results persist to the campaign's Prefect
+result storage and are cached on a key of (the task's data inputs, the config sections the stage
+depends on, the source of the ``spade`` modules it runs): a re-run recomputes only what changed
+and what depends on it. Inference and I/O stages retry with backoff; sandbox stages have
+timeouts; training never retries blindly (a failed update is looked at, then re-run).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from prefect import flow, task
-from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
+from prefect import flow, task, unmapped
+from prefect.cache_policies import TASK_SOURCE, CachePolicy
+from prefect.concurrency.asyncio import concurrency
 from prefect.context import TaskRunContext
 from prefect.tasks import exponential_backoff
+from prefect.utilities.hashing import hash_objects
 
-from spade.agent.evaluate import EnvEvaluation, EnvSpec, evaluate_envs
-from spade.config import CampaignConfig, ScoringConfig
-from spade.curriculum.memory import MemoryRecord
-from spade.designer.corpus import Corpus
-from spade.designer.designer import DesignAttempt, design_batch
-from spade.errors import ConfigError
-from spade.inference.factory import open_backend
-from spade.sandbox.policy import load_policy
-from spade.scoring import ScoredAttempt, memory_records, score
-from spade.storage import code_version
-from spade.workflows import load_memory
+from flows.storage import result_storage, task_runner
+from spade.agent.evaluate import EnvEvaluation, EnvSpec
+from spade.config import CampaignConfig
+from spade.designer.corpus import Document
+from spade.designer.designer import DesignAttempt
+from spade.inference.pool import WeightsRef, shared_backend
+from spade.pipeline import design as design_stages
+from spade.pipeline import evaluate as evaluate_stages
+from spade.pipeline import heldout as heldout_stage
+from spade.pipeline import score as score_stages
+from spade.pipeline import train as train_stages
+from spade.pipeline.keys import config_hash, stage_code_version
+from spade.pipeline.score import RoundScores
+from spade.pipeline.state import carried_state, delayed_designer_batch
+from spade.pipeline.summary import round_summary
+from spade.verify import Verdict
 
-RESULTS_DIR = "prefect-results"
-
-# Timeouts (seconds) per stage; generous: they stop a hung stage, not a slow one.
-DESIGN_TIMEOUT_S = 2 * 3600
-EVALUATE_TIMEOUT_S = 4 * 3600
-SCORE_TIMEOUT_S = 10 * 60
-
-# Retries for the inference-bound stages (the model server may drop a connection or restart).
+# Timeouts (seconds): they stop a hung stage, not a slow one.
+VERIFY_TIMEOUT_S = 10 * 60
+INFERENCE_TIMEOUT_S = 4 * 3600
+TRAIN_TIMEOUT_S = 8 * 3600
+IO_TIMEOUT_S = 30 * 60
 INFERENCE_RETRIES = 2
-INFERENCE_BACKOFF = exponential_backoff(backoff_factor=10)  # 10 s, 20 s, ...
+BACKOFF = exponential_backoff(backoff_factor=10)  # 10 s, 20 s, ...
+GPU_SLOT = "spade-gpu"
+"""Global concurrency limit the GPU stages occupy (``spade deploy`` creates it)."""
 
 
 @dataclass(kw_only=True)
-class StageCode(CachePolicy):
-    """Cache-key part: the source of the ``spade`` modules a stage runs (``code_version``).
+class StageKey(CachePolicy):
+    """Cache key: the stage's config sections, its library code version and its other inputs.
 
-    ``TASK_SOURCE`` only sees the thin task body; this makes a change in the library code
-    behind a stage recompute that stage, and only that stage.
+    ``TASK_SOURCE`` (added to it below) covers the thin task body; this covers the ``spade``
+    modules behind the stage (``spade.pipeline.keys``), so a changed stage recomputes.
     """
 
-    modules: tuple[str, ...] = ()  # module names (policies get copied; modules cannot be)
+    stage: str = ""
 
     def compute_key(
         self,
@@ -60,201 +69,295 @@ class StageCode(CachePolicy):
         flow_parameters: dict[str, Any],
         **kwargs: Any,
     ) -> str | None:
-        if not self.modules:
-            return None
-        return code_version(*(importlib.import_module(m) for m in self.modules))
-
-
-DESIGN_CODE = StageCode(
-    modules=(
-        "spade.designer.designer",
-        "spade.designer.extract",
-        "spade.designer.prompts",
-        "spade.designer.skills",
-        "spade.verify.checks",
-        "spade.verify.episodes",
-        "spade.verify.static",
-        "spade.verify.verifier",
-        "spade.curriculum.memory",
-    )
-)
-EVALUATE_CODE = StageCode(
-    modules=(
-        "spade.agent.evaluate",
-        "spade.agent.rollout",
-        "spade.agent.trajectory",
-        "spade.agent.actions",
-        "spade.agent.prompts",
-        "spade.curriculum.regret",
-    )
-)
-SCORE_CODE = StageCode(
-    modules=("spade.scoring", "spade.curriculum.rewards", "spade.curriculum.memory")
-)
-
-
-@dataclass
-class RoundScores:
-    """What the score stage returns."""
-
-    scored: list[ScoredAttempt]
-    ema: dict[str, float]
-    memory_records: list[MemoryRecord]
-
-
-@dataclass
-class RoundResult:
-    """Everything a round produced, as plain data."""
-
-    round_index: int
-    attempts: list[DesignAttempt]
-    evaluations: list[EnvEvaluation]
-    scored: list[ScoredAttempt] = field(default_factory=list)
-    ema: dict[str, float] = field(default_factory=dict)
-    memory_records: list[MemoryRecord] = field(default_factory=list)
-
-    def summary(self) -> dict[str, Any]:
-        """Counts and per-environment numbers (no trajectories, no code)."""
-        return {
-            "round": self.round_index,
-            "attempts": len(self.attempts),
-            "accepted": sum(a.accepted for a in self.attempts),
-            "environments": [e.summary() for e in self.evaluations],
-            "designer_rewards": [
-                {"env_id": s.outcome.env_id, "skill": s.outcome.skill, "reward": s.reward}
-                for s in self.scored
-            ],
-        }
-
-
-def results_path(config: CampaignConfig) -> Path:
-    """Where the round's persisted task results live: ``<storage.root>/<name>/prefect-results``.
-
-    Local folders only for now (``file://`` accepted); an ``s3://`` root needs a saved
-    ``RemoteFileSystem`` block, which arrives with the object-store integration.
-    """
-    root = config.storage.root
-    if root.startswith("file://"):
-        root = root[len("file://") :]
-    elif "://" in root:
-        raise ConfigError(
-            f"storage.root {root!r}: the round flow keeps results on a local path for now"
+        config = inputs["config"]
+        rest = {k: v for k, v in inputs.items() if k != "config"}
+        return hash_objects(
+            self.stage, config_hash(config, self.stage), stage_code_version(self.stage), rest
         )
-    return Path(root).expanduser().resolve() / config.name / RESULTS_DIR
 
 
-def result_storage(config: CampaignConfig) -> Path:
-    """Prefect result storage for the round's tasks (a ``Path`` needs no saved block)."""
-    path = results_path(config)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def _cached(stage: str) -> CachePolicy:
+    return StageKey(stage=stage) + TASK_SOURCE
 
 
-def accepted_specs(attempts: list[DesignAttempt]) -> list[EnvSpec]:
-    """The environments to evaluate: the accepted designs, in order."""
-    return [
-        EnvSpec(a.env_id, a.code, a.skill, a.hint, a.tool_use)
-        for a in attempts
-        if a.accepted and a.code is not None and a.env_id is not None
-    ]
+_PERSIST: dict[str, Any] = {"persist_result": True, "result_serializer": "pickle"}
+_INFERENCE: dict[str, Any] = {
+    "retries": INFERENCE_RETRIES,
+    "retry_delay_seconds": BACKOFF,
+    "retry_jitter_factor": 0.5,
+    "timeout_seconds": INFERENCE_TIMEOUT_S,
+    **_PERSIST,
+}
+
+
+@task(
+    name="sample_documents",
+    retries=2,
+    retry_delay_seconds=BACKOFF,
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=_cached("sample_documents"),
+    **_PERSIST,
+)
+def sample_documents(config: CampaignConfig, campaign_id: str, round_index: int) -> list[Document]:
+    """One grounding document per possible design attempt."""
+    return design_stages.sample_documents(config, campaign_id, round_index)
 
 
 @task(
     name="design",
-    task_run_name="design-r{round_index}",
-    retries=INFERENCE_RETRIES,
-    retry_delay_seconds=INFERENCE_BACKOFF,
-    retry_jitter_factor=0.5,
-    timeout_seconds=DESIGN_TIMEOUT_S,
-    cache_policy=INPUTS + TASK_SOURCE + DESIGN_CODE,
-    persist_result=True,
-    result_serializer="pickle",
+    task_run_name="design-r{round_index}-a{attempt}",
+    cache_policy=_cached("design"),
+    **_INFERENCE,
 )
-async def design(config: CampaignConfig, round_index: int) -> list[DesignAttempt]:
-    """Sample grounding documents and design one batch (verified and hinted)."""
-    policy = load_policy(config.sandbox.policy_path)
-    corpus = Corpus.load(config.corpus)
-    memory = load_memory(config)
-    async with open_backend(config) as backend:
-        return await design_batch(backend, corpus, memory, config, policy, regeneration=round_index)
+async def design(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    attempt: int,
+    open_slots: list[int],
+    documents: list[Document],
+    memory: dict[str, Any],
+    weights: WeightsRef,
+) -> list[DesignAttempt]:
+    """The designer writes one attempt for every open slot."""
+    async with shared_backend(config, weights) as backend:
+        return await design_stages.design(
+            config, campaign_id, round_index, attempt, open_slots, documents, memory, backend
+        )
+
+
+@task(
+    name="verify",
+    retries=1,
+    timeout_seconds=VERIFY_TIMEOUT_S,
+    cache_policy=_cached("verify"),
+    **_PERSIST,
+)
+def verify(config: CampaignConfig, campaign_id: str, round_index: int, code: str) -> Verdict:
+    """The verifier's checks on one design, inside nsjail (a broken design is a verdict)."""
+    return design_stages.verify(config, campaign_id, round_index, code)
+
+
+@task(name="settle", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("verify"), **_PERSIST)
+def settle(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    earlier: list[DesignAttempt],
+    batch: list[DesignAttempt],
+    verdicts: list[Verdict],
+) -> tuple[list[DesignAttempt], list[int]]:
+    """Join an attempt's designs with their verdicts; the slots still open."""
+    return design_stages.settle(config, campaign_id, round_index, earlier, batch, verdicts)
+
+
+@task(name="hint", task_run_name="hint-r{round_index}", cache_policy=_cached("hint"), **_INFERENCE)
+async def hint(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    attempts: list[DesignAttempt],
+    weights: WeightsRef,
+) -> list[DesignAttempt]:
+    """A strategy hint for every accepted design."""
+    async with shared_backend(config, weights) as backend:
+        return await design_stages.hint(config, campaign_id, round_index, attempts, backend)
 
 
 @task(
     name="evaluate",
-    task_run_name="evaluate-r{round_index}",
-    retries=INFERENCE_RETRIES,
-    retry_delay_seconds=INFERENCE_BACKOFF,
-    retry_jitter_factor=0.5,
-    timeout_seconds=EVALUATE_TIMEOUT_S,
-    cache_policy=INPUTS + TASK_SOURCE + EVALUATE_CODE,
-    persist_result=True,
-    result_serializer="pickle",
+    task_run_name="evaluate-r{round_index}-{env.env_id}",
+    cache_policy=_cached("evaluate"),
+    **_INFERENCE,
 )
 async def evaluate(
-    config: CampaignConfig, envs: list[EnvSpec], round_index: int
-) -> list[EnvEvaluation]:
-    """Hinted and unhinted plays of the accepted environments."""
-    if not envs:
-        return []
-    policy = load_policy(config.sandbox.policy_path)
-    async with open_backend(config) as backend:
-        return await evaluate_envs(backend, envs, config, policy)
+    config: CampaignConfig, campaign_id: str, round_index: int, env: EnvSpec, weights: WeightsRef
+) -> EnvEvaluation:
+    """Hinted and unhinted plays of one environment."""
+    async with shared_backend(config, weights) as backend:
+        return await evaluate_stages.evaluate_env(config, campaign_id, round_index, env, backend)
 
 
 @task(
-    name="score",
-    task_run_name="score-r{round_index}",
-    timeout_seconds=SCORE_TIMEOUT_S,
-    cache_policy=INPUTS + TASK_SOURCE + SCORE_CODE,
-    persist_result=True,
-    result_serializer="pickle",
+    name="commit_evaluate",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=_cached("evaluate"),
+    **_PERSIST,
 )
-def score_round(
-    scoring: ScoringConfig,
+def commit_evaluate(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    evaluations: list[EnvEvaluation],
+    weights: WeightsRef,
+) -> None:
+    evaluate_stages.commit_evaluations(
+        config, campaign_id, round_index, evaluations, weights.version
+    )
+
+
+@task(name="score", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("score"), **_PERSIST)
+def score(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
     attempts: list[DesignAttempt],
     evaluations: list[EnvEvaluation],
-    round_index: int,
-    ema: dict[str, float] | None = None,
+    ema: dict[str, float],
 ) -> RoundScores:
-    """Designer rewards for every attempt, the updated EMA, and the memory records."""
-    scored, new_ema = score(attempts, evaluations, scoring, ema)
-    return RoundScores(scored, new_ema, memory_records(attempts, evaluations, round_index))
+    """Designer rewards and the updated EMA."""
+    return score_stages.score_round(config, campaign_id, round_index, attempts, evaluations, ema)
 
 
-@flow(
-    name="spade-round",
-    flow_run_name="{config.name}-round-{round_index}",
-    persist_result=False,
+@task(name="memory", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("memory"), **_PERSIST)
+def remember(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    memory: dict[str, Any],
+    attempts: list[DesignAttempt],
+    evaluations: list[EnvEvaluation],
+) -> dict[str, Any]:
+    """The environment memory after this round."""
+    return score_stages.remember(config, campaign_id, round_index, memory, attempts, evaluations)
+
+
+@task(
+    name="train",
+    task_run_name="train_{role}-r{round_index}",
+    timeout_seconds=TRAIN_TIMEOUT_S,
+    cache_policy=_cached("train_agent"),
+    **_PERSIST,
 )
-async def round_flow(config: CampaignConfig, round_index: int = 0) -> RoundResult:
-    """One self-play round: design a batch, evaluate the accepted designs, score them."""
-    storage = result_storage(config)
+async def train(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    role: str,
+    data: Any,
+    parent: WeightsRef,
+) -> train_stages.TrainOutcome:
+    """One GRPO update (no retries: a failed update is looked at, then re-run)."""
+    async with concurrency(GPU_SLOT, occupy=1, strict=False):
+        return train_stages.train(config, campaign_id, round_index, role, data, parent)  # type: ignore[arg-type]
 
-    attempts = await design.with_options(result_storage=storage)(config, round_index)
-    envs = accepted_specs(attempts)
-    evaluations = await evaluate.with_options(result_storage=storage)(config, envs, round_index)
-    scores = score_round.with_options(result_storage=storage)(
-        config.scoring, attempts, evaluations, round_index
+
+@task(name="skip_training", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
+def skip_training(config: CampaignConfig, campaign_id: str, round_index: int) -> None:
+    """Commit both training stages as skipped (``run.train`` is off)."""
+    train_stages.skip_training(config, campaign_id, round_index)
+
+
+@task(
+    name="publish",
+    retries=INFERENCE_RETRIES,
+    retry_delay_seconds=BACKOFF,
+    timeout_seconds=INFERENCE_TIMEOUT_S,
+    cache_policy=_cached("publish"),
+    **_PERSIST,
+)
+async def publish(
+    config: CampaignConfig, campaign_id: str, round_index: int, weights: WeightsRef
+) -> WeightsRef:
+    """Make the trained weights what the next round serves."""
+    return await train_stages.publish(config, campaign_id, round_index, weights)
+
+
+@task(name="heldout", cache_policy=_cached("heldout"), **_INFERENCE)
+async def heldout(
+    config: CampaignConfig, campaign_id: str, round_index: int, weights: WeightsRef
+) -> dict[str, Any]:
+    """Unhinted plays of the held-out environments (skipped when none are configured)."""
+    return await heldout_stage.heldout(config, campaign_id, round_index, weights)
+
+
+@dataclass
+class RoundOutcome:
+    """What a round flow returns (everything else is in the object store)."""
+
+    campaign_id: str
+    round_index: int
+    weights: WeightsRef
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+async def _design_phase(
+    t: Any, config: CampaignConfig, cid: str, r: int, memory: dict[str, Any], weights: WeightsRef
+) -> list[DesignAttempt]:
+    documents = sample_documents(config, cid, r)
+    attempts: list[DesignAttempt] = []
+    open_slots = list(range(config.designer.envs_per_round))
+    for k in range(config.designer.attempts_per_slot):
+        if not open_slots:
+            break
+        batch = await t.design(config, cid, r, k, open_slots, documents, memory, weights)
+        codes = [a.code for a in batch if a.code is not None]
+        verdicts = t.verify.map(unmapped(config), cid, r, codes).result() if codes else []
+        attempts, open_slots = t.settle(config, cid, r, attempts, batch, verdicts)
+    return list(await t.hint(config, cid, r, attempts, weights))
+
+
+async def _train_phase(
+    t: Any,
+    config: CampaignConfig,
+    cid: str,
+    r: int,
+    evaluations: list[EnvEvaluation],
+    weights: WeightsRef,
+) -> WeightsRef:
+    agent = await t.train(config, cid, r, "agent", evaluations, weights)
+    delayed = delayed_designer_batch(config, cid, r)
+    data = (delayed[1], delayed[2]) if delayed else ([], [])
+    designer = await t.train(config, cid, r, "designer", data, agent.weights)
+    return WeightsRef(**designer.weights.to_dict())
+
+
+@flow(name="spade-round", flow_run_name="{campaign_id}-round-{round_index}", persist_result=False)
+async def round_flow(
+    config: CampaignConfig, campaign_id: str, round_index: int = 0
+) -> RoundOutcome:
+    """One self-play round of a campaign; its state comes from the previous round's outputs."""
+    cid, r = campaign_id, round_index
+    t = _bound(result_storage(config))
+    carried = carried_state(config, cid, r)
+    attempts = await _design_phase(t, config, cid, r, carried.memory, carried.weights)
+    specs = design_stages.accepted_specs(attempts)
+    evaluations = (
+        t.evaluate.map(unmapped(config), cid, r, specs, unmapped(carried.weights)).result()
+        if specs
+        else []
     )
-    return RoundResult(
-        round_index=round_index,
-        attempts=attempts,
-        evaluations=evaluations,
-        scored=scores.scored,
-        ema=scores.ema,
-        memory_records=scores.memory_records,
-    )
+    t.commit_evaluate(config, cid, r, evaluations, carried.weights)
+    t.score(config, cid, r, attempts, evaluations, carried.ema)
+    t.remember(config, cid, r, carried.memory, attempts, evaluations)
+    weights = carried.weights
+    if config.run.train:
+        weights = await _train_phase(t, config, cid, r, evaluations, weights)
+    else:
+        t.skip_training(config, cid, r)
+    published = await t.publish(config, cid, r, weights)
+    await t.heldout(config, cid, r, published)
+    return RoundOutcome(cid, r, published, round_summary(config, cid, r))
 
 
-__all__ = [
-    "RoundResult",
-    "RoundScores",
-    "StageCode",
-    "accepted_specs",
-    "design",
-    "evaluate",
-    "result_storage",
-    "results_path",
-    "round_flow",
-    "score_round",
-]
+def _bound(storage: Any) -> Any:
+    """Every task of the round, persisting its results to ``storage``."""
+    tasks: dict[str, Any] = {
+        "sample_documents": sample_documents,
+        "design": design,
+        "verify": verify,
+        "settle": settle,
+        "hint": hint,
+        "evaluate": evaluate,
+        "commit_evaluate": commit_evaluate,
+        "score": score,
+        "remember": remember,
+        "train": train,
+        "skip_training": skip_training,
+        "publish": publish,
+        "heldout": heldout,
+    }
+    return SimpleNamespace(**{n: t.with_options(result_storage=storage) for n, t in tasks.items()})
+
+
+__all__ = ["GPU_SLOT", "RoundOutcome", "StageKey", "round_flow", "task_runner"]

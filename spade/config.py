@@ -413,6 +413,29 @@ class TrainingConfig(_Section):
     deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
 
 
+class RunConfig(_Section):
+    """How a campaign runs: how many rounds, which stages, which task runner."""
+
+    rounds: int = Field(
+        1, ge=0, le=1_000_000, description="Rounds to run (0: until stopped or cancelled)."
+    )
+    train: bool = Field(True, description="Run the training stages (else they are skipped).")
+    heldout_envs: list[str] = Field(
+        default_factory=list,
+        description="Environment files or folders played unhinted after each round (held-out).",
+    )
+    task_runner: Literal["thread", "dask"] = Field(
+        "thread", description="Where mapped verify/evaluate tasks run: threads or a Dask cluster."
+    )
+    dask_address: str | None = Field(
+        None, description="Address of a running Dask scheduler (None: a local cluster)."
+    )
+    dask_workers: int = Field(2, ge=1, le=1024, description="Workers of the local Dask cluster.")
+    max_parallel_tasks: int = Field(
+        8, ge=1, le=1024, description="Threads of the default task runner."
+    )
+
+
 class CampaignConfig(_Section):
     """Everything a SPADE campaign needs to run."""
 
@@ -432,6 +455,7 @@ class CampaignConfig(_Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
 
     def resolved_yaml(self) -> str:
         """Every field, defaults included: what is saved with each run."""

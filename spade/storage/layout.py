@@ -122,6 +122,7 @@ class StageManifest:
     finished: str = ""
     seconds: float = 0.0
     status: Status = "completed"
+    note: str = ""  # why a stage failed or was skipped
     format: int = MANIFEST_FORMAT
 
     def __post_init__(self) -> None:

@@ -1,0 +1,90 @@
+"""A SPADE campaign as a Prefect flow: rounds one after another, each a ``spade-round`` subflow,
+carrying memory, EMA and weights through the object store, resumable by campaign id.
+
+Re-running with the same campaign id skips the rounds whose every stage is committed and
+re-enters the first incomplete round, where finished stages come back from the cache. After
+each round a table artifact shows the per-round numbers and a markdown artifact links to the
+stored artifacts; ``spade stop`` (or cancelling the run) ends a campaign of ``rounds: 0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+
+from flows.round import round_flow
+from flows.storage import task_runner
+from spade.config import CampaignConfig
+from spade.pipeline.campaign import (
+    first_incomplete_round,
+    new_campaign_id,
+    start_campaign,
+    stop_requested,
+)
+from spade.pipeline.summary import campaign_status
+from spade.storage import CampaignStore
+
+TABLE_COLUMNS = (
+    "round",
+    "attempts",
+    "accepted",
+    "win_rate",
+    "hinted_win_rate",
+    "regret",
+    "designer_reward",
+    "train_loss",
+    "weights",
+)
+
+
+def artifact_key(campaign_id: str) -> str:
+    """Prefect artifact keys are lowercase letters, digits and dashes."""
+    return "".join(c if c.isalnum() else "-" for c in campaign_id.lower()).strip("-")[:90]
+
+
+async def _report(cs: CampaignStore) -> dict[str, Any]:
+    status = campaign_status(cs)
+    rows = [{c: r.get(c) for c in TABLE_COLUMNS} for r in status["rounds"]]
+    key = artifact_key(cs.layout.campaign_id)
+    await acreate_table_artifact(rows, key=f"{key}-rounds", description="SPADE rounds so far")
+    links = "\n".join(
+        f"- round {r['round']}: `{cs.store.url(cs.layout.round_prefix(r['round']))}`"
+        for r in status["rounds"]
+    )
+    await acreate_markdown_artifact(
+        f"# Campaign `{cs.layout.campaign_id}`\n\nArtifacts: `{status['store']}`\n\n{links}\n\n"
+        f"Status: `spade status {cs.layout.campaign_id} --store {cs.store.url()}`\n",
+        key=f"{key}-artifacts",
+        description="Where the campaign's artifacts are",
+    )
+    return status
+
+
+@flow(name="spade-campaign", flow_run_name="{campaign_id}", persist_result=False)
+async def campaign_flow(
+    config: CampaignConfig, campaign_id: str | None = None, rounds: int | None = None
+) -> dict[str, Any]:
+    """Run ``rounds`` rounds (default ``config.run.rounds``; 0: until stopped) of a campaign.
+
+    ``campaign_id`` None starts a new campaign; an existing id resumes it.
+    """
+    log = get_run_logger()
+    cid = campaign_id or new_campaign_id(config)
+    total = config.run.rounds if rounds is None else rounds
+    cs = start_campaign(config, cid)
+    r = first_incomplete_round(cs)
+    log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
+    runner = task_runner(config)
+    while total == 0 or r < total:
+        if stop_requested(cs):
+            log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
+            break
+        await round_flow.with_options(task_runner=runner)(config, cid, r)
+        await _report(cs)
+        r += 1
+    return await _report(cs)
+
+
+__all__ = ["artifact_key", "campaign_flow"]

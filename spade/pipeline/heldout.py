@@ -1,0 +1,73 @@
+"""The held-out hook: unhinted plays of environments the agent never trains on, per round.
+
+``run.heldout_envs`` names environment files or folders (``*.py``); each round plays them with
+the round's published weights and stores win rate and mean return per environment. Benchmark
+suites (reasoning-gym, HumanEval, BFCL) plug in here as more environment sources.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from spade.agent.evaluate import EnvSpec, evaluate_envs
+from spade.config import CampaignConfig
+from spade.curriculum.memory import read_declarations
+from spade.designer.designer import env_id_for
+from spade.errors import ConfigError
+from spade.inference.pool import WeightsRef, shared_backend
+from spade.pipeline.record import StageRecord
+from spade.sandbox.policy import load_policy
+from spade.workflows import describe
+
+
+def heldout_files(cfg: CampaignConfig) -> list[Path]:
+    """The configured held-out environment files, sorted; ConfigError for a missing path."""
+    files: list[Path] = []
+    for entry in cfg.run.heldout_envs:
+        path = Path(entry).expanduser()
+        if path.is_dir():
+            files += sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ConfigError(f"run.heldout_envs: {entry!r} is neither a file nor a folder")
+    return files
+
+
+async def heldout(
+    cfg: CampaignConfig, campaign_id: str, round: int, weights: WeightsRef
+) -> dict[str, Any]:
+    """Play every held-out environment unhinted; commit ``heldout`` (skipped when none)."""
+    rec = StageRecord(cfg, campaign_id, round, "heldout", {"weights": weights.version})
+    files = heldout_files(cfg)
+    if not files:
+        rec.commit("skipped", "no held-out environments configured (run.heldout_envs)")
+        return {}
+    policy = load_policy(cfg.sandbox.policy_path)
+    specs = []
+    for f in files:
+        code = f.read_text(encoding="utf-8")
+        skill = read_declarations(code).get("skill", "unknown")
+        tool_use, _ = describe(code, policy)  # asks the jail: the code is not run here
+        specs.append(EnvSpec(env_id_for(code), code, skill, None, tool_use))
+    async with shared_backend(cfg, weights) as backend:
+        results = await evaluate_envs(backend, specs, cfg, policy)
+    rows = [
+        {
+            "file": f.name,
+            "env_id": r.env_id,
+            "skill": r.skill,
+            "win_rate": r.win_rate,
+            "mean_return": fmean(r.unhinted_returns) if r.unhinted_returns else 0.0,
+            "failed_plays": r.failed_plays,
+            "weights": weights.version,
+        }
+        for f, r in zip(files, results, strict=True)
+    ]
+    rec.write_jsonl("results.jsonl", rows)
+    overall = {"win_rate": fmean(r.win_rate for r in results), "environments": len(rows)}
+    rec.write_json("summary.json", overall)
+    rec.commit()
+    return overall

@@ -1,0 +1,102 @@
+"""What each stage's result depends on: the config sections it reads and the code it runs.
+
+A stage's cache key is built from these (plus its data inputs), so a change to the training
+config does not re-run the design stage, and a change to the verifier's code re-runs verify and
+what follows it, not the design before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from typing import Any
+
+from spade.config import CampaignConfig
+from spade.storage import code_version
+
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "sample_documents": ("seed", "corpus", "designer"),
+    "design": ("seed", "model", "corpus", "designer", "memory"),
+    "verify": ("sandbox",),
+    "hint": ("model", "designer"),
+    "evaluate": ("seed", "model", "evaluation", "scoring"),
+    "score": ("scoring", "evaluation"),
+    "memory": ("memory",),
+    "train_agent": ("seed", "model", "training"),
+    "train_designer": ("seed", "model", "training"),
+    "publish": ("model", "training"),
+    "heldout": ("model", "evaluation"),
+}
+"""Top-level config fields each stage's result depends on (``inference`` and ``storage`` are
+where work runs, not what it computes, so they are in no key)."""
+
+STAGE_MODULES: dict[str, tuple[str, ...]] = {
+    "sample_documents": ("spade.designer.corpus", "spade.pipeline.design"),
+    "design": (
+        "spade.designer.designer",
+        "spade.designer.extract",
+        "spade.designer.prompts",
+        "spade.designer.skills",
+        "spade.curriculum.memory",
+        "spade.pipeline.design",
+    ),
+    "verify": (
+        "spade.verify.checks",
+        "spade.verify.episodes",
+        "spade.verify.static",
+        "spade.verify.verifier",
+        "spade.sandbox.server",
+        "spade.pipeline.design",
+    ),
+    "hint": ("spade.designer.prompts", "spade.designer.extract", "spade.pipeline.design"),
+    "evaluate": (
+        "spade.agent.evaluate",
+        "spade.agent.rollout",
+        "spade.agent.trajectory",
+        "spade.agent.actions",
+        "spade.agent.prompts",
+        "spade.curriculum.regret",
+        "spade.pipeline.evaluate",
+    ),
+    "score": ("spade.scoring", "spade.curriculum.rewards", "spade.pipeline.score"),
+    "memory": ("spade.curriculum.memory", "spade.scoring", "spade.pipeline.score"),
+    "train_agent": (
+        "spade.training.samples",
+        "spade.training.advantages",
+        "spade.training.loss",
+        "spade.training.trainer",
+        "spade.pipeline.train",
+    ),
+    "train_designer": (
+        "spade.training.samples",
+        "spade.training.advantages",
+        "spade.training.loss",
+        "spade.training.trainer",
+        "spade.pipeline.train",
+    ),
+    "publish": ("spade.pipeline.train",),
+    "heldout": ("spade.pipeline.evaluate",),
+}
+"""The library modules whose source a stage's results depend on."""
+
+
+def _digest(obj: Any) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def config_hash(cfg: CampaignConfig, stage: str) -> str:
+    """Hash of the config sections ``stage`` depends on (16 hex chars)."""
+    dump = cfg.model_dump(mode="json")
+    return _digest({name: dump[name] for name in STAGE_SECTIONS[stage]})
+
+
+def stage_code_version(stage: str) -> str:
+    """Hash of the source of the modules ``stage`` runs (16 hex chars)."""
+    return code_version(*(importlib.import_module(m) for m in STAGE_MODULES[stage]))
+
+
+def fingerprint(obj: Any) -> str:
+    """A stable hash of JSON-able data (inputs of a stage that are not config)."""
+    return _digest(obj)

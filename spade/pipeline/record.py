@@ -1,0 +1,102 @@
+"""Writing one stage's artifacts and committing them, and finding a campaign's artifacts.
+
+A :class:`StageRecord` collects a stage's outputs (JSON, JSON lines, text, content-addressed
+blobs) under ``campaign/<id>/round-<NNNN>/<stage>/`` and writes the stage manifest last, so a
+crash leaves no committed half-stage. Keys are deterministic: a re-run overwrites, never adds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from spade.config import CampaignConfig
+from spade.pipeline.keys import config_hash, stage_code_version
+from spade.storage import CampaignStore, ObjectStore, StageManifest, utc_now
+
+CONFIG_KEY = "config.yaml"
+
+
+def campaign_store(cfg: CampaignConfig, campaign_id: str) -> CampaignStore:
+    """The campaign's artifacts in the configured object store."""
+    return CampaignStore(ObjectStore.from_config(cfg.storage), campaign_id)
+
+
+def jsonl(rows: Iterable[Any]) -> bytes:
+    """JSON lines (one compact object per line)."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
+
+
+def read_jsonl(cs: CampaignStore, key: str) -> list[Any]:
+    """The rows of a JSON-lines object."""
+    return [json.loads(line) for line in cs.store.read_bytes(key).splitlines() if line.strip()]
+
+
+class StageRecord:
+    """One stage's outputs in one round; :meth:`commit` writes the manifest (last)."""
+
+    def __init__(
+        self,
+        cfg: CampaignConfig,
+        campaign_id: str,
+        round: int,
+        stage: str,
+        inputs: dict[str, str] | None = None,
+    ) -> None:
+        self.cs = campaign_store(cfg, campaign_id)
+        self.round, self.stage = round, self.cs.layout.check_stage(stage)
+        self.inputs = dict(inputs or {})
+        self.outputs: dict[str, str] = {}
+        self.config_hash = config_hash(cfg, stage)
+        self.code_version = stage_code_version(stage)
+        self.started, self._t0 = utc_now(), time.perf_counter()
+        if not self.cs.store.exists(f"{self.cs.layout.round_prefix(round)}/{CONFIG_KEY}"):
+            self.write_round_config(cfg)
+
+    def write_round_config(self, cfg: CampaignConfig) -> None:
+        """The resolved config the round ran with (first stage of the round writes it)."""
+        key = f"{self.cs.layout.round_prefix(self.round)}/{CONFIG_KEY}"
+        self.cs.store.write_bytes(key, cfg.resolved_yaml().encode())
+
+    def key(self, name: str) -> str:
+        return self.cs.layout.stage_key(self.round, self.stage, name)
+
+    def write_bytes(self, name: str, data: bytes) -> str:
+        key = self.key(name)
+        self.cs.store.write_bytes(key, data)
+        self.outputs[name] = key
+        return key
+
+    def write_json(self, name: str, obj: Any) -> str:
+        key = self.key(name)
+        self.cs.store.write_json(key, obj)
+        self.outputs[name] = key
+        return key
+
+    def write_jsonl(self, name: str, rows: Iterable[Any]) -> str:
+        return self.write_bytes(name, jsonl(rows))
+
+    def write_blob(self, name: str, data: bytes) -> str:
+        """Content-addressed (stored once however often written); the output maps to its digest."""
+        digest = self.cs.store.put_blob(data)
+        self.outputs[name] = digest
+        return digest
+
+    def commit(self, status: str = "completed", note: str = "") -> StageManifest:
+        manifest = StageManifest(
+            stage=self.stage,
+            round=self.round,
+            inputs=self.inputs,
+            outputs=self.outputs,
+            config_hash=self.config_hash,
+            code_version=self.code_version,
+            started=self.started,
+            finished=utc_now(),
+            seconds=round(time.perf_counter() - self._t0, 3),
+            status=status,  # type: ignore[arg-type]
+            note=note,
+        )
+        self.cs.write_stage_manifest(manifest)
+        return manifest

@@ -1,0 +1,74 @@
+"""What one round hands the next through the object store: memory, EMA, weights, and the
+designer's delayed batch. Everything here is read from committed stage outputs only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spade.config import CampaignConfig
+from spade.curriculum.memory import EnvironmentMemory, import_pool
+from spade.designer.designer import DesignAttempt
+from spade.errors import StorageError
+from spade.inference.pool import BASE, WeightsRef
+from spade.pipeline.record import campaign_store, read_jsonl
+from spade.storage import CampaignStore
+
+
+@dataclass
+class Carried:
+    """The state a round starts from."""
+
+    memory: dict[str, Any]
+    ema: dict[str, float] = field(default_factory=dict)
+    weights: WeightsRef = BASE
+
+
+def initial_memory(cfg: CampaignConfig) -> dict[str, Any]:
+    """The memory of round 0: the configured seed pool, or empty."""
+    memory = EnvironmentMemory(cfg.memory)
+    if cfg.memory.seed_pool:
+        memory.extend(import_pool(cfg.memory.seed_pool, cfg.memory))
+    return memory.state_dict()
+
+
+def _output(cs: CampaignStore, round: int, stage: str, name: str) -> Any:
+    manifest = cs.read_stage_manifest(round, stage)
+    if manifest is None or not manifest.done:
+        raise StorageError(
+            f"{cs.store.url(cs.layout.stage_prefix(round, stage))}: stage {stage} of round"
+            f" {round} is not committed; resume that round first"
+        )
+    return cs.store.read_json(cs.layout.stage_key(round, stage, name))
+
+
+def carried_state(cfg: CampaignConfig, campaign_id: str, round: int) -> Carried:
+    """Round ``round``'s starting state: round 0 starts fresh, later rounds from round - 1."""
+    if round == 0:
+        return Carried(initial_memory(cfg))
+    cs = campaign_store(cfg, campaign_id)
+    prev = round - 1
+    return Carried(
+        memory=_output(cs, prev, "memory", "memory.json"),
+        ema={k: float(v) for k, v in _output(cs, prev, "score", "ema.json").items()},
+        weights=WeightsRef.from_dict(_output(cs, prev, "publish", "weights.json")),
+    )
+
+
+def delayed_designer_batch(
+    cfg: CampaignConfig, campaign_id: str, round: int
+) -> tuple[int, list[DesignAttempt], list[float]] | None:
+    """The design attempts and rewards the designer trains on in ``round``: those of round
+    ``round - training.designer_delay_steps`` (None before that round exists)."""
+    source = round - cfg.training.designer_delay_steps
+    if source < 0:
+        return None
+    cs = campaign_store(cfg, campaign_id)
+    _output(cs, source, "score", "ema.json")  # the source round must be scored
+    rows = read_jsonl(cs, cs.layout.stage_key(source, "verify", "attempts.jsonl"))
+    fields = DesignAttempt.__dataclass_fields__
+    attempts = [DesignAttempt(**{k: v for k, v in r.items() if k in fields}) for r in rows]
+    scored = read_jsonl(cs, cs.layout.stage_key(source, "score", "scored.jsonl"))
+    if len(scored) != len(attempts):
+        raise StorageError(f"round {source}: {len(attempts)} attempts but {len(scored)} scores")
+    return source, attempts, [float(s["reward"]) for s in scored]

@@ -1,0 +1,72 @@
+"""Reading a campaign back: per-round summaries and where its artifacts are (status, UI)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import fmean
+from typing import Any
+
+from spade.config import CampaignConfig
+from spade.pipeline.record import campaign_store, read_jsonl
+from spade.storage import CampaignStore
+
+
+def _rows(cs: CampaignStore, round: int, stage: str, name: str) -> list[dict[str, Any]]:
+    key = cs.layout.stage_key(round, stage, name)
+    return read_jsonl(cs, key) if cs.store.exists(key) else []
+
+
+def _json(cs: CampaignStore, round: int, stage: str, name: str) -> Any:
+    key = cs.layout.stage_key(round, stage, name)
+    return cs.store.read_json(key) if cs.store.exists(key) else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(fmean(values), 4) if values else None
+
+
+def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
+    """Counts and means of one round from its committed artifacts (missing parts: None)."""
+    done = cs.completed_stages(round)
+    scored = _rows(cs, round, "score", "scored.jsonl")
+    accepted = [s for s in scored if s["accepted"]]
+    outcome = _json(cs, round, "train_agent", "outcome.json") or {}
+    weights = _json(cs, round, "publish", "weights.json") or {}
+    seconds = {}
+    for stage in cs.layout.stages:
+        if (m := cs.read_stage_manifest(round, stage)) is not None:
+            seconds[stage] = m.seconds
+    return {
+        "round": round,
+        "stages_done": len(done),
+        "stages_total": len(cs.layout.stages),
+        "complete": len(done) == len(cs.layout.stages),
+        "attempts": len(scored),
+        "accepted": len(accepted),
+        "rejections": dict(
+            Counter(s["failure"] or "rejected" for s in scored if not s["accepted"])
+        ),
+        "win_rate": _mean([s["win_rate"] for s in accepted]),
+        "hinted_win_rate": _mean([s["hinted_win_rate"] for s in accepted]),
+        "regret": _mean([s["regret"] for s in accepted]),
+        "designer_reward": _mean([s["reward"] for s in scored]),
+        "train_loss": (outcome.get("metrics") or {}).get("loss"),
+        "weights": weights.get("version"),
+        "stage_seconds": seconds,
+    }
+
+
+def round_summary(cfg: CampaignConfig, campaign_id: str, round: int) -> dict[str, Any]:
+    """:func:`summarize_round` for a campaign named by config and id."""
+    return summarize_round(campaign_store(cfg, campaign_id), round)
+
+
+def campaign_status(cs: CampaignStore) -> dict[str, Any]:
+    """Every round's summary and the last committed stage."""
+    last = cs.last_completed()
+    return {
+        "campaign": cs.layout.campaign_id,
+        "store": cs.store.url(cs.layout.campaign_prefix),
+        "rounds": [summarize_round(cs, r) for r in cs.rounds()],
+        "last_completed": {"round": last[0], "stage": last[1]} if last else None,
+    }
