@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything SPADE needs on a fresh Debian machine of this kind, idempotently:
-# system packages (nsjail's libnl, Debian's Python for the jail), a Python 3.12 virtualenv
-# in .venv with the project and its pinned dependencies. Re-running is cheap.
+# system packages (nsjail's libnl, Debian's Python for the jail, Chromium for UI tests),
+# a Python 3.12 virtualenv in .venv with the project and its pinned dependencies.
+# Re-running is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,8 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need_apt=()
 ldconfig -p | grep -q 'libnl-route-3.so.200' || need_apt+=(libnl-route-3-200)
 [ -x /usr/bin/python3.11 ] || need_apt+=(python3.11)
+# Browser tests of the Prefect UI drive Debian's Chromium through playwright (never `playwright install`).
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
   log "installing system packages: ${need_apt[*]}"
   as_root apt-get update -qq

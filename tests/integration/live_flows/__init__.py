@@ -1,0 +1,1 @@
+"""Test-only flows deployed onto a live Prefect server (see tests/integration/prefect_live.py)."""
