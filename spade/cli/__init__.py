@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from spade.cli.campaign import status, stop
 from spade.cli.env import env_app
 from spade.cli.selfplay import design, evaluate
 from spade.cli.train import train
@@ -18,6 +19,8 @@ app.add_typer(env_app, name="env")
 app.command("design")(design)
 app.command("evaluate")(evaluate)
 app.command("train")(train)
+app.command("status")(status)
+app.command("stop")(stop)
 
 
 def main() -> None:

@@ -129,10 +129,13 @@ async def publish(
     on a full checkpoint exported as a model folder.
     """
     rec = StageRecord(cfg, campaign_id, round, "publish", {"weights": weights.version})
+    note = ""
     if weights.checkpoint is not None and cfg.inference.backend == "vllm":
         await _publish_to_vllm(cfg, weights)
+    elif weights.checkpoint is not None and cfg.inference.backend == "openai":
+        note = await _publish_to_server(cfg, weights)
     rec.write_json("weights.json", weights.to_dict())
-    rec.commit()
+    rec.commit(note=note)
     return weights
 
 
@@ -146,6 +149,24 @@ async def _publish_to_vllm(cfg: CampaignConfig, weights: WeightsRef) -> None:
         await publish_lora_adapter(server.client, weights.checkpoint, weights.version)
     else:
         await server.publish_checkpoint(weights.checkpoint)
+
+
+async def _publish_to_server(cfg: CampaignConfig, weights: WeightsRef) -> str:
+    """An external OpenAI-compatible server: LoRA adapters load at runtime (the folder must be
+    readable by the server); full weights need the server restarted on them by its owner."""
+    from spade.inference.openai import OpenAIBackend
+    from spade.training.publish import publish_lora_adapter
+
+    assert weights.checkpoint is not None
+    if weights.kind != "lora":
+        log.warning("external server: restart it on %s to serve these weights", weights.checkpoint)
+        return f"full weights: restart the external server on {weights.checkpoint}"
+    client = OpenAIBackend(cfg.inference, cfg.inference.served_model or cfg.model.name_or_path)
+    try:  # the client is closed whatever the server answers
+        await publish_lora_adapter(client, weights.checkpoint, weights.version)
+    finally:
+        await client.aclose()
+    return ""
 
 
 def skip_training(cfg: CampaignConfig, campaign_id: str, round: int) -> None:

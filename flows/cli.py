@@ -1,0 +1,180 @@
+"""The ``spade`` command with the orchestration commands added: ``run``, ``resume``, ``deploy``.
+
+They live here, not in ``spade.cli``, because they start Prefect flows (``spade/`` never imports
+Prefect). ``spade run`` is the main job: a campaign on the embedded default (Prefect's local
+server with SQLite unless ``PREFECT_API_URL`` points elsewhere), with a live view of its
+progress read from the object store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+
+from spade.cli import app
+from spade.cli.campaign import status as status_command
+from spade.cli.progress import CampaignProgress
+from spade.config import CampaignConfig, load_config
+from spade.errors import SpadeError
+from spade.pipeline.campaign import new_campaign_id, saved_config
+from spade.pipeline.record import campaign_store
+from spade.storage import ObjectStore
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(exc: BaseException) -> typer.Exit:
+    err.print(f"[red]error:[/] {exc}")
+    return typer.Exit(2)
+
+
+def _check_inputs(cfg: CampaignConfig) -> None:
+    """Every input checked before any expensive stage: store, sandbox, corpus, model."""
+    from spade.preflight import preflight
+
+    with console.status("checking the object store, sandbox, corpus and model ..."):
+        for result in preflight(cfg):
+            console.print(f"  [green]ok[/] {result.name}: {result.detail}")
+
+
+def _run_campaign(cfg: CampaignConfig, cid: str, rounds: int | None, live: bool) -> Any:
+    from flows.campaign import campaign_flow
+
+    total = cfg.run.rounds if rounds is None else rounds
+    view = CampaignProgress(campaign_store(cfg, cid), total)
+
+    async def go() -> Any:
+        return await campaign_flow(config=cfg, campaign_id=cid, rounds=rounds, return_state=True)
+
+    if not live:
+        return asyncio.run(go())
+    with Live(view, console=console, refresh_per_second=2, redirect_stderr=True):
+        return asyncio.run(go())
+
+
+def _finish(cfg: CampaignConfig, cid: str, state: Any) -> None:
+    store = ObjectStore.from_config(cfg.storage)
+    status_command(cid, store=cfg.storage.root, as_json=False)
+    api = os.environ.get("PREFECT_API_URL")
+    ui = api.removesuffix("/api") if api else "set PREFECT_API_URL to keep runs in a Prefect UI"
+    console.print(
+        f"\ncampaign [bold]{cid}[/]: {state.name}\n"
+        f"  artifacts:  {store.url(f'campaign/{cid}')}\n"
+        f"  status:     spade status {cid} --store {cfg.storage.root}\n"
+        f"  resume:     spade resume {cid} --store {cfg.storage.root}\n"
+        f"  Prefect UI: {ui}"
+    )
+    if not state.is_completed():
+        raise typer.Exit(1)
+
+
+def run(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Campaign YAML.")],
+    rounds: Annotated[
+        int | None, typer.Option(help="Rounds to run (default: run.rounds; 0: until stopped).")
+    ] = None,
+    campaign_id: Annotated[
+        str | None, typer.Option("--campaign-id", help="Id of a new campaign (default: generated).")
+    ] = None,
+    live: Annotated[bool, typer.Option(help="Show the live progress view.")] = True,
+) -> None:
+    """Run a self-play campaign (the main job)."""
+    try:  # bad input of any kind is one clear error before any work starts
+        cfg = load_config(config)
+        _check_inputs(cfg)
+    except SpadeError as exc:
+        raise _fail(exc) from None
+    cid = campaign_id or new_campaign_id(cfg)
+    console.print(f"campaign [bold]{cid}[/] -> {cfg.storage.root}")
+    _finish(cfg, cid, _run_campaign(cfg, cid, rounds, live))
+
+
+def resume(
+    campaign_id: Annotated[str, typer.Argument(help="The campaign to continue.")],
+    store: Annotated[str, typer.Option("--store", "-s", help="Its object store root.")] = "./runs",
+    rounds: Annotated[int | None, typer.Option(help="Total rounds (default: as saved).")] = None,
+    live: Annotated[bool, typer.Option(help="Show the live progress view.")] = True,
+) -> None:
+    """Continue a campaign from its last committed stage, with the config it was started with."""
+    try:  # an unknown id or unreachable store is one clear error
+        cfg = saved_config(ObjectStore(store), campaign_id)
+        cfg = cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"root": store})})
+        _check_inputs(cfg)
+    except SpadeError as exc:
+        raise _fail(exc) from None
+    _finish(cfg, campaign_id, _run_campaign(cfg, campaign_id, rounds, live))
+
+
+def deploy(
+    prefect_file: Annotated[
+        Path, typer.Option("--prefect-file", help="Deployment definitions.")
+    ] = PREFECT_FILE,
+    gpu_slots: Annotated[
+        int, typer.Option(help="Concurrent GPU stages (the spade-gpu limit).")
+    ] = 1,
+) -> None:
+    """Register the campaign, round and evaluate deployments with the configured Prefect server."""
+    if not os.environ.get("PREFECT_API_URL"):
+        raise _fail(SpadeError("set PREFECT_API_URL to the Prefect server to deploy to"))
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    env = {**os.environ, "SPADE_PROJECT_DIR": str(REPO_ROOT)}
+    template = str(REPO_ROOT / "infra" / "work-pools" / "process.json")
+    for pool in ("spade-cpu", "spade-gpu"):  # an existing pool (maybe Kubernetes) is kept as is
+        create = [prefect, "work-pool", "create", pool, "--type", "process"]
+        subprocess.run(
+            [*create, "--base-job-template", template],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+        )
+    steps = [[prefect, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file)]]
+    for cmd in steps:
+        console.print("$ " + " ".join(cmd[1:]))
+        done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            err.print(done.stdout + done.stderr)
+            raise typer.Exit(done.returncode)
+    _gpu_limit(prefect, env, gpu_slots)
+    console.print("deployments registered: spade-campaign, spade-round, spade-evaluate")
+
+
+def _gpu_limit(prefect: str, env: dict[str, str], slots: int) -> None:
+    """Create the ``spade-gpu`` global concurrency limit, or set its size if it exists."""
+    for verb in ("create", "update"):
+        done = subprocess.run(
+            [prefect, "gcl", verb, "spade-gpu", "--limit", str(slots)],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode == 0:
+            console.print(f"GPU slots (spade-gpu): {slots}")
+            return
+    err.print(done.stdout + done.stderr)
+    raise typer.Exit(done.returncode)
+
+
+def main() -> None:
+    """Console entry point: quiet Prefect defaults, then the full ``spade`` app."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    app.command("run")(run)
+    app.command("resume")(resume)
+    app.command("deploy")(deploy)
+    app()
+
+
+if __name__ == "__main__":
+    main()
