@@ -35,6 +35,7 @@ from spade.pipeline import evaluate as evaluate_stages
 from spade.pipeline import heldout as heldout_stage
 from spade.pipeline import score as score_stages
 from spade.pipeline import train as train_stages
+from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.keys import config_hash, stage_code_version
 from spade.pipeline.score import RoundScores
 from spade.pipeline.state import carried_state, delayed_designer_batch
@@ -48,8 +49,6 @@ TRAIN_TIMEOUT_S = 8 * 3600
 IO_TIMEOUT_S = 30 * 60
 INFERENCE_RETRIES = 2
 BACKOFF = exponential_backoff(backoff_factor=10)  # 10 s, 20 s, ...
-GPU_SLOT = "spade-gpu"
-"""Global concurrency limit the GPU stages occupy (``spade deploy`` creates it)."""
 
 
 @dataclass(kw_only=True)
@@ -238,7 +237,10 @@ async def train(
     parent: WeightsRef,
 ) -> train_stages.TrainOutcome:
     """One GRPO update (no retries: a failed update is looked at, then re-run)."""
-    async with concurrency(GPU_SLOT, occupy=1, strict=False):
+    limit = config.run.gpu_concurrency_limit
+    if limit is None:
+        return train_stages.train(config, campaign_id, round_index, role, data, parent)  # type: ignore[arg-type]
+    async with concurrency(limit, occupy=1, strict=True):
         return train_stages.train(config, campaign_id, round_index, role, data, parent)  # type: ignore[arg-type]
 
 
@@ -319,6 +321,7 @@ async def round_flow(
     """One self-play round of a campaign; its state comes from the previous round's outputs."""
     cid, r = campaign_id, round_index
     t = _bound(result_storage(config))
+    ensure_campaign(config, cid)
     carried = carried_state(config, cid, r)
     attempts = await _design_phase(t, config, cid, r, carried.memory, carried.weights)
     specs = design_stages.accepted_specs(attempts)
@@ -360,4 +363,4 @@ def _bound(storage: Any) -> Any:
     return SimpleNamespace(**{n: t.with_options(result_storage=storage) for n, t in tasks.items()})
 
 
-__all__ = ["GPU_SLOT", "RoundOutcome", "StageKey", "round_flow", "task_runner"]
+__all__ = ["RoundOutcome", "StageKey", "round_flow", "task_runner"]

@@ -434,6 +434,11 @@ class RunConfig(_Section):
     max_parallel_tasks: int = Field(
         8, ge=1, le=1024, description="Threads of the default task runner."
     )
+    gpu_concurrency_limit: str | None = Field(
+        None,
+        description="Prefect global concurrency limit GPU stages occupy (None: no limit;"
+        " deployments use 'spade-gpu', which `spade deploy` creates).",
+    )
 
 
 class CampaignConfig(_Section):

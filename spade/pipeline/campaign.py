@@ -40,6 +40,14 @@ def start_campaign(cfg: CampaignConfig, campaign_id: str) -> CampaignStore:
     return cs
 
 
+def ensure_campaign(cfg: CampaignConfig, campaign_id: str) -> CampaignStore:
+    """Record the campaign if this is its first round run on its own (a ``spade-round`` run)."""
+    cs = campaign_store(cfg, campaign_id)
+    if not cs.store.exists(f"{cs.layout.campaign_prefix}/{CAMPAIGN_FILE}"):
+        start_campaign(cfg, campaign_id)
+    return cs
+
+
 def saved_config(store: ObjectStore, campaign_id: str) -> CampaignConfig:
     """The config a campaign last ran with (what ``spade resume`` continues with)."""
     key = f"{RunLayout(campaign_id).campaign_prefix}/{CONFIG_KEY}"

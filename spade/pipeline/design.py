@@ -9,6 +9,7 @@ round writes one object.
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -60,23 +61,25 @@ async def design(
     The stage manifest lists every attempt file so far, so it stays a full account of the
     design stage as attempts are added.
     """
-    memory = EnvironmentMemory(cfg.memory)
-    memory.load_state_dict(memory_state)
-    batch = new_attempts(attempt, open_slots, documents, cfg, memory, round)
-    await generate(backend, batch, cfg)
     inputs = {
         "memory": fingerprint(memory_state),
         "documents": fingerprint([d.doc_id for d in documents]),
     }
     rec = StageRecord(cfg, campaign_id, round, "design", inputs)
+    memory = EnvironmentMemory(cfg.memory)
+    memory.load_state_dict(memory_state)
+    batch = new_attempts(attempt, open_slots, documents, cfg, memory, round)
+    await generate(backend, batch, cfg)
     earlier = rec.cs.read_stage_manifest(round, "design") if attempt else None
+    seconds = time.perf_counter() - rec.t0
     if earlier is not None:  # same keys on a re-run: the union is the same
         rec.outputs.update(earlier.outputs)
+        seconds += earlier.seconds
     rec.write_jsonl(f"attempt-{attempt}.jsonl", _attempt_rows(batch))
     for a in batch:
         if a.code is not None and a.env_id is not None:
             rec.write_blob(f"code/{a.env_id}", a.code.encode())
-    rec.commit()
+    rec.commit(seconds=seconds)
     return batch
 
 
@@ -84,10 +87,12 @@ def verify(cfg: CampaignConfig, campaign_id: str, round: int, code: str) -> Verd
     """The verifier's checks on one design, in the sandbox; the verdict is stored by env id."""
     from spade.designer.designer import env_id_for
 
+    started = time.time()
     verdict = verify_design(code, cfg, load_policy(cfg.sandbox.policy_path))
     cs = campaign_store(cfg, campaign_id)
     key = cs.layout.stage_key(round, "verify", f"verdicts/{env_id_for(code)}.json")
-    cs.store.write_json(key, verdict.to_dict() | {"failed_check": verdict.failed_check})
+    span = {"started": started, "finished": time.time()}
+    cs.store.write_json(key, verdict.to_dict() | {"failed_check": verdict.failed_check} | span)
     return verdict
 
 
@@ -112,11 +117,13 @@ def settle(
         apply_verdict(att, verdict)
     attempts = list(earlier) + batch
     rec = StageRecord(cfg, campaign_id, round, "verify")
+    spans = []
     for a in attempts:
         if a.env_id is not None and a.code is not None:
-            rec.outputs[f"verdicts/{a.env_id}"] = rec.key(f"verdicts/{a.env_id}.json")
+            rec.outputs[f"verdicts/{a.env_id}"] = key = rec.key(f"verdicts/{a.env_id}.json")
+            spans.append(rec.cs.store.read_json(key))
     rec.write_jsonl("attempts.jsonl", _attempt_rows(attempts))
-    rec.commit()
+    rec.commit(seconds=busy_seconds(spans))
     return attempts, [a.slot for a in batch if not a.accepted]
 
 
@@ -128,9 +135,9 @@ async def hint(
     backend: Backend,
 ) -> list[DesignAttempt]:
     """A strategy hint for every accepted design (one that leaks the solution is dropped)."""
+    rec = StageRecord(cfg, campaign_id, round, "hint")
     attempts = copy.deepcopy(attempts)
     await hint_designs([a for a in attempts if a.accepted], backend, cfg)
-    rec = StageRecord(cfg, campaign_id, round, "hint")
     rows = [
         {
             "env_id": a.env_id,
@@ -147,6 +154,20 @@ async def hint(
     rec.write_jsonl("environments.jsonl", rows)
     rec.commit()
     return attempts
+
+
+def busy_seconds(spans: list[dict[str, Any]]) -> float:
+    """Wall time the mapped tasks of a stage were busy: the union of their [started, finished]
+    intervals (epoch seconds), so parallel work is not counted twice and gaps are not counted."""
+    total, end = 0.0, float("-inf")
+    for s in sorted(spans, key=lambda s: s.get("started", 0.0)):
+        start, finish = s.get("started"), s.get("finished")
+        if start is None or finish is None:
+            continue
+        if finish > end:
+            total += finish - max(start, end)
+            end = finish
+    return total
 
 
 def accepted_specs(attempts: list[DesignAttempt]) -> list[EnvSpec]:

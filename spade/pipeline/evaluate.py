@@ -6,9 +6,12 @@ only the environments it had not finished); :func:`commit_evaluations` then comm
 
 from __future__ import annotations
 
+import time
+
 from spade.agent.evaluate import EnvEvaluation, EnvSpec, evaluate_envs
 from spade.config import CampaignConfig
 from spade.inference.base import Backend
+from spade.pipeline.design import busy_seconds
 from spade.pipeline.record import StageRecord, campaign_store, jsonl
 from spade.sandbox.policy import load_policy
 
@@ -17,6 +20,7 @@ async def evaluate_env(
     cfg: CampaignConfig, campaign_id: str, round: int, env: EnvSpec, backend: Backend
 ) -> EnvEvaluation:
     """All plays of one environment; its trajectories and summary go to the store."""
+    started = time.time()
     (evaluation,) = await evaluate_envs(backend, [env], cfg, load_policy(cfg.sandbox.policy_path))
     cs = campaign_store(cfg, campaign_id)
     prefix = f"envs/{env.env_id}"
@@ -25,7 +29,8 @@ async def evaluate_env(
         jsonl(t.to_dict() for t in evaluation.trajectories),
     )
     cs.store.write_json(
-        cs.layout.stage_key(round, "evaluate", f"{prefix}/summary.json"), evaluation.summary()
+        cs.layout.stage_key(round, "evaluate", f"{prefix}/summary.json"),
+        evaluation.summary() | {"started": started, "finished": time.time()},
     )
     return evaluation
 
@@ -39,10 +44,11 @@ def commit_evaluations(
 ) -> None:
     """Commit the evaluate stage: one summary line per environment, and which weights played."""
     rec = StageRecord(cfg, campaign_id, round, "evaluate", {"weights": weights})
+    spans = []
     for e in evaluations:
         for name in ("trajectories.jsonl", "summary.json"):
             rec.outputs[f"envs/{e.env_id}/{name}"] = rec.key(f"envs/{e.env_id}/{name}")
+        spans.append(rec.cs.store.read_json(rec.key(f"envs/{e.env_id}/summary.json")))
     rec.write_jsonl("evaluations.jsonl", [e.summary() | {"weights": weights} for e in evaluations])
-    rec.commit(
-        "completed" if evaluations else "skipped", "" if evaluations else "no design was accepted"
-    )
+    status, note = ("completed", "") if evaluations else ("skipped", "no design was accepted")
+    rec.commit(status, note, seconds=busy_seconds(spans))

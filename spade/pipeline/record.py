@@ -51,7 +51,7 @@ class StageRecord:
         self.outputs: dict[str, str] = {}
         self.config_hash = config_hash(cfg, stage)
         self.code_version = stage_code_version(stage)
-        self.started, self._t0 = utc_now(), time.perf_counter()
+        self.started, self.t0 = utc_now(), time.perf_counter()
         if not self.cs.store.exists(f"{self.cs.layout.round_prefix(round)}/{CONFIG_KEY}"):
             self.write_round_config(cfg)
 
@@ -84,7 +84,12 @@ class StageRecord:
         self.outputs[name] = digest
         return digest
 
-    def commit(self, status: str = "completed", note: str = "") -> StageManifest:
+    def commit(
+        self, status: str = "completed", note: str = "", *, seconds: float | None = None
+    ) -> StageManifest:
+        """Write the manifest; ``seconds`` overrides the time since this record was made (for
+        stages whose work ran in mapped tasks before it)."""
+        elapsed = time.perf_counter() - self.t0 if seconds is None else seconds
         manifest = StageManifest(
             stage=self.stage,
             round=self.round,
@@ -94,7 +99,7 @@ class StageRecord:
             code_version=self.code_version,
             started=self.started,
             finished=utc_now(),
-            seconds=round(time.perf_counter() - self._t0, 3),
+            seconds=round(elapsed, 3),
             status=status,  # type: ignore[arg-type]
             note=note,
         )

@@ -72,3 +72,14 @@ def delayed_designer_batch(
     if len(scored) != len(attempts):
         raise StorageError(f"round {source}: {len(attempts)} attempts but {len(scored)} scores")
     return source, attempts, [float(s["reward"]) for s in scored]
+
+
+def published_weights(cfg: CampaignConfig, campaign_id: str, round: int) -> WeightsRef | None:
+    """The weights round ``round`` published; None when its publish stage is not committed."""
+    cs = campaign_store(cfg, campaign_id)
+    manifest = cs.read_stage_manifest(round, "publish")
+    if manifest is None or not manifest.done:
+        return None
+    return WeightsRef.from_dict(
+        cs.store.read_json(cs.layout.stage_key(round, "publish", "weights.json"))
+    )

@@ -1,0 +1,30 @@
+"""Held-out evaluation as its own flow (the ``spade-evaluate`` deployment): play the configured
+held-out environments with the weights a campaign published in a given round, on demand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+
+from spade.config import CampaignConfig
+from spade.inference.pool import BASE, WeightsRef
+from spade.pipeline import heldout as heldout_stage
+from spade.pipeline.state import published_weights
+
+
+@task(name="heldout", retries=2, retry_delay_seconds=10)
+async def play_heldout(
+    config: CampaignConfig, campaign_id: str, round_index: int, weights: WeightsRef
+) -> dict[str, Any]:
+    return await heldout_stage.heldout(config, campaign_id, round_index, weights)
+
+
+@flow(name="spade-evaluate", flow_run_name="{campaign_id}-heldout-{round_index}")
+async def evaluate_flow(
+    config: CampaignConfig, campaign_id: str, round_index: int = 0
+) -> dict[str, Any]:
+    """Held-out plays with the weights published by round ``round_index`` (base weights when
+    that round published none); results go to the round's ``heldout`` stage."""
+    weights = published_weights(config, campaign_id, round_index) or BASE
+    return await play_heldout(config, campaign_id, round_index, weights)

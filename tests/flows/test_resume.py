@@ -1,0 +1,127 @@
+"""Killing a campaign mid-round (SIGKILL, while its environments are being played) and resuming
+it loses nothing and duplicates nothing in the object store; a stage whose code changed is
+recomputed, one whose code did not comes back from the cache."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from prefect.settings import PREFECT_API_URL
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.campaign import campaign_flow
+from spade.config import load_config
+from spade.pipeline import keys
+from spade.pipeline.campaign import round_complete
+from spade.pipeline.record import campaign_store
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.integration.prefect_live import REPO_ROOT
+from tests.integration.scripted_designer import (
+    ScriptedModel,
+    round_overrides,
+    write_corpus,
+    write_tiny_policy,
+)
+
+pytestmark = pytest.mark.sandbox
+CID = "killed"
+
+
+@pytest.fixture(scope="module")
+def prefect_api():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        with prefect_test_harness(server_startup_timeout=60):
+            yield PREFECT_API_URL.value()
+
+
+def _config(server, tmp_path, root):
+    overrides = round_overrides(server, write_corpus(tmp_path / "corpus.jsonl"))
+    return load_config(
+        overrides={
+            **overrides,
+            "name": "resume",
+            "storage.root": str(root),
+            "model.name_or_path": str(write_tiny_policy(tmp_path / "policy")),
+            "model.max_context_tokens": 16384,
+            "training.designer_delay_steps": 0,
+        }
+    )
+
+
+def _kinds(server) -> dict[str, int]:
+    """Requests the stand-in answered, by role (designer, hint writer, agent)."""
+    out = {"design": 0, "hint": 0, "play": 0}
+    for r in server.chat_requests:
+        system = r["messages"][0]["content"]
+        kind = "design" if system.startswith("You write correct") else "play"
+        out["hint" if system.startswith("You coach") else kind] += 1
+    return out
+
+
+def _campaign_keys(cfg) -> set[str]:
+    return set(campaign_store(cfg, CID).store.list(""))
+
+
+def _kill_during_evaluate(cfg, api_url: str, tmp_path) -> None:
+    config_file = tmp_path / "config.json"
+    config_file.write_text(cfg.model_dump_json())
+    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.flows.resume_driver", str(config_file), CID],
+        cwd=REPO_ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    cs = campaign_store(cfg, CID)
+    summaries = cs.layout.stage_prefix(0, "evaluate") + "/envs"
+    deadline = time.monotonic() + 240
+    try:  # kill as soon as the first environment's plays are stored
+        while not any(k.endswith("summary.json") for k in cs.store.list(summaries)):
+            assert child.poll() is None, f"the campaign ended early ({child.returncode})"
+            assert time.monotonic() < deadline, "evaluate never started"
+            time.sleep(0.05)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert "evaluate" not in cs.completed_stages(0)
+
+
+def test_sigkill_mid_round_then_resume(prefect_api, tmp_path, monkeypatch):
+    with FakeOpenAIServer(script=ScriptedModel()) as server:
+        cfg = _config(server, tmp_path, tmp_path / "store")
+        _kill_during_evaluate(cfg, prefect_api, tmp_path)
+        before = _kinds(server)
+        # the hint stage's code "changed"; design's did not
+        monkeypatch.setitem(
+            keys.STAGE_MODULES, "hint", (*keys.STAGE_MODULES["hint"], "spade.errors")
+        )
+        asyncio.run(campaign_flow(config=cfg, campaign_id=CID, rounds=1))
+        after = _kinds(server)
+    assert round_complete(campaign_store(cfg, CID), 0)
+    assert after["design"] == before["design"]  # cached: not asked again
+    assert after["hint"] > before["hint"]  # its code changed: recomputed
+    assert after["play"] > before["play"]  # the unfinished environments were played
+
+    # the same round, uninterrupted, in a fresh store: exactly the same objects
+    monkeypatch.undo()
+    with FakeOpenAIServer(script=ScriptedModel()) as server:
+        clean = _config(server, tmp_path / "clean", tmp_path / "clean-store")
+        asyncio.run(campaign_flow(config=clean, campaign_id=CID, rounds=1))
+    resumed_keys, clean_keys = _campaign_keys(cfg), _campaign_keys(clean)
+    results = [k for k in resumed_keys if k.startswith("prefect-results/")]
+    clean_results = [k for k in clean_keys if k.startswith("prefect-results/")]
+    assert {k for k in resumed_keys if not k.startswith("prefect-results/")} == {
+        k for k in clean_keys if not k.startswith("prefect-results/")
+    }
+    # one result per cached task run; the killed run's leftovers were reused, not duplicated
+    # (the hint stage's recomputation added its new records)
+    assert len(results) <= len(clean_results) + 2
