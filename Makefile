@@ -6,7 +6,7 @@ bootstrap:
 	@scripts/bootstrap.sh
 
 demo: bootstrap
-	.venv/bin/spade env check spade/envs/examples --verbose
+	.venv/bin/spade run --config configs/demo-cpu.yaml
 
 lint: bootstrap
 	.venv/bin/ruff check .
