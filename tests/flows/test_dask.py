@@ -26,6 +26,7 @@ def prefect_api():
 
 
 def _round(tmp_path, runner: str) -> dict[str, object]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     with FakeOpenAIServer(script=ScriptedModel()) as server:
         overrides = round_overrides(server, write_corpus(tmp_path / "corpus.jsonl"))
         cfg = load_config(
@@ -43,7 +44,9 @@ def _round(tmp_path, runner: str) -> dict[str, object]:
     verdicts = read_jsonl(cs, cs.layout.stage_key(0, "verify", "attempts.jsonl"))
     evaluations = read_jsonl(cs, cs.layout.stage_key(0, "evaluate", "evaluations.jsonl"))
     return {
-        "verdicts": sorted((v["env_id"], v["accepted"], v["failure_kind"]) for v in verdicts),
+        "verdicts": sorted(
+            (str(v["env_id"]), v["accepted"], str(v["failure_kind"])) for v in verdicts
+        ),
         "evaluations": sorted(
             (e["env_id"], e["win_rate"], e["hinted_win_rate"], e["regret"]) for e in evaluations
         ),

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from prefect.settings import PREFECT_API_URL
@@ -42,6 +45,7 @@ def prefect_api():
 
 
 def _config(server, tmp_path, root):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     overrides = round_overrides(server, write_corpus(tmp_path / "corpus.jsonl"))
     return load_config(
         overrides={
@@ -69,10 +73,30 @@ def _campaign_keys(cfg) -> set[str]:
     return set(campaign_store(cfg, CID).store.list(""))
 
 
+request_cleanup: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _remove_private_tmp():
+    yield
+    while request_cleanup:
+        shutil.rmtree(request_cleanup.pop(), ignore_errors=True)
+
+
 def _kill_during_evaluate(cfg, api_url: str, tmp_path) -> None:
     config_file = tmp_path / "config.json"
     config_file.write_text(cfg.model_dump_json())
-    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # a SIGKILL leaves its jails' session folders behind: the child keeps them in a private,
+    # world-traversable TMPDIR (like /tmp) that this test removes
+    private_tmp = Path(tempfile.mkdtemp(prefix="spade-killed-"))
+    private_tmp.chmod(0o755)
+    request_cleanup.append(private_tmp)
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": api_url,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "TMPDIR": str(private_tmp),
+    }
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.flows.resume_driver", str(config_file), CID],
         cwd=REPO_ROOT,
