@@ -320,7 +320,7 @@ async def round_flow(
 ) -> RoundOutcome:
     """One self-play round of a campaign; its state comes from the previous round's outputs."""
     cid, r = campaign_id, round_index
-    t = _bound(result_storage(config))
+    t = _bound(await result_storage(config))
     ensure_campaign(config, cid)
     carried = carried_state(config, cid, r)
     attempts = await _design_phase(t, config, cid, r, carried.memory, carried.weights)

@@ -20,7 +20,7 @@ def results_url(config: CampaignConfig) -> str:
     return f"{config.storage.root.rstrip('/')}/{RESULTS_DIR}"
 
 
-def result_storage(config: CampaignConfig) -> Any:
+async def result_storage(config: CampaignConfig) -> Any:
     """A local folder as a ``Path``; any other fsspec URL (``s3://``) as a saved
     ``RemoteFileSystem`` block (Prefect needs storage blocks saved before tasks use them)."""
     url = results_url(config)
@@ -32,7 +32,7 @@ def result_storage(config: CampaignConfig) -> Any:
         return path
     block = RemoteFileSystem(basepath=url, settings=dict(config.storage.storage_options))
     name = "spade-results-" + hashlib.sha256(url.encode()).hexdigest()[:12]
-    block.save(name, overwrite=True)
+    await block.asave(name, overwrite=True)
     return block
 
 
