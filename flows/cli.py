@@ -30,7 +30,9 @@ from spade.storage import ObjectStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
-console = Console()
+# soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
+# sys.stdout
+console = Console(file=sys.stdout, soft_wrap=True)
 err = Console(stderr=True)
 
 
@@ -166,13 +168,15 @@ def _gpu_limit(prefect: str, env: dict[str, str], slots: int) -> None:
     raise typer.Exit(done.returncode)
 
 
+app.command("run")(run)
+app.command("resume")(resume)
+app.command("deploy")(deploy)
+
+
 def main() -> None:
-    """Console entry point: quiet Prefect defaults, then the full ``spade`` app."""
+    """Console entry point: the full ``spade`` app, with quiet Prefect defaults."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    app.command("run")(run)
-    app.command("resume")(resume)
-    app.command("deploy")(deploy)
     app()
 
 

@@ -13,6 +13,7 @@ timeouts; training never retries blindly (a failed update is looked at, then re-
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -97,9 +98,11 @@ _INFERENCE: dict[str, Any] = {
     cache_policy=_cached("sample_documents"),
     **_PERSIST,
 )
-def sample_documents(config: CampaignConfig, campaign_id: str, round_index: int) -> list[Document]:
+async def sample_documents(
+    config: CampaignConfig, campaign_id: str, round_index: int
+) -> list[Document]:
     """One grounding document per possible design attempt."""
-    return design_stages.sample_documents(config, campaign_id, round_index)
+    return await asyncio.to_thread(design_stages.sample_documents, config, campaign_id, round_index)
 
 
 @task(
@@ -132,13 +135,13 @@ async def design(
     cache_policy=_cached("verify"),
     **_PERSIST,
 )
-def verify(config: CampaignConfig, campaign_id: str, round_index: int, code: str) -> Verdict:
+async def verify(config: CampaignConfig, campaign_id: str, round_index: int, code: str) -> Verdict:
     """The verifier's checks on one design, inside nsjail (a broken design is a verdict)."""
-    return design_stages.verify(config, campaign_id, round_index, code)
+    return await asyncio.to_thread(design_stages.verify, config, campaign_id, round_index, code)
 
 
 @task(name="settle", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("verify"), **_PERSIST)
-def settle(
+async def settle(
     config: CampaignConfig,
     campaign_id: str,
     round_index: int,
@@ -147,7 +150,9 @@ def settle(
     verdicts: list[Verdict],
 ) -> tuple[list[DesignAttempt], list[int]]:
     """Join an attempt's designs with their verdicts; the slots still open."""
-    return design_stages.settle(config, campaign_id, round_index, earlier, batch, verdicts)
+    return await asyncio.to_thread(
+        design_stages.settle, config, campaign_id, round_index, earlier, batch, verdicts
+    )
 
 
 @task(name="hint", task_run_name="hint-r{round_index}", cache_policy=_cached("hint"), **_INFERENCE)
@@ -183,20 +188,25 @@ async def evaluate(
     cache_policy=_cached("evaluate"),
     **_PERSIST,
 )
-def commit_evaluate(
+async def commit_evaluate(
     config: CampaignConfig,
     campaign_id: str,
     round_index: int,
     evaluations: list[EnvEvaluation],
     weights: WeightsRef,
 ) -> None:
-    evaluate_stages.commit_evaluations(
-        config, campaign_id, round_index, evaluations, weights.version
+    await asyncio.to_thread(
+        evaluate_stages.commit_evaluations,
+        config,
+        campaign_id,
+        round_index,
+        evaluations,
+        weights.version,
     )
 
 
 @task(name="score", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("score"), **_PERSIST)
-def score(
+async def score(
     config: CampaignConfig,
     campaign_id: str,
     round_index: int,
@@ -205,11 +215,13 @@ def score(
     ema: dict[str, float],
 ) -> RoundScores:
     """Designer rewards and the updated EMA."""
-    return score_stages.score_round(config, campaign_id, round_index, attempts, evaluations, ema)
+    return await asyncio.to_thread(
+        score_stages.score_round, config, campaign_id, round_index, attempts, evaluations, ema
+    )
 
 
 @task(name="memory", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("memory"), **_PERSIST)
-def remember(
+async def remember(
     config: CampaignConfig,
     campaign_id: str,
     round_index: int,
@@ -218,7 +230,9 @@ def remember(
     evaluations: list[EnvEvaluation],
 ) -> dict[str, Any]:
     """The environment memory after this round."""
-    return score_stages.remember(config, campaign_id, round_index, memory, attempts, evaluations)
+    return await asyncio.to_thread(
+        score_stages.remember, config, campaign_id, round_index, memory, attempts, evaluations
+    )
 
 
 @task(
@@ -245,9 +259,9 @@ async def train(
 
 
 @task(name="skip_training", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
-def skip_training(config: CampaignConfig, campaign_id: str, round_index: int) -> None:
+async def skip_training(config: CampaignConfig, campaign_id: str, round_index: int) -> None:
     """Commit both training stages as skipped (``run.train`` is off)."""
-    train_stages.skip_training(config, campaign_id, round_index)
+    await asyncio.to_thread(train_stages.skip_training, config, campaign_id, round_index)
 
 
 @task(
@@ -286,7 +300,7 @@ class RoundOutcome:
 async def _design_phase(
     t: Any, config: CampaignConfig, cid: str, r: int, memory: dict[str, Any], weights: WeightsRef
 ) -> list[DesignAttempt]:
-    documents = sample_documents(config, cid, r)
+    documents = await t.sample_documents(config, cid, r)
     attempts: list[DesignAttempt] = []
     open_slots = list(range(config.designer.envs_per_round))
     for k in range(config.designer.attempts_per_slot):
@@ -295,7 +309,7 @@ async def _design_phase(
         batch = await t.design(config, cid, r, k, open_slots, documents, memory, weights)
         codes = [a.code for a in batch if a.code is not None]
         verdicts = t.verify.map(unmapped(config), cid, r, codes).result() if codes else []
-        attempts, open_slots = t.settle(config, cid, r, attempts, batch, verdicts)
+        attempts, open_slots = await t.settle(config, cid, r, attempts, batch, verdicts)
     return list(await t.hint(config, cid, r, attempts, weights))
 
 
@@ -330,14 +344,14 @@ async def round_flow(
         if specs
         else []
     )
-    t.commit_evaluate(config, cid, r, evaluations, carried.weights)
-    t.score(config, cid, r, attempts, evaluations, carried.ema)
-    t.remember(config, cid, r, carried.memory, attempts, evaluations)
+    await t.commit_evaluate(config, cid, r, evaluations, carried.weights)
+    await t.score(config, cid, r, attempts, evaluations, carried.ema)
+    await t.remember(config, cid, r, carried.memory, attempts, evaluations)
     weights = carried.weights
     if config.run.train:
         weights = await _train_phase(t, config, cid, r, evaluations, weights)
     else:
-        t.skip_training(config, cid, r)
+        await t.skip_training(config, cid, r)
     published = await t.publish(config, cid, r, weights)
     await t.heldout(config, cid, r, published)
     return RoundOutcome(cid, r, published, round_summary(config, cid, r))

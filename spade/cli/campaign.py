@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated
 
 import typer
@@ -14,7 +15,9 @@ from spade.pipeline.campaign import list_campaigns, request_stop
 from spade.pipeline.summary import campaign_status
 from spade.storage import CampaignStore, ObjectStore
 
-console = Console()
+# soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
+# sys.stdout
+console = Console(file=sys.stdout, soft_wrap=True)
 StoreOpt = Annotated[
     str, typer.Option("--store", "-s", help="Object store root of the campaign (storage.root).")
 ]

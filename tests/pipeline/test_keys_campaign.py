@@ -95,3 +95,17 @@ def test_campaign_lifecycle_in_the_store(tmp_path):
 def test_resuming_an_unknown_campaign_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="no campaign 'nope'"):
         saved_config(ObjectStore(str(tmp_path)), "nope")
+
+
+def test_code_versions_read_sources_without_importing_them():
+    # the in-jail server must never run on the host: importing it re-points stdout at stderr
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from spade.pipeline.keys import stage_code_version as v;"
+        " [v(s) for s in ('verify', 'evaluate')];"
+        " print('spade.sandbox.server' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr

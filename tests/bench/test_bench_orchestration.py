@@ -1,0 +1,54 @@
+"""Smoke test of the orchestration benchmark: a scripted round from scratch (its overhead share)
+and a round resumed after its held-out stage failed, both timed and written to JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spade.storage import STAGES
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(660)
+def test_orchestration_bench_scripted_overhead_and_resume(tmp_path: Path) -> None:
+    out = tmp_path / "x.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "orchestration.py"), "--scripted", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    data = json.loads(out.read_text())
+    assert data["machine"]["nproc"] > 0 and data["timestamp"] and data["mode"] == "scripted"
+
+    ov = data["overhead"]
+    wall, work = ov["wall_s"], ov["stage_seconds_sum_s"]
+    assert wall > work > 0
+    assert 0 <= ov["overhead_share"] < 1
+    assert ov["overhead_share"] == pytest.approx((wall - work) / wall, abs=1e-3)
+    assert list(ov["stage_seconds"]) == list(STAGES)  # every stage committed, in order
+    assert set(ov["stage_status"].values()) <= {"completed", "skipped"}
+    assert ov["stage_status"]["heldout"] == "completed"  # the held-out maze was played
+    assert sum(ov["stage_seconds"].values()) == pytest.approx(work, abs=0.01)
+    assert "Cached" not in ov["prefect"]["task_states"]  # a fresh campaign: nothing cached
+
+    rs = data["resume"]
+    failed = rs["failed_run"]
+    assert failed["state"] == "Failed" and not failed["heldout_committed"]
+    assert failed["stages_committed"] == list(STAGES[:-1])  # all but the held-out stage
+    assert rs["scratch_wall_s"] == wall
+    assert 0 < rs["resume_wall_s"] < wall  # resuming is faster than starting over
+    assert rs["ratio_resume_to_scratch"] == pytest.approx(rs["resume_wall_s"] / wall, abs=1e-3)
+    assert set(rs["stage_status"]) == set(STAGES) and rs["stage_status"]["heldout"] == "completed"
+    assert rs["heldout_seconds"] > 0 and rs["model_requests"] > 0  # the held-out plays ran again
+    states = rs["prefect"]["task_states"]
+    assert states.get("Completed") == 1 and states.get("Cached", 0) > 0  # only heldout re-ran

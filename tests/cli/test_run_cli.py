@@ -1,0 +1,125 @@
+"""``spade run``, ``status``, ``resume`` and ``stop`` as a user runs them (the ``spade`` console
+script, Prefect's embedded local server in a private PREFECT_HOME), and the one clear error
+each kind of bad input gives before any work starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from spade.cli.progress import CampaignProgress
+from spade.pipeline.record import StageRecord
+from spade.storage import CampaignStore, ObjectStore
+from tests.integration.scripted_designer import round_overrides, write_corpus
+
+SPADE = str(Path(sys.executable).with_name("spade"))
+
+
+def spade(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    return subprocess.run([SPADE, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _nested(overrides: dict[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for dotted, value in overrides.items():
+        node = out
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})  # type: ignore[assignment]
+        node[leaf] = value
+    return out
+
+
+def _write(path: Path, overrides: dict[str, object]) -> Path:
+    path.write_text(yaml.safe_dump(_nested(overrides)))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"evaluation.hinted_plays": -3}, "evaluation.hinted_plays"),
+        ({"corpus.path": "/nowhere/corpus.jsonl"}, "corpus.path"),
+        (
+            {
+                "storage.root": "s3://spade-nowhere/x",
+                "storage.storage_options": {
+                    "endpoint_url": "http://127.0.0.1:9",
+                    "key": "k",
+                    "secret": "s",
+                },
+            },
+            "storage.root",
+        ),
+        ({"model.name_or_path": "/nowhere/model"}, "model.name_or_path"),
+    ],
+    ids=["invalid-config", "missing-corpus", "unreachable-store", "model-cannot-load"],
+)
+def test_bad_input_is_one_clear_error_before_any_work(tmp_path, overrides, expected):
+    root = tmp_path / "store"
+    config = _write(tmp_path / "c.yaml", {"storage.root": str(root), **overrides})
+    done = spade("run", "--config", str(config), "--no-live", home=tmp_path / "prefect")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error:" in done.stderr and expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (root / "campaign").exists()  # nothing ran
+
+
+@pytest.mark.sandbox
+def test_run_status_resume_on_the_embedded_prefect(tmp_path, scripted_server):
+    root = tmp_path / "store"
+    overrides = round_overrides(scripted_server, write_corpus(tmp_path / "corpus.jsonl"))
+    config = _write(
+        tmp_path / "c.yaml",
+        {**overrides, "storage.root": str(root), "run.train": False, "run.rounds": 1},
+    )
+    home = tmp_path / "prefect"
+    done = spade("run", "--config", str(config), "--no-live", "--campaign-id", "cli1", home=home)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    assert "spade resume cli1" in done.stdout and "Completed" in done.stdout
+
+    status = spade("status", "cli1", "--store", str(root), "--json", home=home)
+    info = json.loads(status.stdout)
+    (round0,) = info["rounds"]
+    assert round0["complete"] and round0["accepted"] == 3 and round0["attempts"] == 5
+    assert round0["rejections"] == {"infeasible": 1, "parse": 1}
+
+    requests = len(scripted_server.chat_requests)
+    again = spade("resume", "cli1", "--store", str(root), "--no-live", home=home)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(scripted_server.chat_requests) == requests  # the round was complete
+
+    unknown = spade("resume", "nope", "--store", str(root), "--no-live", home=home)
+    assert unknown.returncode == 2 and "no campaign 'nope'" in unknown.stderr
+
+
+def test_live_view_renders_what_the_store_holds(tmp_path):
+    from spade.config import load_config
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    for stage in ("sample_documents", "design"):
+        StageRecord(cfg, "view", 0, stage).commit()
+    cs = CampaignStore(ObjectStore(str(tmp_path)), "view")
+    key = cs.layout.stage_key(0, "verify", "verdicts/env-1.json")
+    cs.store.write_json(key, {"failed_check": None})
+    cs.store.write_json(key.replace("env-1", "env-2"), {"failed_check": "feasibility"})
+    cs.store.write_json(
+        cs.layout.stage_key(0, "evaluate", "envs/env-1/summary.json"),
+        {"hinted_returns": [1.0, 0.0], "unhinted_returns": [0.0]},
+    )
+    console = Console(record=True, width=120)
+    console.print(CampaignProgress(cs, rounds=2))
+    text = console.export_text()
+    assert "verify" in text and "2/11" in text and "1 / 1" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("│ 0"))
+    assert row.split("│")[5].strip() == "1" and row.split("│")[6].strip() == "3"
