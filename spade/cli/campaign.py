@@ -31,6 +31,7 @@ STATUS_COLUMNS = (
     "regret",
     "designer_reward",
     "train_loss",
+    "heldout_win_rate",
     "weights",
 )
 

@@ -32,6 +32,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
     accepted = [s for s in scored if s["accepted"]]
     outcome = _json(cs, round, "train_agent", "outcome.json") or {}
     weights = _json(cs, round, "publish", "weights.json") or {}
+    heldout = _json(cs, round, "heldout", "summary.json") or {}
     seconds = {}
     for stage in cs.layout.stages:
         if (m := cs.read_stage_manifest(round, stage)) is not None:
@@ -51,6 +52,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "regret": _mean([s["regret"] for s in accepted]),
         "designer_reward": _mean([s["reward"] for s in scored]),
         "train_loss": (outcome.get("metrics") or {}).get("loss"),
+        "heldout_win_rate": heldout.get("win_rate"),
         "weights": weights.get("version"),
         "stage_seconds": seconds,
     }
