@@ -35,6 +35,7 @@ TABLE_COLUMNS = (
     "regret",
     "designer_reward",
     "train_loss",
+    "heldout_win_rate",
     "weights",
 )
 
