@@ -23,6 +23,7 @@ from prefect.cache_policies import TASK_SOURCE, CachePolicy
 from prefect.concurrency.asyncio import concurrency
 from prefect.context import TaskRunContext
 from prefect.tasks import exponential_backoff
+from prefect.utilities.annotations import quote
 from prefect.utilities.hashing import hash_objects
 
 from flows.storage import result_storage, task_runner
@@ -309,8 +310,10 @@ async def _design_phase(
         batch = await t.design(config, cid, r, k, open_slots, documents, memory, weights)
         codes = [a.code for a in batch if a.code is not None]
         verdicts = t.verify.map(unmapped(config), cid, r, codes).result() if codes else []
-        attempts, open_slots = await t.settle(config, cid, r, attempts, batch, verdicts)
-    return list(await t.hint(config, cid, r, attempts, weights))
+        attempts, open_slots = await t.settle(
+            config, cid, r, quote(attempts), quote(batch), quote(verdicts)
+        )
+    return list(await t.hint(config, cid, r, quote(attempts), weights))
 
 
 async def _train_phase(
@@ -321,10 +324,10 @@ async def _train_phase(
     evaluations: list[EnvEvaluation],
     weights: WeightsRef,
 ) -> WeightsRef:
-    agent = await t.train(config, cid, r, "agent", evaluations, weights)
+    agent = await t.train(config, cid, r, "agent", quote(evaluations), weights)
     delayed = delayed_designer_batch(config, cid, r)
     data = (delayed[1], delayed[2]) if delayed else ([], [])
-    designer = await t.train(config, cid, r, "designer", data, agent.weights)
+    designer = await t.train(config, cid, r, "designer", quote(data), agent.weights)
     return WeightsRef(**designer.weights.to_dict())
 
 
@@ -344,9 +347,9 @@ async def round_flow(
         if specs
         else []
     )
-    await t.commit_evaluate(config, cid, r, evaluations, carried.weights)
-    await t.score(config, cid, r, attempts, evaluations, carried.ema)
-    await t.remember(config, cid, r, carried.memory, attempts, evaluations)
+    await t.commit_evaluate(config, cid, r, quote(evaluations), carried.weights)
+    await t.score(config, cid, r, quote(attempts), quote(evaluations), carried.ema)
+    await t.remember(config, cid, r, carried.memory, quote(attempts), quote(evaluations))
     weights = carried.weights
     if config.run.train:
         weights = await _train_phase(t, config, cid, r, evaluations, weights)

@@ -76,7 +76,14 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
         "spade.pipeline.train",
     ),
     "publish": ("spade.pipeline.train",),
-    "heldout": ("spade.pipeline.evaluate",),
+    "heldout": (
+        "spade.agent.evaluate",
+        "spade.agent.rollout",
+        "spade.agent.trajectory",
+        "spade.agent.actions",
+        "spade.agent.prompts",
+        "spade.pipeline.heldout",
+    ),
 }
 """The library modules whose source a stage's results depend on."""
 

@@ -50,5 +50,7 @@ def test_orchestration_bench_scripted_overhead_and_resume(tmp_path: Path) -> Non
     assert rs["ratio_resume_to_scratch"] == pytest.approx(rs["resume_wall_s"] / wall, abs=1e-3)
     assert set(rs["stage_status"]) == set(STAGES) and rs["stage_status"]["heldout"] == "completed"
     assert rs["heldout_seconds"] > 0 and rs["model_requests"] > 0  # the held-out plays ran again
-    states = rs["prefect"]["task_states"]
-    assert states.get("Completed") == 1 and states.get("Cached", 0) > 0  # only heldout re-ran
+    if not rs["source_changed_during_run"]:  # an edit to spade/ or flows/ changes cache keys
+        states = rs["prefect"]["task_states"]
+        assert states.get("Completed") == 1 and states.get("Cached", 0) > 0  # only heldout ran
+        assert rs["recomputed_besides_heldout"] == []
