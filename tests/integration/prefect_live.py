@@ -552,11 +552,24 @@ def ui_custom_run(
         ).first.click()
         submit = page.get_by_role("button", name="Submit")
         submit.wait_for()
-        ui_form_field(page, "Run Name").get_by_role("textbox").fill(run_name)
-        for label, value in (text or {}).items():
-            ui_form_field(page, label).get_by_role("textbox").first.fill(value)
-        for label, number in (numbers or {}).items():
-            ui_form_field(page, label).get_by_role("spinbutton").first.fill(str(number))
+        fields = [(ui_form_field(page, "Run Name").get_by_role("textbox"), run_name)]
+        fields += [
+            (ui_form_field(page, label).get_by_role("textbox").first, value)
+            for label, value in (text or {}).items()
+        ]
+        fields += [
+            (ui_form_field(page, label).get_by_role("spinbutton").first, str(number))
+            for label, number in (numbers or {}).items()
+        ]
+        # the form may still be filling in its defaults (e.g. a generated run name) on a
+        # loaded machine: fill until every value sticks
+        for _ in range(20):
+            for box, value in fields:
+                if box.input_value() != value:
+                    box.fill(value)
+            page.wait_for_timeout(250)
+            if all(box.input_value() == value for box, value in fields):
+                break
         if screenshot is not None:
             page.screenshot(path=str(screenshot), full_page=True)
         for attempt in range(1, submit_attempts + 1):

@@ -149,7 +149,7 @@ def test_a_round_started_from_the_ui_with_a_changed_parameter_completes(
         text={"campaign_id": "from-the-ui"},
         screenshot=tmp_path / "custom-run.png",
     )
-    run = find_flow_run_by_name(prefect_client, run_name)
+    run = find_flow_run_by_name(prefect_client, run_name, timeout=60)
     run = wait_for_flow_run(prefect_client, run.id, timeout=600)
     page.screenshot(path=str(tmp_path / "after.png"), full_page=True)
     print("screenshots:", tmp_path)
