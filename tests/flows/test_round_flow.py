@@ -6,13 +6,19 @@ re-runs alone, and a second round carries memory, EMA and weights over."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 from uuid import UUID
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from prefect.client.schemas.filters import (
+    ArtifactCollectionFilter,
+    ArtifactCollectionFilterKey,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
 from prefect.client.schemas.objects import TaskRun
 from prefect.testing.utilities import prefect_test_harness
 
@@ -87,6 +93,19 @@ def task_states(flow_run_id: UUID, expect: int, timeout: float = 30.0) -> dict[s
         time.sleep(0.3)
 
 
+async def _artifacts(*keys: str) -> list[Any]:
+    async with get_client() as client:
+        out = []
+        for key in keys:
+            found = await client.read_latest_artifacts(
+                artifact_filter=ArtifactCollectionFilter(
+                    key=ArtifactCollectionFilterKey(any_=[key])
+                )
+            )
+            out.append(found[0] if found else None)
+        return out
+
+
 def _regrets(cfg, cid: str, r: int = 0) -> dict[str, float]:
     cs = campaign_store(cfg, cid)
     rows = read_jsonl(cs, cs.layout.stage_key(r, "evaluate", "evaluations.jsonl"))
@@ -150,6 +169,12 @@ def test_campaign_carries_memory_and_weights_and_resumes_by_id(
     assert cs.read_stage_manifest(1, "train_agent").inputs == {"parent": "r0000-designer"}
     carried = carried_state(cfg, "camp", 2)
     assert carried.weights.version == "r0000-designer" and carried.memory == memory1
+    # the Prefect UI shows the per-round table and the links to the stored artifacts
+    table, links = asyncio.run(_artifacts("camp-rounds", "camp-artifacts"))
+    assert table is not None and links is not None
+    rows = table.data if isinstance(table.data, list) else json.loads(str(table.data))
+    assert [r["round"] for r in rows] == [0, 1]
+    assert cs.store.url("campaign/camp/round-0001") in str(links.data)
     keys = set(cs.store.list(""))
     requests = len(scripted_server.chat_requests)
     again = asyncio.run(campaign_flow(config=cfg, campaign_id="camp"))
