@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from spade.cli.campaign import status, stop
+from spade.cli.dashboard import dashboard
 from spade.cli.env import env_app
 from spade.cli.selfplay import design, evaluate
 from spade.cli.train import train
@@ -21,6 +22,7 @@ app.command("evaluate")(evaluate)
 app.command("train")(train)
 app.command("status")(status)
 app.command("stop")(stop)
+app.command("dashboard")(dashboard)
 
 
 def main() -> None:

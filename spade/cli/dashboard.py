@@ -1,0 +1,105 @@
+"""``spade dashboard``: the campaign dashboard (``dashboards/app.py``, Streamlit) on a port.
+
+Runs ``streamlit run dashboards/app.py --server.headless true --server.port P -- --store S
+--campaign ID`` as a child process, prints the URL, and waits; Ctrl-C or SIGTERM stops both.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from spade.dashboard.data import campaign_ids
+from spade.storage import ObjectStore
+
+APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+console = Console(soft_wrap=True)  # sys.stdout as it is when printing (tests swap it)
+err = Console(stderr=True, soft_wrap=True)
+
+
+def streamlit_command(
+    campaign_id: str,
+    store: str,
+    port: int,
+    *,
+    address: str = "127.0.0.1",
+    headless: bool = True,
+    storage_options: str | None = None,
+) -> list[str]:
+    """The ``streamlit run`` command line that serves ``campaign_id`` from ``store``."""
+    cmd = [sys.executable, "-m", "streamlit", "run", str(APP)]
+    cmd += ["--server.headless", str(headless).lower(), "--server.port", str(port)]
+    cmd += ["--server.address", address, "--browser.gatherUsageStats", "false"]
+    cmd += ["--client.toolbarMode", "minimal"]  # no "Deploy" button
+    cmd += ["--", "--store", store, "--campaign", campaign_id]
+    return cmd + (["--storage-options", storage_options] if storage_options else [])
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def dashboard(
+    campaign_id: Annotated[str, typer.Argument(help="Campaign id (see `spade status`).")],
+    store: Annotated[
+        str, typer.Option("--store", "-s", help="Object store root (local folder or s3://...).")
+    ] = "./runs",
+    port: Annotated[int, typer.Option("--port", "-p", help="Port to serve on.")] = 8501,
+    address: Annotated[
+        str, typer.Option("--address", help="Interface to listen on (0.0.0.0: all).")
+    ] = "127.0.0.1",
+    storage_options: Annotated[
+        str | None,
+        typer.Option("--storage-options", help="fsspec options as JSON: '{\"endpoint_url\": ...}'"),
+    ] = None,
+    open_browser: Annotated[
+        bool,
+        typer.Option("--open/--headless", help="Open a browser tab, or only serve (default)."),
+    ] = False,
+) -> None:
+    """Serve the campaign dashboard: per-round charts, an environment gallery, the memory."""
+    options: dict[str, Any] = {}
+    if storage_options:
+        try:  # a malformed flag is the user's to fix, said plainly
+            options = json.loads(storage_options)
+        except json.JSONDecodeError as exc:
+            raise _fail(f"--storage-options is not JSON: {exc}") from None
+        if not isinstance(options, dict):
+            raise _fail("--storage-options must be a JSON object")
+    if not APP.is_file():
+        raise _fail(f"{APP} is missing (the dashboard runs from a checkout of the repository)")
+    try:  # an unreachable store or bad credentials: one clear error before starting a server
+        objects = ObjectStore(store, options)
+        known = campaign_ids(objects)
+    except Exception as exc:
+        raise _fail(f"cannot read {store}: {exc}") from None
+    if campaign_id not in known:
+        listed = ", ".join(known) or "none"
+        raise _fail(f"no campaign {campaign_id!r} in {objects.url()}; known: {listed}")
+    cmd = streamlit_command(
+        campaign_id,
+        store,
+        port,
+        address=address,
+        headless=not open_browser,
+        storage_options=storage_options,
+    )
+    host = "localhost" if address in ("127.0.0.1", "0.0.0.0") else address
+    console.print(f"dashboard of campaign {campaign_id}: http://{host}:{port}  (Ctrl-C stops it)")
+    proc = subprocess.Popen(cmd)
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:  # Ctrl-C reaches streamlit too (same process group); let it shut down
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        code = proc.wait(timeout=30)
+    if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+        raise typer.Exit(code)

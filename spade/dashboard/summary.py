@@ -1,0 +1,163 @@
+"""Per-round summaries of a campaign, from the few small files each round commits.
+
+Pure functions over bytes already read (no store access here): :func:`summarize` turns a round's
+stage manifests and its :data:`ROUND_FILES` into a :class:`RoundSummary`; an :class:`Overview`
+holds every round's. :mod:`spade.dashboard.data` does the reading and the caching.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from spade.storage import STAGES, StageManifest
+
+TRAIN_METRICS = ("loss", "kl", "clip_fraction", "grad_norm", "entropy")
+ROUND_FILES = {
+    "scored": ("score", "scored.jsonl"),
+    "agent": ("train_agent", "outcome.json"),
+    "designer": ("train_designer", "outcome.json"),
+    "heldout": ("heldout", "summary.json"),
+    "weights": ("publish", "weights.json"),
+}
+"""The small per-round files the overview reads: name -> (stage, output)."""
+ROW_FIELDS = (
+    "round",
+    "attempts",
+    "accepted",
+    "acceptance_rate",
+    "win_rate",
+    "hinted_win_rate",
+    "regret",
+    "designer_reward",
+    "heldout_win_rate",
+    "memory_size",
+    "weights",
+)
+
+
+def parse_jsonl(data: bytes) -> list[Any]:
+    """The rows of a JSON-lines object."""
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return fmean(present) if present else None
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """One round as the charts show it; ``None`` where the stage has not committed."""
+
+    round: int
+    stages_done: list[str]
+    stage_seconds: dict[str, float]
+    attempts: int = 0
+    accepted: int = 0
+    acceptance_rate: float | None = None
+    win_rate: float | None = None
+    hinted_win_rate: float | None = None
+    regret: float | None = None
+    designer_reward: float | None = None
+    rejections: dict[str, int] = field(default_factory=dict)  # failure kind -> count
+    skills: dict[str, int] = field(default_factory=dict)  # accepted designs per skill
+    train: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> metrics
+    heldout_win_rate: float | None = None
+    weights: str | None = None
+    memory_size: int | None = None
+    envs: list[dict[str, Any]] = field(default_factory=list, repr=False)  # scored.jsonl rows
+
+    @property
+    def complete(self) -> bool:
+        """Every stage of the pipeline committed (completed or skipped)."""
+        return all(stage in self.stages_done for stage in STAGES)
+
+    def row(self) -> dict[str, Any]:
+        """The flat numbers of the round (one table row)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in ROW_FIELDS}
+        for role in ("agent", "designer"):
+            for name in TRAIN_METRICS:
+                out[f"{role}_{name}"] = self.train.get(role, {}).get(name)
+        out["seconds"] = round(sum(self.stage_seconds.values()), 3)
+        return out
+
+
+def summarize(
+    rnd: int, manifests: Mapping[str, StageManifest], files: Mapping[str, bytes]
+) -> RoundSummary:
+    """A :class:`RoundSummary` from a round's manifests and its :data:`ROUND_FILES` bytes."""
+    scored = parse_jsonl(files["scored"]) if "scored" in files else []
+    accepted = [s for s in scored if s.get("accepted")]
+    objs = {
+        k: json.loads(files[k]) for k in ("agent", "designer", "heldout", "weights") if k in files
+    }
+    train: dict[str, dict[str, float]] = {
+        role: {
+            k: float(v) for k, v in (objs[role].get("metrics") or {}).items() if k in TRAIN_METRICS
+        }
+        for role in ("agent", "designer")
+        if role in objs and objs[role].get("metrics")
+    }
+    return RoundSummary(
+        round=rnd,
+        stages_done=[s for s, m in manifests.items() if m.done],
+        stage_seconds={s: float(m.seconds) for s, m in manifests.items()},
+        attempts=len(scored),
+        accepted=len(accepted),
+        acceptance_rate=len(accepted) / len(scored) if scored else None,
+        win_rate=_mean(s.get("win_rate") for s in accepted),
+        hinted_win_rate=_mean(s.get("hinted_win_rate") for s in accepted),
+        regret=_mean(s.get("regret") for s in accepted),
+        designer_reward=_mean(s.get("reward") for s in scored),
+        rejections=dict(
+            Counter(s.get("failure") or "rejected" for s in scored if not s.get("accepted"))
+        ),
+        skills=dict(Counter(s.get("skill") or "unknown" for s in accepted)),
+        train=train,
+        heldout_win_rate=objs.get("heldout", {}).get("win_rate"),
+        weights=objs.get("weights", {}).get("version"),
+        envs=scored,
+    )
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Every round's summary, oldest first, and where the campaign lives."""
+
+    campaign_id: str
+    store_url: str
+    rounds: list[RoundSummary]
+    memory_capacity: int | None = None
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r.row() for r in self.rounds]
+
+    def round(self, rnd: int) -> RoundSummary | None:
+        return next((r for r in self.rounds if r.round == rnd), None)
+
+    def env_history(self, env_id: str) -> list[dict[str, Any]]:
+        """The environment's numbers in every round that evaluated it (same code, same id)."""
+        keys = ("win_rate", "hinted_win_rate", "regret", "reward")
+        return [
+            {"round": r.round} | {k: e.get(k) for k in keys}
+            for r in self.rounds
+            for e in r.envs
+            if e.get("env_id") == env_id and e.get("accepted")
+        ]
+
+
+def memory_sizes(summaries: list[RoundSummary], first: int, capacity: int) -> list[int | None]:
+    """The memory's size after each round, from its size after the first round that has a
+    memory stage: each later one adds its accepted designs, up to ``capacity`` (FIFO)."""
+    sizes: list[int | None] = []
+    size: int | None = None
+    for s in summaries:
+        if "memory" in s.stages_done:
+            size = first if size is None else min(capacity, size + s.accepted)
+        sizes.append(size if "memory" in s.stages_done else None)
+    return sizes
