@@ -56,7 +56,8 @@ async def _report(cs: CampaignStore) -> dict[str, Any]:
     )
     await acreate_markdown_artifact(
         f"# Campaign `{cs.layout.campaign_id}`\n\nArtifacts: `{status['store']}`\n\n{links}\n\n"
-        f"Status: `spade status {cs.layout.campaign_id} --store {cs.store.url()}`\n",
+        f"Status: `spade status {cs.layout.campaign_id} --store {cs.store.url()}`\n\n"
+        f"Dashboard: `spade dashboard {cs.layout.campaign_id} --store {cs.store.url()}`\n",
         key=f"{key}-artifacts",
         description="Where the campaign's artifacts are",
     )

@@ -1,0 +1,45 @@
+"""Serve the dashboard for real (``spade dashboard`` in its own process group) for browser
+tests; the process group is always stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.prefect_live import REPO_ROOT, free_port, stop_process_group
+
+
+@contextlib.contextmanager
+def served_dashboard(root: str, campaign: str, log_path: Path) -> Iterator[str]:
+    """The URL of a running dashboard for ``campaign`` in the store at ``root``."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "spade.cli", "dashboard", campaign, "--store", root]
+    cmd += ["--port", str(port)]
+    log = log_path.open("wb")
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:  # the server and its whole process group go, whatever the checks say
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            try:  # not listening yet: try again
+                if httpx.get(f"{url}/_stcore/health", timeout=2).text == "ok":
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.3)
+        else:
+            pytest.fail(f"no dashboard at {url}: {log_path.read_text()}")
+        yield url
+    finally:
+        stop_process_group(proc)
+        log.close()
