@@ -23,21 +23,8 @@ from spade.pipeline.campaign import (
     start_campaign,
     stop_requested,
 )
-from spade.pipeline.summary import campaign_status
+from spade.pipeline.summary import SUMMARY_COLUMNS, campaign_status
 from spade.storage import CampaignStore
-
-TABLE_COLUMNS = (
-    "round",
-    "attempts",
-    "accepted",
-    "win_rate",
-    "hinted_win_rate",
-    "regret",
-    "designer_reward",
-    "train_loss",
-    "heldout_win_rate",
-    "weights",
-)
 
 
 def artifact_key(campaign_id: str) -> str:
@@ -47,7 +34,7 @@ def artifact_key(campaign_id: str) -> str:
 
 async def _report(cs: CampaignStore) -> dict[str, Any]:
     status = campaign_status(cs)
-    rows = [{c: r.get(c) for c in TABLE_COLUMNS} for r in status["rounds"]]
+    rows = [{c: r.get(c) for c in SUMMARY_COLUMNS} for r in status["rounds"]]
     key = artifact_key(cs.layout.campaign_id)
     await acreate_table_artifact(rows, key=f"{key}-rounds", description="SPADE rounds so far")
     links = "\n".join(

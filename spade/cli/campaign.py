@@ -12,7 +12,7 @@ from rich.table import Table
 
 from spade.errors import SpadeError
 from spade.pipeline.campaign import list_campaigns, request_stop
-from spade.pipeline.summary import campaign_status
+from spade.pipeline.summary import SUMMARY_COLUMNS, campaign_status
 from spade.storage import CampaignStore, ObjectStore
 
 # soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
@@ -21,19 +21,7 @@ console = Console(file=sys.stdout, soft_wrap=True)
 StoreOpt = Annotated[
     str, typer.Option("--store", "-s", help="Object store root of the campaign (storage.root).")
 ]
-STATUS_COLUMNS = (
-    "round",
-    "stages_done",
-    "attempts",
-    "accepted",
-    "win_rate",
-    "hinted_win_rate",
-    "regret",
-    "designer_reward",
-    "train_loss",
-    "heldout_win_rate",
-    "weights",
-)
+STATUS_COLUMNS = ("round", "stages_done", *SUMMARY_COLUMNS[1:])
 
 
 def _store(root: str) -> ObjectStore:

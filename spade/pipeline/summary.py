@@ -10,6 +10,20 @@ from spade.config import CampaignConfig
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.storage import CampaignStore
 
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "round",
+    "attempts",
+    "accepted",
+    "win_rate",
+    "hinted_win_rate",
+    "regret",
+    "designer_reward",
+    "train_loss",
+    "heldout_win_rate",
+    "weights",
+)
+"""The per-round numbers tables show (``spade status``, the Prefect artifact)."""
+
 
 def _rows(cs: CampaignStore, round: int, stage: str, name: str) -> list[dict[str, Any]]:
     key = cs.layout.stage_key(round, stage, name)

@@ -8,24 +8,19 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
-import sys
-import time
 from typing import Any
 
-import httpx
 import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
 from spade.cli import app as cli_app
+from tests.dashboard.serve import served_dashboard
 from tests.dashboard.synthetic import build_campaign
 from tests.integration.prefect_live import (
     REPO_ROOT,
-    free_port,
     open_browser,
-    stop_process_group,
 )
 
 ROUNDS, ENVS = 5, 20
@@ -178,38 +173,20 @@ def test_cli_builds_the_streamlit_command(camp, monkeypatch):
 
 
 def test_browser_loads_the_served_dashboard(camp, tmp_path):
-    port = free_port()
-    cmd = [sys.executable, "-m", "spade.cli", "dashboard", "demo", "--store", camp.root, "--port", str(port)]  # fmt: skip
-    log = (tmp_path / "dashboard.log").open("wb")
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:  # the server and its whole process group go, whatever the checks say
-        deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
-            try:  # not listening yet: try again
-                if httpx.get(f"{url}/_stcore/health", timeout=2).text == "ok":
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, (tmp_path / "dashboard.log").read_text()
-            time.sleep(0.3)
-        else:
-            pytest.fail(f"no dashboard at {url}: {(tmp_path / 'dashboard.log').read_text()}")
-        last = camp.expected[ROUNDS - 1]
-        with open_browser() as browser:
-            page = browser.new_page(viewport={"width": 1600, "height": 3000})
-            page.goto(url)
-            page.get_by_text("Campaign demo").wait_for(timeout=30_000)
-            metric = page.locator('[data-testid="stMetric"]').filter(has_text="Win rate (hinted)")
-            metric.get_by_text(f"{last['hinted_win_rate']:.3f}", exact=True).wait_for(timeout=20_000)  # fmt: skip
-            charts = page.locator('[data-testid="stVegaLiteChart"]')
-            charts.nth(9).wait_for(timeout=20_000)  # the rounds tab's ten charts are drawn
-            page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
-            page.get_by_role("tab", name="Environments").click()
-            page.get_by_text("Lantern Maze r4").first.wait_for(timeout=20_000)
-            page.screenshot(path=str(tmp_path / "gallery.png"), full_page=True)
-        assert (tmp_path / "dashboard.png").stat().st_size > 10_000
-        print(f"screenshots: {tmp_path / 'dashboard.png'} {tmp_path / 'gallery.png'}")
-    finally:
-        stop_process_group(proc)
-        log.close()
+    last = camp.expected[ROUNDS - 1]
+    log = tmp_path / "dashboard.log"
+    with served_dashboard(camp.root, "demo", log) as url, open_browser() as browser:
+        page = browser.new_page(viewport={"width": 1600, "height": 3000})
+        page.goto(url)
+        page.get_by_text("Campaign demo").wait_for(timeout=30_000)
+        metric = page.locator('[data-testid="stMetric"]').filter(has_text="Win rate (hinted)")
+        value = f"{last['hinted_win_rate']:.3f}"
+        metric.get_by_text(value, exact=True).wait_for(timeout=20_000)
+        charts = page.locator('[data-testid="stVegaLiteChart"]')
+        charts.nth(9).wait_for(timeout=20_000)  # the rounds tab's ten charts are drawn
+        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        page.get_by_role("tab", name="Environments").click()
+        page.get_by_text("Lantern Maze r4").first.wait_for(timeout=20_000)
+        page.screenshot(path=str(tmp_path / "gallery.png"), full_page=True)
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+    print(f"screenshots: {tmp_path / 'dashboard.png'} {tmp_path / 'gallery.png'}")
