@@ -52,7 +52,6 @@ def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> Any:
     from spade.inference.models import load_model_and_tokenizer, resolve_model
     from spade.training import checkpoint as ckpt
     from spade.training.trainer import GRPOTrainer
-    from spade.training.weights import load_adapter_tensors, load_full_tensors
 
     resolved = resolve_model(cfg.model)
     model, tokenizer = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)
@@ -64,12 +63,7 @@ def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> Any:
     if parent.checkpoint is None:
         return trainer
     loaded = ckpt.load_checkpoint(parent.checkpoint, storage_options=cfg.storage.storage_options)
-    with trainer.engine.full_parameters():
-        if trainer.lora:
-            load_adapter_tensors(trainer.model, loaded.tensors)
-        else:
-            load_full_tensors(trainer.model, loaded.tensors)
-    trainer.engine.weights_loaded()
+    trainer.load_weights(loaded)
     state = dict(loaded.trainer_state or {})
     if state.get("role") == role:  # the optimizer state of this role's previous update
         state["optimizer"] = loaded.optimizer_state

@@ -369,6 +369,14 @@ class GRPOTrainer:
 
     def load_checkpoint(self, loaded: ckpt.LoadedCheckpoint) -> None:
         """Weights, optimizer and trainer state from a loaded checkpoint of the same kind."""
+        self.load_weights(loaded)
+        state = dict(loaded.trainer_state or {})
+        state["optimizer"] = loaded.optimizer_state
+        state.setdefault("step", loaded.step)
+        self.load_state_dict(state)
+
+    def load_weights(self, loaded: ckpt.LoadedCheckpoint) -> None:
+        """Only the weights (full or adapter) of a loaded checkpoint of the same kind."""
         kind = loaded.manifest.get("kind")
         if kind != self.kind:
             raise CheckpointError(
@@ -382,7 +390,3 @@ class GRPOTrainer:
             else:
                 load_full_tensors(self.model, loaded.tensors)
         self.engine.weights_loaded()
-        state = dict(loaded.trainer_state or {})
-        state["optimizer"] = loaded.optimizer_state
-        state.setdefault("step", loaded.step)
-        self.load_state_dict(state)
