@@ -413,6 +413,45 @@ class TrainingConfig(_Section):
     deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
 
 
+class HeldoutSuiteConfig(_Section):
+    """One held-out benchmark suite played after each round (see spade/eval/)."""
+
+    name: Literal["reasoning_gym", "humaneval", "bfcl_multi_turn"] = Field(
+        ..., description="Which suite: reasoning-gym tasks, HumanEval, or BFCL v4 multi-turn."
+    )
+    size: int = Field(
+        20, ge=1, le=100_000, description="Tasks in the seeded subset played each round."
+    )
+    seed: int = Field(0, ge=0, description="Seed of the subset (the same tasks every round).")
+    subsets: list[str] = Field(
+        default_factory=list,
+        description="Suite-specific parts: reasoning-gym dataset names, BFCL multi-turn"
+        " categories (empty: the suite's default set).",
+    )
+    max_turns: int | None = Field(
+        None, ge=1, le=1000, description="Turns per task (None: the suite's own default)."
+    )
+
+
+class MetricsConfig(_Section):
+    """Where per-round numbers go besides the object store (which stays the source of truth)."""
+
+    wandb: bool = Field(False, description="Log each round's summary to Weights & Biases.")
+    wandb_project: str = Field("spade", min_length=1, description="W&B project name.")
+    wandb_mode: Literal["online", "offline"] = Field(
+        "offline", description="W&B mode; offline runs sync later with `wandb sync`."
+    )
+    tensorboard_dir: str | None = Field(
+        None, description="Write TensorBoard event files here (local path; None: off)."
+    )
+    prometheus_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="Serve sandbox metrics for Prometheus on this port in each worker (None: off).",
+    )
+
+
 class RunConfig(_Section):
     """How a campaign runs: how many rounds, which stages, which task runner."""
 
@@ -423,6 +462,10 @@ class RunConfig(_Section):
     heldout_envs: list[str] = Field(
         default_factory=list,
         description="Environment files or folders played unhinted after each round (held-out).",
+    )
+    heldout_suites: list[HeldoutSuiteConfig] = Field(
+        default_factory=list,
+        description="Benchmark suites played unhinted after each round (held-out).",
     )
     task_runner: Literal["thread", "dask"] = Field(
         "thread", description="Where mapped verify/evaluate tasks run: threads or a Dask cluster."
@@ -461,6 +504,7 @@ class CampaignConfig(_Section):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     def resolved_yaml(self) -> str:
         """Every field, defaults included: what is saved with each run."""

@@ -1,8 +1,11 @@
 """The held-out hook: unhinted plays of environments the agent never trains on, per round.
 
 ``run.heldout_envs`` names environment files or folders (``*.py``); each round plays them with
-the round's published weights and stores win rate and mean return per environment. Benchmark
-suites (reasoning-gym, HumanEval, BFCL) plug in here as more environment sources.
+the round's published weights and stores win rate and mean return per environment.
+``run.heldout_suites`` adds benchmark suites (``spade.eval``: reasoning-gym, HumanEval, BFCL v4
+multi-turn): one unhinted play per task of each suite's seeded subset, scored per item, stored
+as ``suites.jsonl`` (a row per task), ``transcripts/<suite>.jsonl`` and the suite's mean score
+in ``summary.json``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from spade.config import CampaignConfig
 from spade.curriculum.memory import read_declarations
 from spade.designer.designer import env_id_for
 from spade.errors import ConfigError
+from spade.eval.runner import play_suite
+from spade.inference.base import Backend
 from spade.inference.pool import WeightsRef, shared_backend
 from spade.pipeline.record import StageRecord
-from spade.sandbox.policy import load_policy
+from spade.sandbox.policy import SandboxPolicy, load_policy
 from spade.workflows import describe
 
 
@@ -42,18 +47,45 @@ async def heldout(
     """Play every held-out environment unhinted; commit ``heldout`` (skipped when none)."""
     rec = StageRecord(cfg, campaign_id, round, "heldout", {"weights": weights.version})
     files = heldout_files(cfg)
-    if not files:
-        rec.commit("skipped", "no held-out environments configured (run.heldout_envs)")
+    if not files and not cfg.run.heldout_suites:
+        rec.commit("skipped", "no held-out environments or suites configured (run.heldout_*)")
         return {}
     policy = load_policy(cfg.sandbox.policy_path)
+    async with shared_backend(cfg, weights) as backend:
+        overall = await _play_files(backend, files, cfg, policy, rec, weights)
+        suites: dict[str, Any] = {}
+        rows: list[dict[str, Any]] = []
+        for sc in cfg.run.heldout_suites:
+            result = await play_suite(backend, sc, cfg, policy)
+            suites[sc.name] = result.summary()
+            rec.write_jsonl(f"transcripts/{sc.name}.jsonl", result.transcripts)
+            rows.extend(result.rows)
+    if suites:
+        rec.write_jsonl("suites.jsonl", rows)
+        overall["suites"] = suites
+    rec.write_json("summary.json", overall)
+    rec.commit()
+    return overall
+
+
+async def _play_files(
+    backend: Backend,
+    files: list[Path],
+    cfg: CampaignConfig,
+    policy: SandboxPolicy,
+    rec: StageRecord,
+    weights: WeightsRef,
+) -> dict[str, Any]:
+    """Play the held-out environment files; write ``results.jsonl``; their win rate."""
+    if not files:
+        return {"win_rate": None, "environments": 0}
     specs = []
     for f in files:
         code = f.read_text(encoding="utf-8")
         skill = read_declarations(code).get("skill", "unknown")
         tool_use, _ = describe(code, policy)  # asks the jail: the code is not run here
         specs.append(EnvSpec(env_id_for(code), code, skill, None, tool_use))
-    async with shared_backend(cfg, weights) as backend:
-        results = await evaluate_envs(backend, specs, cfg, policy)
+    results = await evaluate_envs(backend, specs, cfg, policy)
     rows = [
         {
             "file": f.name,
@@ -67,7 +99,4 @@ async def heldout(
         for f, r in zip(files, results, strict=True)
     ]
     rec.write_jsonl("results.jsonl", rows)
-    overall = {"win_rate": fmean(r.win_rate for r in results), "environments": len(rows)}
-    rec.write_json("summary.json", overall)
-    rec.commit()
-    return overall
+    return {"win_rate": fmean(r.win_rate for r in results), "environments": len(rows)}

@@ -26,10 +26,11 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "train_agent": ("seed", "model", "training"),
     "train_designer": ("seed", "model", "training"),
     "publish": ("model", "training"),
-    "heldout": ("model", "evaluation"),
+    "heldout": ("model", "evaluation", "run.heldout_envs", "run.heldout_suites"),
 }
-"""Top-level config fields each stage's result depends on (``inference`` and ``storage`` are
-where work runs, not what it computes, so they are in no key)."""
+"""Config fields each stage's result depends on, top-level or dotted (``inference``,
+``storage`` and ``metrics`` are where work runs or is reported, not what it computes, so they
+are in no key)."""
 
 STAGE_MODULES: dict[str, tuple[str, ...]] = {
     "sample_documents": ("spade.designer.corpus", "spade.pipeline.design"),
@@ -83,6 +84,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
         "spade.agent.actions",
         "spade.agent.prompts",
         "spade.pipeline.heldout",
+        "spade.eval.base",
     ),
 }
 """The library modules whose source a stage's results depend on."""
@@ -96,7 +98,14 @@ def _digest(obj: Any) -> str:
 def config_hash(cfg: CampaignConfig, stage: str) -> str:
     """Hash of the config sections ``stage`` depends on (16 hex chars)."""
     dump = cfg.model_dump(mode="json")
-    return _digest({name: dump[name] for name in STAGE_SECTIONS[stage]})
+    return _digest({name: _field(dump, name) for name in STAGE_SECTIONS[stage]})
+
+
+def _field(dump: dict[str, Any], dotted: str) -> Any:
+    node: Any = dump
+    for key in dotted.split("."):
+        node = node[key]
+    return node
 
 
 def stage_code_version(stage: str) -> str:
