@@ -5,6 +5,9 @@ A suite builds, for a seeded subset of its benchmark, one environment source per
 like a design does, and the agent's text (answers, programs, tool calls) is only ever handled
 there. The environment's return is the item's score in [0, 1] unless the suite rescores the
 trajectory (``Suite.score``) with trusted data that never executes the agent's text.
+
+Every task's first observation starts with :func:`task_header` (``[task <suite>/<id>]``), so
+transcripts name their item and scripted test policies can tell tasks apart.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ class HeldoutTask:
     @property
     def env_id(self) -> str:
         return f"{self.suite}/{self.task_id}"
+
+
+def task_header(suite: str, task_id: str) -> str:
+    """The first line of a task's first observation."""
+    return f"[task {suite}/{task_id}]"
 
 
 class Suite(Protocol):
