@@ -26,7 +26,7 @@ Example:
         assert run.state.is_completed()
 
 Helpers: `deploy_flow`, `run_deployment_cli`, `wait_for_flow_run`, `wait_for_flow_runs`,
-`find_flow_run_by_name`, `wait_for_task_runs` (task-run records arrive asynchronously),
+`wait_for_task_runs` (task-run records arrive asynchronously),
 `open_browser`, and for the UI `ui_custom_run` / `ui_form_field` (the selectors that work on
 Prefect 3.9's UI are documented there). `PrefectServer.cli(...)` runs any `prefect` command
 against the server; `server.log_path` / `worker.log()` help failure messages.
@@ -53,6 +53,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -445,23 +446,6 @@ def wait_for_flow_runs(
         time.sleep(poll)
 
 
-def find_flow_run_by_name(
-    client: SyncPrefectClient, name: str, timeout: float = 30.0, poll: float = 0.5
-) -> FlowRun:
-    """Poll until a flow run called `name` exists (e.g. one the UI just created)."""
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
-
-    flt = FlowRunFilter(name=FlowRunFilterName(any_=[name]))
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = client.read_flow_runs(flow_run_filter=flt)
-        if runs:
-            return runs[0]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no flow run named {name!r} after {timeout:.0f} s")
-        time.sleep(poll)
-
-
 def wait_for_task_runs(
     client: SyncPrefectClient,
     flow_run_id: str | uuid.UUID,
@@ -506,6 +490,16 @@ def ui_form_field(page: Any, label: str) -> Any:
     return block.locator("xpath=./div[contains(@class, 'p-label__body')]")
 
 
+@dataclass(frozen=True)
+class UiSubmission:
+    """The flow run a UI form created, as the server answered its POST."""
+
+    flow_run_id: str
+    name: str
+    parameters: dict[str, Any]
+    problems: list[str]
+
+
 def ui_custom_run(
     page: Any,
     server: PrefectServer,
@@ -517,13 +511,15 @@ def ui_custom_run(
     screenshot: Path | None = None,
     timeout_ms: float = 30_000,
     submit_attempts: int = 4,
-) -> list[str]:
+) -> UiSubmission:
     """On the deployment's page: "Run" -> "Custom run", set the run name and the given
     parameter fields (text boxes by label, number boxes by label), "Submit", and wait for the
     UI's confirmation ("<run_name> scheduled to start ...") and its return to the
     deployment's page. Saves a screenshot of the filled form to `screenshot` if given.
-    Returns the failed requests (status >= 400) and console errors seen on the way (a UI
-    page tolerates some); failures raise AssertionError with those and the server log.
+    Returns the flow run the UI's `create_flow_run` request answered with (its id, so callers
+    never look the run up by name) and the failed requests (status >= 400) and console errors
+    seen on the way (a UI page tolerates some); failures raise AssertionError with those and
+    the server log.
 
     Selectors (Prefect 3.9's v1 UI): button "Run" (exact) -> button/link "Custom run" ->
     `ui_form_field` blocks by label ("Run Name", parameter titles) -> textbox / spinbutton
@@ -599,7 +595,8 @@ def ui_custom_run(
             page.get_by_role("link", name=run_name).first.wait_for(timeout=10_000)
             page.wait_for_load_state("networkidle", timeout=5_000)
         page.wait_for_timeout(1000)  # the page's fade-in, for the same reason
-        return problems
+        body = response.json()
+        return UiSubmission(str(body["id"]), str(body["name"]), dict(body["parameters"]), problems)
     except PlaywrightTimeout as exc:
         raise AssertionError(
             f"{exc}\nfailed requests/console errors: {problems}\n"

@@ -23,7 +23,6 @@ from tests.integration.prefect_live import (
     REPO_ROOT,
     PrefectServer,
     PrefectWorker,
-    find_flow_run_by_name,
     run_deployment_cli,
     ui_custom_run,
     wait_for_flow_run,
@@ -141,7 +140,7 @@ def test_a_round_started_from_the_ui_with_a_changed_parameter_completes(
     cfg = live_campaign["config"]
     page = browser.new_page()
     run_name = f"ui-round-{uuid.uuid4().hex[:6]}"
-    ui_custom_run(
+    submitted = ui_custom_run(
         page,
         prefect_server,
         deployed["spade-round/round"],
@@ -149,8 +148,10 @@ def test_a_round_started_from_the_ui_with_a_changed_parameter_completes(
         text={"campaign_id": "from-the-ui"},
         screenshot=tmp_path / "custom-run.png",
     )
-    run = find_flow_run_by_name(prefect_client, run_name, timeout=60)
-    run = wait_for_flow_run(prefect_client, run.id, timeout=600)
+    # the run the UI's POST created, by id: never looked up by name (a loaded machine's form
+    # could still be filling in its generated name when the test typed its own)
+    assert submitted.parameters.get("campaign_id") == "from-the-ui", submitted
+    run = wait_for_flow_run(prefect_client, submitted.flow_run_id, timeout=600)
     page.screenshot(path=str(tmp_path / "after.png"), full_page=True)
     print("screenshots:", tmp_path)
     assert run.state is not None and run.state.is_completed(), gpu_worker.log()

@@ -15,7 +15,6 @@ from tests.integration.prefect_live import (
     PrefectServer,
     PrefectWorker,
     deploy_flow,
-    find_flow_run_by_name,
     run_deployment_cli,
     ui_custom_run,
     wait_for_flow_run,
@@ -83,7 +82,7 @@ def test_ui_custom_run_with_changed_parameters(
     form_shot = tmp_path / "custom-run-form.png"
     done_shot = tmp_path / "after-submit.png"
     try:
-        problems = ui_custom_run(
+        submitted = ui_custom_run(
             page,
             prefect_server,
             hello_deployment,
@@ -92,10 +91,11 @@ def test_ui_custom_run_with_changed_parameters(
             numbers={"Times": 3},
             screenshot=form_shot,
         )
-        print(f"UI request failures/console errors (tolerated): {problems}")
+        print(f"UI request failures/console errors (tolerated): {submitted.problems}")
     finally:
         page.screenshot(path=str(done_shot))
         print(f"screenshots: {form_shot} {done_shot}")
-    run = find_flow_run_by_name(prefect_client, run_name)
+    assert submitted.name == run_name
+    run = prefect_client.read_flow_run(uuid.UUID(submitted.flow_run_id))
     assert str(run.deployment_id) == hello_deployment
     _check_completed(prefect_client, prefect_worker, run.id, out, {"name": "ui-form", "times": 3})
