@@ -8,12 +8,11 @@ what follows it, not the design before it.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-from pathlib import Path
 from typing import Any
 
 from spade.config import CampaignConfig
+from spade.storage.version import code_version
 
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "sample_documents": ("seed", "corpus", "designer"),
@@ -109,18 +108,8 @@ def _field(dump: dict[str, Any], dotted: str) -> Any:
 
 
 def stage_code_version(stage: str) -> str:
-    """Hash of the source files of the modules ``stage`` runs (16 hex chars).
-
-    The files are read, never imported: ``spade.sandbox.server`` is the in-jail server, which
-    must not run on the host (importing it would point this process's stdout at stderr).
-    """
-    h = hashlib.sha256()
-    for name in STAGE_MODULES[stage]:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-            raise ValueError(f"no Python source for module {name} (stage {stage})")
-        h.update(name.encode() + b"\0" + Path(spec.origin).read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    """Hash of the source files of the modules ``stage`` runs (16 hex chars)."""
+    return code_version(*STAGE_MODULES[stage])
 
 
 def fingerprint(obj: Any) -> str:

@@ -1,42 +1,33 @@
-"""Code versions for cache keys: a hash of the source a stage runs."""
+"""Code versions for cache keys: a hash of the source files of the modules a stage runs."""
 
 from __future__ import annotations
 
 import hashlib
-import inspect
-import types
-from typing import Any
+import importlib.util
+from pathlib import Path
 
 
-def _module_of(obj: Any) -> types.ModuleType:
-    if isinstance(obj, types.ModuleType):
-        return obj
-    module = inspect.getmodule(obj)
-    if module is None:
-        raise ValueError(f"cannot tell which module defines {obj!r}")
-    return module
+def _source_path(name: str) -> Path:
+    try:  # find_spec imports the parent packages (light), never the module itself
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:  # a parent package missing, or a bad name
+        raise ValueError(f"no module {name}: {exc}") from exc
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        raise ValueError(f"no Python source for module {name}")
+    return Path(spec.origin)
 
 
-def code_version(*objs: Any) -> str:
-    """First 16 hex chars of the sha256 of the source of the modules defining ``objs``.
+def code_version(*modules: str) -> str:
+    """First 16 hex chars of the sha256 of the named modules' source files.
 
-    Each of ``objs`` is a module, or a function / class / method whose whole module is hashed
-    (so a change to a helper beside the stage function changes the version too). Modules are
-    hashed once each, in the order given. ValueError when a source cannot be read (built-in or
-    C-extension modules, code typed at a prompt).
+    The files are read, never imported: ``spade.sandbox.server`` is the in-jail server, which
+    must not run on the host (importing it would point this process's stdout at stderr).
+    Modules are hashed once each, in the order given; ValueError for a module without a
+    Python source file (built-in, compiled, missing) or for no module at all.
     """
-    if not objs:
-        raise ValueError("code_version needs at least one module or function")
+    if not modules:
+        raise ValueError("code_version needs at least one module name")
     h = hashlib.sha256()
-    seen: set[str] = set()
-    for obj in objs:
-        module = _module_of(obj)
-        if module.__name__ in seen:
-            continue
-        seen.add(module.__name__)
-        try:  # built-in / compiled modules have no Python source to hash
-            source = inspect.getsource(module)
-        except (OSError, TypeError) as exc:
-            raise ValueError(f"no source for module {module.__name__}: {exc}") from exc
-        h.update(module.__name__.encode() + b"\0" + source.encode() + b"\0")
+    for name in dict.fromkeys(modules):
+        h.update(name.encode() + b"\0" + _source_path(name).read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import linecache
 import logging
 import os
 import sys
-import types
 
 import pytest
 
@@ -241,26 +239,20 @@ def test_bad_manifests_read_as_absent(local_store, caplog):
 
 
 def test_code_version(tmp_path, monkeypatch):
-    import spade.storage.layout as layout_mod
-
-    v = code_version(layout_mod)
-    assert len(v) == 16 and v == code_version(RunLayout) == code_version(layout_mod.utc_now)
-    assert code_version(layout_mod, RunLayout) == v  # a module counts once
-    assert code_version(layout_mod, code_version) != v
+    v = code_version("spade.storage.layout")
+    assert len(v) == 16 and v == code_version("spade.storage.layout", "spade.storage.layout")
+    assert code_version("spade.storage.layout", "spade.storage.version") != v
 
     src = tmp_path / "stage_mod.py"
     src.write_text("def run():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    import stage_mod
-
-    try:  # the throwaway module must not outlive this test
-        before = code_version(stage_mod.run)
-        src.write_text("def run():\n    return 2\n")
-        linecache.clearcache()
-        assert code_version(stage_mod.run) != before
-    finally:
-        sys.modules.pop("stage_mod", None)
-    with pytest.raises(ValueError, match="no source"):
-        code_version(types.ModuleType("nowhere"))
+    before = code_version("stage_mod")
+    assert "stage_mod" not in sys.modules  # read, never imported
+    src.write_text("def run():\n    return 2\n")
+    assert code_version("stage_mod") != before
+    with pytest.raises(ValueError, match="no Python source"):
+        code_version("sys")
+    with pytest.raises(ValueError, match="no module"):
+        code_version("nowhere_at_all.sub")
     with pytest.raises(ValueError):
         code_version()
