@@ -5,10 +5,13 @@ Re-running with the same campaign id skips the rounds whose every stage is commi
 re-enters the first incomplete round, where finished stages come back from the cache. After
 each round a table artifact shows the per-round numbers and a markdown artifact links to the
 stored artifacts; ``spade stop`` (or cancelling the run) ends a campaign of ``rounds: 0``.
+Each round's numbers also go to the configured W&B / TensorBoard sinks (``metrics``), and with
+``metrics.prometheus_port`` the flow's process serves its sandbox metrics for Prometheus.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -17,6 +20,8 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from flows.round import round_flow
 from flows.storage import task_runner
 from spade.config import CampaignConfig
+from spade.metrics.prom import start_metrics_server
+from spade.metrics.sinks import log_round
 from spade.pipeline.campaign import (
     first_incomplete_round,
     new_campaign_id,
@@ -66,12 +71,15 @@ async def campaign_flow(
     r = first_incomplete_round(cs)
     log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
     runner = task_runner(config)
+    start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
     while total == 0 or r < total:
         if stop_requested(cs):
             log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
             break
-        await round_flow.with_options(task_runner=runner)(config, cid, r)
+        outcome = await round_flow.with_options(task_runner=runner)(config, cid, r)
         await _report(cs)
+        # A side channel: it logs its own problems and never fails the round.
+        await asyncio.to_thread(log_round, config, cid, r, outcome.summary, logger=log)
         r += 1
     return await _report(cs)
 

@@ -1,5 +1,6 @@
 """Held-out evaluation as its own flow (the ``spade-evaluate`` deployment): play the configured
-held-out environments with the weights a campaign published in a given round, on demand."""
+held-out environments and benchmark suites with the weights a campaign published in a given
+round, on demand."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from prefect import flow, task
 
 from spade.config import CampaignConfig
 from spade.inference.pool import BASE, WeightsRef
+from spade.metrics.prom import start_metrics_server
 from spade.pipeline import heldout as heldout_stage
 from spade.pipeline.state import published_weights
 
@@ -26,5 +28,6 @@ async def evaluate_flow(
 ) -> dict[str, Any]:
     """Held-out plays with the weights published by round ``round_index`` (base weights when
     that round published none); results go to the round's ``heldout`` stage."""
+    start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
     weights = published_weights(config, campaign_id, round_index) or BASE
     return await play_heldout(config, campaign_id, round_index, weights)

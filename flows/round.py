@@ -32,6 +32,7 @@ from spade.config import CampaignConfig
 from spade.designer.corpus import Document
 from spade.designer.designer import DesignAttempt
 from spade.inference.pool import WeightsRef, shared_backend
+from spade.metrics.prom import start_metrics_server
 from spade.pipeline import design as design_stages
 from spade.pipeline import evaluate as evaluate_stages
 from spade.pipeline import heldout as heldout_stage
@@ -337,6 +338,7 @@ async def round_flow(
 ) -> RoundOutcome:
     """One self-play round of a campaign; its state comes from the previous round's outputs."""
     cid, r = campaign_id, round_index
+    start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
     t = _bound(await result_storage(config))
     ensure_campaign(config, cid)
     carried = carried_state(config, cid, r)

@@ -448,7 +448,10 @@ class MetricsConfig(_Section):
         None,
         ge=1,
         le=65535,
-        description="Serve sandbox metrics for Prometheus on this port in each worker (None: off).",
+        description=(
+            "Serve sandbox metrics for Prometheus on this port from the campaign flow's process"
+            " (one port per process; infra/README.md 'Metrics'; None: off)."
+        ),
     )
 
 

@@ -4,7 +4,9 @@ What is checked: every YAML/JSON file parses; compose services use only declared
 networks and depend only on defined services; the work-pool templates declare every placeholder
 (the Prefect server's check) and keep every variable of Prefect's default templates; the
 Kubernetes templates keep what prefect-kubernetes requires of a job manifest; the k8s
-manifests name apiVersion, kind and metadata; the campaign configs in infra/README.md validate.
+manifests name apiVersion, kind and metadata; the campaign configs in infra/README.md validate;
+the `metrics` compose profile adds Prometheus and Grafana and nothing else (the dashboards and
+the scrape config are checked in tests/metrics/test_grafana.py).
 """
 
 from __future__ import annotations
@@ -135,6 +137,34 @@ def test_compose_vllm_serves_runtime_lora() -> None:
     assert "--enable-lora" in vllm["command"]
     assert vllm["environment"]["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert any(a.startswith("--model=${SPADE_MODEL:-") for a in vllm["command"])
+
+
+def test_compose_metrics_profile_adds_prometheus_and_grafana_only() -> None:
+    """`--profile metrics` adds the two services; the default stack is what it was."""
+    services = _compose()["services"]
+    default = {n for n, s in services.items() if not s.get("profiles")}
+    assert default == {
+        "postgres",
+        "prefect-server",
+        "minio",
+        "minio-init",
+        "vllm",
+        "cpu-worker",
+        "gpu-worker",
+    }
+    profiled = {n: s["profiles"] for n, s in services.items() if s.get("profiles")}
+    assert profiled == {"prometheus": ["metrics"], "grafana": ["metrics"]}
+    for name in default:  # compose refuses a default service that waits on a profiled one
+        assert not set(services[name].get("depends_on") or {}) & set(profiled), name
+    for name in profiled:  # bind mounts resolve against infra/ (the compose file's folder)
+        for vol in services[name]["volumes"]:
+            source = vol.split(":")[0]
+            if source.startswith("./"):
+                assert (INFRA / source).exists(), f"{name}: {source} missing"
+    prometheus = services["prometheus"]
+    config_path = next(a for a in prometheus["command"] if a.startswith("--config.file="))
+    assert f"./grafana/prometheus.yaml:{config_path.split('=', 1)[1]}:ro" in prometheus["volumes"]
+    assert services["grafana"]["depends_on"] == {"prometheus": {"condition": "service_healthy"}}
 
 
 def test_compose_prefect_server_uses_postgres() -> None:

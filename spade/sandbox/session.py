@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from spade.errors import SandboxError
+from spade.metrics import prom
 from spade.sandbox.failures import (
     EnvFailure,
     Failure,
@@ -137,6 +138,7 @@ class JailedSession:
                 start_new_session=True,  # keep terminal signals (Ctrl-C) for the host to handle
                 env={"PATH": "/usr/bin:/bin"},
             )
+        prom.record_session_launch()
         self._started_at = time.monotonic()
         reply = self._call(
             {
@@ -158,6 +160,7 @@ class JailedSession:
             max_turns=reply.get("max_turns"),
         )
         self.stats.start_s = time.perf_counter() - t0
+        prom.record_session_loaded(self.stats.start_s)
         return self.info
 
     def close(self) -> None:
@@ -193,16 +196,12 @@ class JailedSession:
         try:
             return split_solution(raw)
         except TypeError as exc:  # wrong return type from the design
-            raise EnvFailure(
-                Failure(FailureKind.CONTRACT, f"solution(): {exc}"), fatal=False
-            ) from None
+            raise _contract(f"solution(): {exc}") from None
 
     def tools(self) -> list[dict[str, Any]]:
         result = self._call({"op": "tools"})
         if not isinstance(result, list) or not all(isinstance(t, dict) for t in result):
-            raise EnvFailure(
-                Failure(FailureKind.CONTRACT, "tools() must return a list of schemas"), fatal=False
-            )
+            raise _contract("tools() must return a list of schemas")
         return result
 
     # -- channel -----------------------------------------------------------------------------
@@ -224,10 +223,15 @@ class JailedSession:
             )
         except _Dead as dead:
             self.failure = dead.failure
+            prom.record_failure(dead.failure.kind)
             raise EnvFailure(dead.failure, fatal=True) from None
+        except SandboxError:  # nsjail could not set the jail up: the host's failure
+            prom.record_failure(prom.SANDBOX_ERROR)
+            raise
         finally:
             self.stats.calls += 1
             self.stats.call_s.append(time.perf_counter() - t0)
+            prom.record_call(request["op"], self.stats.call_s[-1])
         return self._parse_reply(line, load=load, rid=self._next_id)
 
     def _parse_reply(self, line: bytes, *, load: bool, rid: int) -> Any:
@@ -256,10 +260,12 @@ class JailedSession:
             )
         if load:
             self._die(failure)
+        prom.record_failure(failure.kind)
         raise EnvFailure(failure, fatal=False)
 
     def _die(self, failure: Failure) -> None:
         self.failure = failure
+        prom.record_failure(failure.kind)
         self._kill()
         raise EnvFailure(failure, fatal=True)
 
@@ -381,6 +387,7 @@ def _failure_from_error(error: dict[str, Any], *, load: bool, encode: bool) -> F
 
 
 def _contract(reason: str) -> EnvFailure:
+    prom.record_failure(FailureKind.CONTRACT)  # every contract failure is built here
     return EnvFailure(Failure(FailureKind.CONTRACT, reason), fatal=False)
 
 

@@ -1,0 +1,165 @@
+"""The W&B and TensorBoard sinks, read back from what they wrote (no network: W&B offline)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from spade.config import load_config
+from spade.metrics.sinks import configured_sinks, log_round, round_metrics
+from spade.pipeline.record import campaign_store
+from spade.pipeline.summary import SUMMARY_COLUMNS, round_summary
+
+CID = "metrics-camp-20260101-000000-abcd"
+
+
+def _row(round: int, **more: object) -> dict[str, object]:
+    """A summary row shaped like ``spade.pipeline.summary.summarize_round``'s."""
+    return {
+        "round": round,
+        "stages_done": 13,
+        "stages_total": 13,
+        "complete": True,
+        "attempts": 5,
+        "accepted": 3,
+        "rejections": {"infeasible": 1, "parse": 1},
+        "win_rate": 0.25 + round / 10,
+        "hinted_win_rate": 0.5,
+        "regret": 0.125,
+        "designer_reward": -0.0625,
+        "train_loss": None,  # training skipped: no number, not a zero
+        "heldout_win_rate": 0.75,
+        "weights": f"r{round:04d}-designer",
+        "stage_seconds": {"design": 1.5, "verify": 2.25},
+        **more,
+    }
+
+
+def _cfg(tmp_path: Path, **overrides: object):
+    return load_config(overrides={"storage.root": str(tmp_path / "store"), **overrides})
+
+
+def _write_heldout(cfg, round: int, suites: dict[str, dict[str, float]]) -> None:
+    cs = campaign_store(cfg, CID)
+    key = cs.layout.stage_key(round, "heldout", "summary.json")
+    cs.store.write_json(key, {"win_rate": 0.75, "suites": suites})
+
+
+def test_round_metrics_keep_every_numeric_column_and_the_suites():
+    metrics = round_metrics(_row(2), {"suites": {"humaneval": {"score": 0.4, "tasks": 10}}})
+    numeric = {c for c in SUMMARY_COLUMNS if c != "round" and isinstance(_row(2)[c], float | int)}
+    assert numeric <= set(metrics)
+    assert metrics["win_rate"] == pytest.approx(0.45)
+    assert metrics["stage_seconds/verify"] == 2.25 and metrics["rejections/parse"] == 1.0
+    assert metrics["heldout/humaneval/score"] == 0.4 and metrics["heldout/humaneval/tasks"] == 10
+    # the step, text, flags and missing numbers are not metrics
+    assert not {"round", "weights", "complete", "train_loss"} & set(metrics)
+
+
+def test_no_sink_configured_is_a_no_op(tmp_path):
+    cfg = _cfg(tmp_path)
+    assert configured_sinks(cfg) == []
+    assert log_round(cfg, CID, 0, _row(0)) == []
+    assert not (tmp_path / "store").exists()  # not even the store is read
+
+
+def test_wandb_offline_one_run_per_campaign_resumed_by_id(tmp_path, wandb_offline):
+    cfg = _cfg(tmp_path, **{"metrics.wandb": True, "metrics.wandb_project": "spade-test"})
+    _write_heldout(cfg, 1, {"reasoning_gym": {"score": 0.3}, "humaneval": {"score": 0.6}})
+    assert log_round(cfg, CID, 0, _row(0)) == []
+    assert log_round(cfg, CID, 1, _row(1)) == []
+    runs = wandb_offline()
+    # each round opened the run again with the campaign id: one folder per round, one run id,
+    # which `wandb sync` uploads as one run
+    assert len(runs) == 2
+    assert {r.run_id for r in runs} == {CID} and {r.project for r in runs} == {"spade-test"}
+    history = {step: row for r in runs for step, row in r.history.items()}
+    assert sorted(history) == [0, 1]
+    assert history[0]["win_rate"] == 0.25 and history[1]["win_rate"] == pytest.approx(0.35)
+    assert history[0]["stage_seconds/design"] == 1.5 and history[1]["accepted"] == 3
+    assert history[1]["heldout/reasoning_gym/score"] == 0.3
+    assert history[1]["heldout/humaneval/score"] == 0.6
+    assert "heldout/humaneval/score" not in history[0]  # round 0 had no held-out suites
+
+
+def test_tensorboard_scalars_per_step(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = _cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb")})
+    _write_heldout(cfg, 1, {"bfcl_multi_turn": {"score": 0.5, "tasks": 4}})
+    for r in (0, 1):
+        assert log_round(cfg, CID, r, _row(r)) == []
+    acc = EventAccumulator(str(tmp_path / "tb" / CID))  # one folder per campaign
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"win_rate", "regret", "stage_seconds/design", "heldout/bfcl_multi_turn/score"} <= tags
+
+    def series(tag: str) -> list[tuple[int, float]]:
+        return [(e.step, round(e.value, 6)) for e in acc.Scalars(tag)]
+
+    assert series("win_rate") == [(0, 0.25), (1, 0.35)]
+    assert series("accepted") == [(0, 3.0), (1, 3.0)]
+    assert series("heldout/bfcl_multi_turn/score") == [(1, 0.5)]
+
+
+def test_a_failing_sink_only_warns_and_the_others_still_write(tmp_path, wandb_offline, caplog):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the TensorBoard folder should go")
+    cfg = _cfg(tmp_path, **{"metrics.wandb": True, "metrics.tensorboard_dir": str(blocker)})
+    with caplog.at_level(logging.WARNING, logger="spade.metrics.sinks"):
+        problems = log_round(cfg, CID, 0, _row(0))
+    assert len(problems) == 1 and "tensorboard" in problems[0]
+    assert "Not a directory" in problems[0]  # the reason, not just "failed"
+    assert any("tensorboard" in r.getMessage() for r in caplog.records)
+    assert wandb_offline()[0].history[0]["win_rate"] == 0.25  # W&B still got round 0
+
+
+def test_a_sink_that_raises_while_logging_only_warns(tmp_path, monkeypatch):
+    from spade.metrics import sinks
+
+    def broken_log(self, metrics, step):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(sinks.TensorBoardSink, "log", broken_log)
+    cfg = _cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb")})
+    warnings: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warnings.append(record.getMessage())
+
+    logger = logging.getLogger("test-metrics-run-logger")
+    logger.addHandler(Collect())
+    problems = log_round(cfg, CID, 3, _row(3), logger=logger)
+    assert problems == [
+        "metrics: tensorboard sink did not record round 3: RuntimeError('disk on fire')"
+    ]
+    assert warnings and "disk on fire" in warnings[0]  # on the logger given (the flow's)
+
+
+def test_an_unreadable_store_still_logs_the_summary(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = _cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb")})
+    cs = campaign_store(cfg, CID)
+    cs.store.write_bytes(cs.layout.stage_key(0, "heldout", "summary.json"), b"{not json")
+    problems = log_round(cfg, CID, 0, _row(0))
+    assert len(problems) == 1 and "held-out suites of round 0 not read" in problems[0]
+    acc = EventAccumulator(str(tmp_path / "tb" / CID))
+    acc.Reload()
+    assert [e.value for e in acc.Scalars("accepted")] == [3.0]
+
+
+def test_log_round_takes_round_summary_as_it_is(tmp_path):
+    """The row the campaign flow passes (``round_summary``) of a round the store barely has."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = _cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb")})
+    _write_heldout(cfg, 0, {"humaneval": {"score": 0.25}})
+    row = round_summary(cfg, CID, 0)
+    assert log_round(cfg, CID, 0, row) == []
+    acc = EventAccumulator(str(tmp_path / "tb" / CID))
+    acc.Reload()
+    assert {"attempts", "stages_done", "heldout/humaneval/score"} <= set(acc.Tags()["scalars"])
