@@ -425,8 +425,8 @@ class HeldoutSuiteConfig(_Section):
     seed: int = Field(0, ge=0, description="Seed of the subset (the same tasks every round).")
     subsets: list[str] = Field(
         default_factory=list,
-        description="Suite-specific parts: reasoning-gym dataset names, BFCL multi-turn"
-        " categories (empty: the suite's default set).",
+        description="Suite-specific parts: reasoning-gym dataset names, HumanEval task ids,"
+        " BFCL multi-turn categories (empty: the suite's default set).",
     )
     max_turns: int | None = Field(
         None, ge=1, le=1000, description="Turns per task (None: the suite's own default)."

@@ -84,6 +84,13 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
         "spade.agent.prompts",
         "spade.pipeline.heldout",
         "spade.eval.base",
+        "spade.eval.runner",
+        "spade.eval.reasoning_gym",
+        "spade.eval.humaneval",
+        "spade.eval.bfcl",
+        "spade.eval.bfcl_data",
+        "spade.eval.bfcl_runtime",
+        "spade.eval.bfcl_mpmath",
     ),
 }
 """The library modules whose source a stage's results depend on."""

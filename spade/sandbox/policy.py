@@ -23,6 +23,8 @@ DEFAULT_ALLOWED_MODULES = [
     "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib", "heapq",
     "itertools", "json", "math", "numbers", "operator", "random", "re", "statistics",
     "string", "textwrap", "time", "typing", "unicodedata", "spade.envs",
+    # datetime.strptime imports it from C code, which the guard sees as the design's import
+    "_strptime",
 ]  # fmt: skip
 
 SyscallName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$")]

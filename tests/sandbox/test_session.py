@@ -150,3 +150,17 @@ def test_string_hashing_is_fixed_across_sessions():
         with JailedSession(code) as s:
             seen.add(s.reset(0)[0])
     assert len(seen) == 1
+
+
+def test_datetime_strptime_works_under_the_import_guard():
+    """strptime imports _strptime from C code, on the design's behalf: the policy allows it."""
+    code = (
+        "import datetime\n"
+        "class DEnv:\n"
+        "    def reset(self, seed=None):\n"
+        "        return datetime.datetime.strptime('2024-03-05', '%Y-%m-%d').strftime('%j'), {}\n"
+        "    def step(self, a):\n"
+        "        return '', 0.0, True, False, {}\n"
+    )
+    with JailedSession(code) as s:
+        assert s.reset(0)[0] == "065"
