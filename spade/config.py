@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spade.errors import ConfigError
 from spade.verify.config import VerifyConfig
@@ -470,6 +470,16 @@ class RunConfig(_Section):
         default_factory=list,
         description="Benchmark suites played unhinted after each round (held-out).",
     )
+
+    @field_validator("heldout_suites")
+    @classmethod
+    def _one_entry_per_suite(cls, suites: list[HeldoutSuiteConfig]) -> list[HeldoutSuiteConfig]:
+        names = [s.name for s in suites]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:  # results are stored per suite name: a second entry would overwrite
+            raise ValueError(f"suite listed more than once: {', '.join(repeated)} (use subsets)")
+        return suites
+
     task_runner: Literal["thread", "dask"] = Field(
         "thread", description="Where mapped verify/evaluate tasks run: threads or a Dask cluster."
     )

@@ -324,3 +324,16 @@ def test_every_section_has_a_docstring_in_the_schema():
     schema = CampaignConfig.model_json_schema()
     for name, definition in schema["$defs"].items():
         assert definition.get("description"), name
+
+
+def test_heldout_suites_are_validated():
+    cfg = load_config(
+        overrides={"run.heldout_suites": [{"name": "humaneval", "size": 3, "subsets": ["7"]}]}
+    )
+    assert cfg.run.heldout_suites[0].size == 3 and cfg.run.heldout_suites[0].max_turns is None
+    with pytest.raises(ConfigError, match="name"):
+        load_config(overrides={"run.heldout_suites": [{"name": "mmlu"}]})
+    with pytest.raises(ConfigError, match="size"):
+        load_config(overrides={"run.heldout_suites": [{"name": "humaneval", "size": 0}]})
+    with pytest.raises(ConfigError, match="more than once: humaneval"):
+        load_config(overrides={"run.heldout_suites": [{"name": "humaneval"}] * 2})
