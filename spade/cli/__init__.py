@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from spade.cli.benchmark import benchmark
 from spade.cli.campaign import status, stop
 from spade.cli.dashboard import dashboard
 from spade.cli.env import env_app
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.add_typer(env_app, name="env")
 app.command("design")(design)
 app.command("evaluate")(evaluate)
+app.command("benchmark")(benchmark)
 app.command("train")(train)
 app.command("status")(status)
 app.command("stop")(stop)

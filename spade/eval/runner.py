@@ -53,10 +53,15 @@ def _row(task: HeldoutTask, traj: Trajectory, score: float) -> dict[str, Any]:
 
 
 async def play_suite(
-    backend: Backend, sc: HeldoutSuiteConfig, cfg: CampaignConfig, policy: SandboxPolicy
+    backend: Backend,
+    sc: HeldoutSuiteConfig,
+    cfg: CampaignConfig,
+    policy: SandboxPolicy,
+    prepared: tuple[Suite, list[HeldoutTask]] | None = None,
 ) -> SuiteResult:
-    """Play every task of the suite's subset once, unhinted, and score each play."""
-    suite, tasks = suite_tasks(sc)
+    """Play every task of the suite's subset once, unhinted, and score each play
+    (``prepared``: the suite and tasks :func:`suite_tasks` already built for ``sc``)."""
+    suite, tasks = prepared or suite_tasks(sc)
     settings = dataclasses.replace(
         rollout_settings(cfg), max_turns=sc.max_turns or suite.default_max_turns
     )
