@@ -10,3 +10,8 @@
 
 Importing this package is light; the submodules import torch (and peft / DeepSpeed when used).
 """
+
+import os
+
+# See spade/inference/__init__.py: passive OpenMP waits, set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
