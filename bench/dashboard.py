@@ -11,29 +11,48 @@ page loads in under 3 s and its load time grows far slower than the campaign.
    ``overview cold``: a fresh loader's first ``overview()`` (lists the rounds, reads every
    round's stage manifests and small per-round files); ``overview warm``: ``overview(max_age_s=0)``
    again on the same loader (re-reads the manifests only: what a refresh costs when nothing
-   committed since); ``page data cold``: a fresh loader doing what one run of the app script
-   asks of it (overview, memory, the latest round's rejections by check, the gallery's first
-   environment and its transcripts). Medians of ``--repeats`` runs; the OS file cache is warm.
-2. Page load, in headless Chromium (``/usr/bin/chromium`` through playwright), against the app
-   served as ``spade dashboard`` serves it (``spade.cli.dashboard.streamlit_command``, one
-   server per campaign, started before the clock starts). Timed from ``page.goto(url)`` (and
-   ``page.reload()``) until, in one check in the page: the app's script run is over
-   (``stApp``'s ``data-test-script-state`` is ``notRunning``, no "Running..." icon), the
-   headline metric shows the latest round's hinted win rate, and the rounds tab's charts are
-   visible and drawn (at least ten, each with a non-empty canvas or svg). ``first load``: the
-   server's first session (the app imported, the loader cold); ``reload``: the median of
-   ``--reloads`` reloads (a new session each; the server's loader is kept, and its overview is
-   reused for 30 s: ``REFRESH_S`` in ``dashboards/app.py``). ``title`` is the time until the
-   page's title shows, for scale. ``of which app script run``: from the script state turning
-   ``running`` to its last turning ``notRunning``, in the page's clock (a MutationObserver): the
-   server's run of the app script as the page saw it; what precedes it is the page's own start
-   (loading and parsing Streamlit's JavaScript, opening the websocket), what follows it is
-   drawing the last charts.
-   Before both, an untimed visit to a tiny campaign on its own server (the machine's first
-   Streamlit start and page are slower: files into the OS cache, Chromium's first page).
-3. Memory of the Streamlit server process: resident set size before the first page load
-   (psutil), and its peak over the whole visit (``VmHWM`` in ``/proc/<pid>/status``: psutil
-   reports no peak on Linux) and what the visit added to it (peak - before).
+   committed since; the app does it in the background, see ``dashboards/app.py``);
+   ``first page's reads, cold``: a fresh loader doing what the app's first page asks of it
+   (overview, memory, the latest round's rejections by check). Medians of ``--repeats`` runs;
+   the OS file cache is warm.
+2. Server start: the app served as ``spade dashboard`` serves it
+   (``spade.cli.dashboard.streamlit_command``: ``dashboards/serve.py``, which imports the
+   app's modules and reads the campaign before Streamlit listens), one server per campaign,
+   timed from the process start until its health check answers. Reported on its own: it is
+   not part of any page load below.
+3. Page load, in headless Chromium (``/usr/bin/chromium`` through playwright), against that
+   server, already up. Timed from ``page.goto(url)`` (and ``page.reload()``) until, in one
+   check in the page: the app's script run is over (``stApp``'s ``data-test-script-state`` is
+   ``notRunning``, no "Running..." icon), the headline metric shows the latest round's hinted
+   win rate, and the rounds tab's charts are visible and drawn (at least ten, each with a
+   non-empty canvas or svg). ``first load``: the server's first session, in a fresh browser
+   context (nothing cached: Streamlit's JavaScript is fetched and compiled); ``reload``: the
+   median of ``--reloads`` reloads (a new session each, the browser's cache warm).
+   ``title`` is the time until the page's title shows, for scale. ``of which app script
+   run``: from the script state turning ``running`` to its last turning ``notRunning``, in the
+   page's clock (a MutationObserver): the server's run of the app script as the page saw it,
+   which includes the page taking in the elements; what precedes it is the page's own start
+   (loading Streamlit's JavaScript, opening the websocket), what follows it is drawing the
+   last charts. ``browser CPU`` / ``server CPU``: CPU seconds the Chromium processes and the
+   server process used over a reload (median; user + system, psutil), a figure that the
+   machine's other load disturbs far less than the wall times. ``gallery tab``: from clicking
+   the "Environments" tab (its content runs only when opened) until the first design's code
+   shows.
+   Before both campaigns, an untimed visit to a tiny campaign on its own server (the machine's
+   first Streamlit start and page are slower: files into the OS cache, Chromium's first page),
+   then the ``reference``: a bare Streamlit page (a title, the metric, ten tiny charts) served
+   by plain ``streamlit run`` and timed the same way, the floor under any Streamlit page on
+   this machine (Streamlit's JavaScript and Vega, nothing of the dashboard's).
+4. Memory of the Streamlit server process: resident set size before the first page load
+   (psutil; after the warm start), and its peak over the whole visit (``VmHWM`` in
+   ``/proc/<pid>/status``: psutil reports no peak on Linux) and what the visit added to it.
+
+Figures on this 2-core machine (full mode; other jobs were running, so wall times are noisy;
+first load / reload of the 5-round baseline, then of the 200-round campaign). Before (Altair
+charts, every tab run on every page, the campaign read in the first session), three runs:
+6.5 / 3.3 s and 9.9 / 4.6 s; 6.7 / 4.1 s and 11.8 / 27 s (a very busy machine); 4.3 / 2.4 s
+and 5.9 / 3.2 s. After, two runs: 2.5 / 1.1 s and 3.0 / 1.3 s; 2.7 / 1.3 s and 3.7 / 1.6 s,
+against the bare Streamlit page's 2.4 / 0.7 s and 2.7 / 0.9 s in the same runs.
 
 Benchmarks report; they do not assert. A table prints, JSON goes to
 ``bench/results/dashboard.json`` (with machine info and a timestamp).
@@ -65,7 +84,7 @@ REPO = BENCH.parent
 DEFAULT_OUT = BENCH / "results" / "dashboard.json"
 AIM_PAGE_LOAD_S = 3.0
 DETAIL_ROUNDS = 2
-MIN_CHARTS = 10  # the rounds tab draws 11 (10 without rejections by check)
+MIN_CHARTS = 10  # the rounds tab draws 12 (11 without held-out suites or rejections by check)
 CAMPAIGN_ID = "bench"
 
 # True once the page shows the loaded dashboard (see the docstring, section 2).
@@ -122,18 +141,13 @@ def store_size(root: Path) -> dict[str, float]:
 
 
 def page_data(root: str) -> None:
-    """What one run of dashboards/app.py asks of a fresh loader."""
+    """What the app's first page (the rounds tab) asks of a fresh loader."""
     from spade.dashboard import CampaignData
 
     data = CampaignData(root, CAMPAIGN_ID)
-    ov = data.overview()
-    data.memory()
+    ov = data.overview()  # reads the first and last round's memory too
     last = [r for r in ov.rounds if r.attempts][-1]
     data.rejected_checks(last.round)
-    env = next(e for e in last.envs if e.get("accepted"))
-    data.env_detail(last.round, env["env_id"])
-    ov.env_history(env["env_id"])
-    data.trajectories(last.round, env["env_id"])
 
 
 def data_load(root: str, repeats: int) -> dict[str, Any]:
@@ -182,9 +196,11 @@ def rss_mb(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def served(root: str, log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], float]]:
-    """The app served as ``spade dashboard`` serves it; yields (url, process, start seconds).
-    The server's whole process group is stopped on the way out, whatever happened."""
+def served(
+    root: str, log_path: Path, command: Callable[[int], list[str]] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes], float]]:
+    """The app served as ``spade dashboard`` serves it (or ``command(port)``); yields (url,
+    process, start seconds). The server's process group is stopped on the way out."""
     import httpx
 
     from spade.cli.dashboard import streamlit_command
@@ -196,7 +212,7 @@ def served(root: str, log_path: Path) -> Iterator[tuple[str, subprocess.Popen[by
     with log_path.open("wb") as log:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            streamlit_command(CAMPAIGN_ID, root, port),
+            command(port) if command else streamlit_command(CAMPAIGN_ID, root, port),
             cwd=REPO,
             env=env,
             stdout=log,
@@ -238,15 +254,54 @@ def wait_ready(page: Any, want: dict[str, Any], t0: float) -> dict[str, Any]:
     }
 
 
-def page_load(browser: Any, camp: Any, rounds: int, reloads: int, tmp: Path) -> dict[str, Any]:
-    want = {
-        "label": "Win rate (hinted)",
-        "value": f"{camp.expected[rounds - 1]['hinted_win_rate']:.3f}",
-        "charts": MIN_CHARTS,
-    }
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds the processes ``pids`` have used so far (gone ones: 0)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def browser_pids() -> list[int]:
+    """Chromium's processes (children of playwright's driver, a child of this process)."""
+    import psutil
+
+    return [p.pid for p in psutil.Process().children(recursive=True) if "chrom" in p.name()]
+
+
+def open_gallery(page: Any) -> float:
+    """Seconds from clicking the "Environments" tab until its first design's code shows and
+    the app's script run is over."""
+    t0 = time.perf_counter()
+    page.get_by_role("tab", name="Environments").click()
+    page.locator('[data-testid="stCode"]').first.wait_for(timeout=120_000)
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=\"stApp\"]')"
+        ".getAttribute('data-test-script-state') === 'notRunning'",
+        polling="raf",
+        timeout=120_000,
+    )
+    return round(time.perf_counter() - t0, 3)
+
+
+def page_load(
+    browser: Any,
+    camp: Any,
+    rounds: int,
+    reloads: int,
+    tmp: Path,
+    command: Callable[[int], list[str]] | None = None,
+) -> dict[str, Any]:
+    """One server (the campaign's, or ``command``'s with ``camp`` None), its pages timed."""
+    value = camp.expected[rounds - 1]["hinted_win_rate"] if camp else REFERENCE_VALUE
+    want = {"label": "Win rate (hinted)", "value": f"{value:.3f}", "charts": MIN_CHARTS}
     title = f"Campaign {CAMPAIGN_ID}"
     log = tmp / f"streamlit-{rounds}.log"
-    with served(camp.root, log) as (url, proc, start_s):
+    with served(camp.root if camp else "", log, command) as (url, proc, start_s):
         idle = rss_mb(proc.pid)
         context = browser.new_context(viewport={"width": 1600, "height": 3000})
         context.add_init_script(MARKS_JS)
@@ -260,10 +315,16 @@ def page_load(browser: Any, camp: Any, rounds: int, reloads: int, tmp: Path) -> 
             after_first = peak_rss_mb(proc.pid)
             again = []
             for _ in range(reloads):
+                pids = browser_pids()
+                cpu0, server0 = cpu_s(pids), cpu_s([proc.pid])
                 t0 = time.perf_counter()
                 page.reload()
-                again.append(wait_ready(page, want, t0))
+                load = wait_ready(page, want, t0)
+                load["browser_cpu_s"] = round(cpu_s(sorted({*pids, *browser_pids()})) - cpu0, 3)
+                load["server_cpu_s"] = round(cpu_s([proc.pid]) - server0, 3)
+                again.append(load)
             page.screenshot(path=str(tmp / f"dashboard-{rounds}.png"))
+            gallery_s = open_gallery(page) if camp else None
         finally:
             context.close()
         peak, now = peak_rss_mb(proc.pid), rss_mb(proc.pid)
@@ -275,6 +336,9 @@ def page_load(browser: Any, camp: Any, rounds: int, reloads: int, tmp: Path) -> 
         "reload_s": median([r["load_s"] for r in again]),
         "first_script_run_s": first["script_run_s"],
         "reload_script_run_s": median(script_runs) if script_runs else None,
+        "reload_browser_cpu_s": median([r["browser_cpu_s"] for r in again]),
+        "reload_server_cpu_s": median([r["server_cpu_s"] for r in again]),
+        "gallery_tab_s": gallery_s,
         "first": first,
         "reloads": again,
         "charts_drawn": first["charts"],
@@ -296,13 +360,16 @@ FIGURES = {  # key in "ratios" -> (label, unit, path in a campaign's result)
     "store_mb": ("store size", "MiB", "store.mb"),
     "overview_cold_s": ("data: overview, cold loader", "s", "data.overview_cold_s"),
     "overview_warm_s": ("data: overview, warm loader", "s", "data.overview_warm_s"),
-    "page_data_cold_s": ("data: an app run's reads, cold", "s", "data.page_data_cold_s"),
-    "server_start_s": ("server start (not in page load)", "s", "page.server_start_s"),
+    "page_data_cold_s": ("data: first page's reads, cold", "s", "data.page_data_cold_s"),
+    "server_start_s": ("server start, warm-up included", "s", "page.server_start_s"),
     "title_s": ("page: first load, title shown", "s", "page.title_s"),
     "first_load_s": ("page: first load", "s", "page.first_load_s"),
     "first_script_run_s": ("  of which app script run", "s", "page.first_script_run_s"),
     "reload_s": ("page: reload (median)", "s", "page.reload_s"),
     "reload_script_run_s": ("  of which app script run", "s", "page.reload_script_run_s"),
+    "reload_browser_cpu_s": ("  browser CPU (median)", "s", "page.reload_browser_cpu_s"),
+    "reload_server_cpu_s": ("  server CPU (median)", "s", "page.reload_server_cpu_s"),
+    "gallery_tab_s": ("page: open the gallery tab", "s", "page.gallery_tab_s"),
     "rss_before_mb": ("server RSS before the page", "MiB", "page.memory.rss_before_mb"),
     "peak_rss_mb": ("server peak RSS (VmHWM)", "MiB", "page.memory.peak_rss_mb"),
     "peak_growth_mb": ("server peak RSS - before", "MiB", "page.memory.peak_growth_mb"),
@@ -342,6 +409,42 @@ def run_campaign(
     return out
 
 
+REFERENCE_VALUE = 0.5
+REFERENCE_APP = f"""
+import streamlit as st
+st.set_page_config(page_title="reference", layout="wide")
+st.title("Campaign {CAMPAIGN_ID}")
+st.metric("Win rate (hinted)", "{REFERENCE_VALUE:.3f}")
+for i in range({MIN_CHARTS}):
+    values = [{{"round": r, "value": (r * i) % 7 / 7}} for r in range(5)]
+    st.vega_lite_chart({{"data": {{"values": values}}, "mark": "line", "encoding": {{
+        "x": {{"field": "round", "type": "quantitative"}},
+        "y": {{"field": "value", "type": "quantitative"}}}}}}, width="stretch")
+"""
+
+
+def reference(browser: Any, tmp: Path, reloads: int) -> dict[str, Any]:
+    """The floor under any Streamlit page here: a bare app (a title, the metric and ten tiny
+    charts), served by plain ``streamlit run`` and timed as the dashboard is. What this costs
+    is Streamlit's and Chromium's (loading and running Streamlit's JavaScript, Vega), not the
+    dashboard's."""
+    app = tmp / "reference_app.py"
+    app.write_text(REFERENCE_APP)
+
+    def command(port: int) -> list[str]:
+        cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true"]
+        return [*cmd, "--server.port", str(port), "--browser.gatherUsageStats", "false"]
+
+    page = page_load(browser, None, 0, reloads, tmp, command)
+    print(
+        f"reference (bare Streamlit page): first load {page['first_load_s']:.2f} s,"
+        f" reload {page['reload_s']:.2f} s",
+        flush=True,
+    )
+    keys = ("server_start_s", "first_load_s", "reload_s", "reload_browser_cpu_s")
+    return {k: page[k] for k in keys}
+
+
 def first_visit(browser: Any, tmp: Path) -> dict[str, Any]:
     """An untimed visit to a tiny campaign first, so that neither measured campaign pays for
     this machine's first Streamlit server and page (files into the OS cache, Chromium's
@@ -376,6 +479,11 @@ def print_table(data: dict[str, Any]) -> None:
         f" {'meets' if aim['meets'] else 'misses'} the < {AIM_PAGE_LOAD_S:.0f} s aim;"
         f" first load grew {data['ratios']['first_load_s']:.2f}x"
     )
+    ref = data["reference"]
+    print(
+        f"for scale, a bare Streamlit page (title, metric, {MIN_CHARTS} tiny charts) here:"
+        f" first load {ref['first_load_s']:.2f} s, reload {ref['reload_s']:.2f} s"
+    )
 
 
 def main() -> None:
@@ -408,6 +516,7 @@ def main() -> None:
     ):
         tmp = Path(tmp_name)
         warm_up = first_visit(browser, tmp)
+        floor = reference(browser, tmp, args.reloads)
         baseline = run_campaign(browser, tmp, "baseline", base_rounds, base_envs, args)
         big = run_campaign(browser, tmp, "big", rounds, envs, args)
 
@@ -421,6 +530,7 @@ def main() -> None:
         "timestamp": timestamp(),
         "mode": "quick" if args.quick else "full",
         "warm_up": warm_up,
+        "reference": floor,
         "baseline": baseline,
         "big": big,
         "ratios": {

@@ -1,7 +1,10 @@
 """``spade dashboard``: the campaign dashboard (``dashboards/app.py``, Streamlit) on a port.
 
-Runs ``streamlit run dashboards/app.py --server.headless true --server.port P -- --store S
---campaign ID`` as a child process, prints the URL, and waits; Ctrl-C or SIGTERM stops both.
+Runs ``python dashboards/serve.py run dashboards/app.py --server.headless true --server.port P
+-- --store S --campaign ID`` as a child process (``streamlit run`` with a warm start: the
+campaign is read and the app's imports loaded before the server listens, so the first page
+load does not pay for them), waits until the server answers, prints the URL, and waits; Ctrl-C
+or SIGTERM stops both.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,6 +24,8 @@ from spade.dashboard.data import campaign_ids
 from spade.storage import ObjectStore
 
 APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+SERVE = APP.with_name("serve.py")
+READY_TIMEOUT_S = 120.0
 console = Console(soft_wrap=True)  # sys.stdout as it is when printing (tests swap it)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -33,13 +39,30 @@ def streamlit_command(
     headless: bool = True,
     storage_options: str | None = None,
 ) -> list[str]:
-    """The ``streamlit run`` command line that serves ``campaign_id`` from ``store``."""
-    cmd = [sys.executable, "-m", "streamlit", "run", str(APP)]
+    """The command line that serves ``campaign_id`` from ``store``: ``streamlit run``'s
+    arguments, through ``dashboards/serve.py`` (which warms the server first)."""
+    cmd = [sys.executable, str(SERVE), "run", str(APP)]
     cmd += ["--server.headless", str(headless).lower(), "--server.port", str(port)]
     cmd += ["--server.address", address, "--browser.gatherUsageStats", "false"]
     cmd += ["--client.toolbarMode", "minimal"]  # no "Deploy" button
     cmd += ["--", "--store", store, "--campaign", campaign_id]
     return cmd + (["--storage-options", storage_options] if storage_options else [])
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str) -> bool:
+    """Wait until the server at ``url`` answers its health check (True), or the process ended
+    or ``READY_TIMEOUT_S`` passed (False: the URL is printed anyway, unconfirmed)."""
+    import httpx
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:  # not listening yet: the warm-up reads the campaign first
+            if httpx.get(f"{url}/_stcore/health", timeout=2).text == "ok":
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False
 
 
 def _fail(message: str) -> typer.Exit:
@@ -93,10 +116,16 @@ def dashboard(
         storage_options=storage_options,
     )
     host = "localhost" if address in ("127.0.0.1", "0.0.0.0") else address
-    console.print(f"dashboard of campaign {campaign_id}: http://{host}:{port}  (Ctrl-C stops it)")
+    console.print(f"dashboard of campaign {campaign_id}: reading the campaign, starting the server")
     proc = subprocess.Popen(cmd)
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     try:  # Ctrl-C reaches streamlit too (same process group); let it shut down
+        ready = wait_ready(
+            proc, f"http://{'127.0.0.1' if address == '0.0.0.0' else address}:{port}"
+        )
+        note = "" if ready else " (not answering yet)"
+        url = f"http://{host}:{port}"
+        console.print(f"dashboard of campaign {campaign_id}: {url}{note}  (Ctrl-C stops it)")
         code = proc.wait()
     except KeyboardInterrupt:
         proc.terminate()

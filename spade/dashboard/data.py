@@ -6,8 +6,13 @@ reads the stage manifests and the small per-round files (``score/scored.jsonl``,
 ``train_*/outcome.json``, ``heldout/summary.json``, ``publish/weights.json``, and
 ``memory/memory.json`` of the first and last round only: the sizes in between follow from the
 FIFO bound). Each round's summary is cached keyed on its manifests, so a reload re-reads the
-manifests and nothing else unless a stage committed since. An environment's code, document,
-verdict and transcripts are read only when asked for, and memoised the same way.
+manifests and nothing else unless a stage committed since (and a page need not wait for even
+that: ``overview(wait=False)`` answers with the previous overview and re-reads in the
+background). An environment's code, document, verdict and transcripts, and the held-out
+stage's per-task rows (``heldout/suites.jsonl``, ``heldout/results.jsonl``) and transcripts
+(``heldout/transcripts/<suite>.jsonl``), are read only when asked for, and memoised the same
+way. :func:`loader` keeps one :class:`CampaignData` per campaign for the whole process, so a
+server warmed at start (``dashboards/serve.py``) serves every session from it.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ from spade.dashboard.summary import (
 )
 from spade.storage import CampaignStore, ObjectStore, StageManifest, blob_key, validate_key
 
-HEAVY_FIELDS = ("messages", "completion", "prompt_token_ids", "token_ids", "logprobs")
+HEAVY_FIELDS = ("messages", "prompt_token_ids", "token_ids", "logprobs")
 """Fields of stored design attempts the dashboard never shows (prompts, tokens)."""
+COMPLETION_CHARS = 8000
+"""The head of a design's completion that is kept (what the model wrote, for a design whose
+code could not be extracted)."""
 _ROUND_DIR = re.compile(r"round-(\d{4,})")
 MEMO_SIZE = 64
 """Lazily read files kept (per :class:`CampaignData`), least recently used dropped first."""
@@ -45,6 +53,21 @@ def read_many(store: ObjectStore, keys: Iterable[str]) -> dict[str, bytes]:
         return {}
     got = store.fs.cat(list(paths), on_error="omit")
     return {paths[p]: bytes(v) for p, v in got.items() if p in paths}
+
+
+_LOADERS: dict[tuple[str, str, str], CampaignData] = {}
+_LOADERS_LOCK = threading.Lock()
+
+
+def loader(root: str, campaign_id: str, storage_options: str = "{}") -> CampaignData:
+    """The process's one :class:`CampaignData` for a campaign (``storage_options`` as JSON):
+    ``dashboards/serve.py`` warms it before the server starts, and every session of the
+    server then finds the campaign already read."""
+    key = (root, campaign_id, storage_options)
+    with _LOADERS_LOCK:
+        if key not in _LOADERS:
+            _LOADERS[key] = CampaignData(root, campaign_id, json.loads(storage_options))
+        return _LOADERS[key]
 
 
 def campaign_ids(store: ObjectStore) -> list[str]:
@@ -85,6 +108,7 @@ class CampaignData:
         self._memo: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._last: tuple[float, Overview] | None = None
         self._lock = threading.RLock()
+        self._refreshing: threading.Thread | None = None
 
     @property
     def store(self) -> ObjectStore:
@@ -115,8 +139,17 @@ class CampaignData:
                 found[keys[key]] = m
         return {r: {s: found[r, s] for s in layout.stages if (r, s) in found} for r in rounds}
 
-    def overview(self, max_age_s: float = 0.0) -> Overview:
-        """Every round's summary; the previous answer if younger than ``max_age_s``."""
+    def overview(self, max_age_s: float = 0.0, *, wait: bool = True) -> Overview:
+        """Every round's summary; the previous answer if younger than ``max_age_s``.
+
+        ``wait=False``: an older previous answer is returned at once and a re-read starts in
+        the background (the next call gets it), so a page load never waits on the store once
+        the campaign has been read (re-reading the manifests grows with the rounds: ~0.3 s
+        for 200 local rounds, more on S3)."""
+        if not wait and self._last is not None:
+            if time.monotonic() - self._last[0] >= max_age_s:
+                self._refresh_in_background()
+            return self._last[1]
         with self._lock:
             if self._last and time.monotonic() - self._last[0] < max_age_s:
                 return self._last[1]
@@ -150,6 +183,29 @@ class CampaignData:
             )
             self._last = (time.monotonic(), view)
             return view
+
+    def _refresh_in_background(self) -> None:
+        with self._lock:
+            if self._refreshing is not None and self._refreshing.is_alive():
+                return
+            self._refreshing = threading.Thread(
+                target=self.overview, name="spade-dashboard-refresh", daemon=True
+            )
+            self._refreshing.start()
+
+    def warm(self) -> Overview:
+        """Read what a first page load shows: the overview, the memory, the latest scored
+        round's rejections, held-out suite items and its first design's details."""
+        ov = self.overview()
+        self.memory()
+        scored = [r for r in ov.rounds if r.attempts]
+        if scored:
+            last = scored[-1]
+            self.rejected_checks(last.round)
+            self.heldout_items(last.round)
+            if last.envs:
+                self.env_detail(last.round, last.envs[0]["env_id"])
+        return ov
 
     def _with_memory_sizes(self, summaries: list[RoundSummary]) -> int | None:
         """Fill in ``memory_size`` (in place in the list); returns the latest capacity."""
@@ -207,9 +263,13 @@ class CampaignData:
         """The round's design attempts with their verdicts (prompts and tokens left out)."""
 
         def light(data: bytes) -> list[dict[str, Any]]:
-            return [
+            rows = [
                 {k: v for k, v in a.items() if k not in HEAVY_FIELDS} for a in parse_jsonl(data)
             ]
+            for a in rows:
+                if isinstance(a.get("completion"), str):
+                    a["completion"] = a["completion"][:COMPLETION_CHARS]
+            return rows
 
         return self._stage_file(rnd, "verify", "attempts.jsonl", light) or []
 
@@ -277,3 +337,19 @@ class CampaignData:
         if not env_id.startswith("env-"):  # a design without code was never played
             return []
         return self._stage_file(rnd, "evaluate", f"envs/{env_id}/trajectories.jsonl", light) or []
+
+    # -- held-out: environment files and benchmark suites ------------------------------------
+
+    def heldout_results(self, rnd: int) -> list[dict[str, Any]]:
+        """The held-out environment files' rows of round ``rnd`` (win rate per file)."""
+        return self._stage_file(rnd, "heldout", "results.jsonl", parse_jsonl) or []
+
+    def heldout_items(self, rnd: int) -> list[dict[str, Any]]:
+        """The held-out suites' rows of round ``rnd``: one per task (suite, task_id, score,
+        status, turns, failure)."""
+        return self._stage_file(rnd, "heldout", "suites.jsonl", parse_jsonl) or []
+
+    def heldout_transcripts(self, rnd: int, suite: str) -> dict[str, list[dict[str, Any]]]:
+        """The messages of every play of ``suite`` in round ``rnd``, by task id."""
+        rows = self._stage_file(rnd, "heldout", f"transcripts/{suite}.jsonl", parse_jsonl) or []
+        return {str(r.get("task_id")): r.get("messages") or [] for r in rows}

@@ -68,6 +68,7 @@ class RoundSummary:
     skills: dict[str, int] = field(default_factory=dict)  # accepted designs per skill
     train: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> metrics
     heldout_win_rate: float | None = None
+    heldout_suites: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
     weights: str | None = None
     memory_size: int | None = None
     envs: list[dict[str, Any]] = field(default_factory=list, repr=False)  # scored.jsonl rows
@@ -83,6 +84,8 @@ class RoundSummary:
         for role in ("agent", "designer"):
             for name in TRAIN_METRICS:
                 out[f"{role}_{name}"] = self.train.get(role, {}).get(name)
+        for name, suite in self.heldout_suites.items():
+            out[f"heldout_{name}"] = suite.get("score")
         out["seconds"] = round(sum(self.stage_seconds.values()), 3)
         return out
 
@@ -120,6 +123,7 @@ def summarize(
         skills=dict(Counter(s.get("skill") or "unknown" for s in accepted)),
         train=train,
         heldout_win_rate=objs.get("heldout", {}).get("win_rate"),
+        heldout_suites=dict(objs.get("heldout", {}).get("suites") or {}),
         weights=objs.get("weights", {}).get("version"),
         envs=scored,
     )
@@ -136,6 +140,10 @@ class Overview:
 
     def rows(self) -> list[dict[str, Any]]:
         return [r.row() for r in self.rounds]
+
+    def suites(self) -> list[str]:
+        """The held-out suites any round played, in the order they first appear."""
+        return list(dict.fromkeys(name for r in self.rounds for name in r.heldout_suites))
 
     def round(self, rnd: int) -> RoundSummary | None:
         return next((r for r in self.rounds if r.round == rnd), None)

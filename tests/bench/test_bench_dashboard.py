@@ -1,6 +1,7 @@
 """Smoke test of the dashboard benchmark (``bench/dashboard.py --quick``): two synthetic campaigns
-are loaded through the data loader and served to headless Chromium; every figure and ratio is
-written to JSON. No timing thresholds: benchmarks report."""
+are loaded through the data loader and served to headless Chromium (and a bare Streamlit page
+for scale); every figure and ratio is written to JSON. No timing thresholds: benchmarks
+report."""
 
 from __future__ import annotations
 
@@ -17,7 +18,15 @@ from tests.integration.prefect_live import CHROMIUM
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = {
     "data": ("overview_cold_s", "overview_warm_s", "page_data_cold_s"),
-    "page": ("server_start_s", "title_s", "first_load_s", "reload_s", "first_script_run_s"),
+    "page": (
+        "server_start_s",
+        "title_s",
+        "first_load_s",
+        "reload_s",
+        "first_script_run_s",
+        "reload_browser_cpu_s",
+        "gallery_tab_s",
+    ),
     "page.memory": ("rss_before_mb", "peak_rss_mb", "peak_growth_mb"),
 }
 
@@ -54,6 +63,9 @@ def test_dashboard_bench_quick_writes_figures_and_ratios(tmp_path: Path) -> None
         assert page["first_load_s"] >= page["title_s"]
         assert page["memory"]["peak_rss_mb"] >= page["memory"]["rss_before_mb"]
         assert len(page["reloads"]) == 2 and all(r["load_s"] > 0 for r in page["reloads"])
+
+    ref = data["reference"]  # a bare Streamlit page, for scale
+    assert ref["first_load_s"] > 0 and ref["reload_s"] > 0 and ref["server_start_s"] > 0
 
     ratios = data["ratios"]
     assert ratios["rounds"] == 10

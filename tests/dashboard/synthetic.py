@@ -5,6 +5,9 @@ plain :class:`spade.storage.ObjectStore` writes where the pipeline writes outsid
 verdicts, per-environment evaluations) and committed with a known duration. The numbers are
 seeded, and :class:`SyntheticCampaign` returns what each round should summarise to, computed
 here from the rows as written, so tests (and ``bench/dashboard.py``) can check the dashboard.
+The held-out stage writes environment-file results and, by default, the three benchmark
+suites of :data:`SUITES` (items, transcripts, scores in ``summary.json``) as
+``spade.pipeline.heldout`` does.
 
     camp = build_campaign(tmp_path / "runs", rounds=5, environments=20)
     camp.expected[2]["win_rate"], camp.recurring_env, camp.envs["env-..."]["hint"]
@@ -31,6 +34,11 @@ REJECTIONS = (  # failure kind, failed check (None: never reached the verifier),
     ("timeout", "termination", "step() ran past its 5 s limit"),
     ("infeasible", "feasibility", "solution() replayed does not reach the goal"),
 )
+SUITES = {  # held-out suite -> tasks played per round (spade/eval: reasoning-gym, HumanEval, BFCL)
+    "reasoning_gym": ["basic_arithmetic/0", "chain_sum/1", "leg_counting/2", "basic_arithmetic/3"],
+    "humaneval": ["HumanEval/0", "HumanEval/12", "HumanEval/53"],
+    "bfcl_multi_turn": ["multi_turn_base_0", "multi_turn_base_7"],
+}
 CHECK_NAMES = ("parse", "import_policy", "class_found", "reset_contract", "step_contract")
 STAGE_SECONDS = {
     "sample_documents": 0.25, "design": 41.5, "verify": 12.0, "hint": 6.5, "evaluate": 95.0,
@@ -114,12 +122,16 @@ def build_campaign(
     detail_rounds: int | None = None,
     in_progress: bool = False,
     storage_options: dict[str, Any] | None = None,
+    suites: bool = True,
+    accept: bool = True,
 ) -> SyntheticCampaign:
     """Write ``rounds`` complete rounds accepting ``environments`` designs in all (spread
     evenly), plus one round with only its design half committed when ``in_progress``.
 
     Per-environment files (code blobs, verdicts, transcripts) are written for the last
     ``detail_rounds`` rounds only (None: all), so big benchmark campaigns stay quick to make.
+    ``suites``: the held-out stage also plays :data:`SUITES` (items, transcripts, scores).
+    ``accept=False``: every attempt is rejected (a small model's usual round), two per slot.
     """
     storage = {"root": str(root), "storage_options": storage_options or {}}
     cfg = CampaignConfig.model_validate({"storage": storage, "memory": {"capacity": capacity}})
@@ -132,7 +144,7 @@ def build_campaign(
     for rnd in range(rounds + int(in_progress)):
         n_env = environments // rounds + int(rnd < environments % rounds)
         detail = detail_rounds is None or rnd >= rounds - detail_rounds
-        attempts = _design_half(cfg, campaign_id, rnd, n_env, detail, first_code)
+        attempts = _design_half(cfg, campaign_id, rnd, n_env, detail, first_code, accept)
         if rnd == rounds:  # the in-progress round: designed, verified and hinted; no more
             break
         accepted = [a for a in attempts if a["accepted"]]
@@ -150,10 +162,9 @@ def build_campaign(
             _commit(cfg, campaign_id, rnd, f"train_{role}", {"outcome.json": outcome})
         weights = {"version": f"r{rnd:04d}-designer", "checkpoint": None, "kind": "lora"}
         _commit(cfg, campaign_id, rnd, "publish", {"weights.json": weights})
-        held = [{"file": f"held{i}.py", "win_rate": rng.choice((0.0, 0.5, 1.0))} for i in range(4)]
-        summary = {"win_rate": fmean(h["win_rate"] for h in held), "environments": len(held)}
-        _commit(cfg, campaign_id, rnd, "heldout", {"results.jsonl": held, "summary.json": summary})
+        summary, items = _heldout(cfg, campaign_id, rnd, rng, suites)
         camp.expected[rnd] = _expected(attempts, scored, len(memory), metrics, summary, weights)
+        camp.expected[rnd]["heldout_items"] = items
         if rnd == rounds - 1:
             camp.envs = {a["env_id"]: a | {"evaluation": evals.get(a["env_id"])} for a in attempts if a["env_id"]}  # fmt: skip
     camp.recurring_env = env_id_for(first_code["code"]) if first_code and rounds > 1 else None
@@ -179,6 +190,7 @@ def _expected(attempts, scored, memory_size, metrics, heldout, weights) -> dict[
         "skills": dict(Counter(s["skill"] for s in ok)),
         "memory_size": memory_size,
         "heldout_win_rate": heldout["win_rate"],
+        "heldout_suites": heldout.get("suites", {}),
         "weights": weights["version"],
         "train": metrics,
         "stage_seconds": dict(STAGE_SECONDS),
@@ -200,12 +212,13 @@ def _commit(cfg: CampaignConfig, cid: str, rnd: int, stage: str, outputs: dict[s
     rec.commit(seconds=STAGE_SECONDS[stage])
 
 
-def _design_half(cfg, cid, rnd, n_env, detail, first_code) -> list[dict[str, Any]]:
+def _design_half(cfg, cid, rnd, n_env, detail, first_code, accept=True) -> list[dict[str, Any]]:
     """sample_documents, design, verify and hint: slots whose first attempt is rejected get a
-    second, accepted one; slot 0 of every round after the first re-designs round 0's slot 0."""
-    n_rej = max(1, n_env // 3) if n_env else 0
+    second, accepted one; slot 0 of every round after the first re-designs round 0's slot 0.
+    ``accept=False``: both attempts of every slot are rejected."""
+    n_rej = (max(1, n_env // 3) if n_env else 0) if accept else n_env
     plan = [(slot, 0, slot >= n_rej) for slot in range(n_env)] + [
-        (slot, 1, True) for slot in range(n_rej)
+        (slot, 1, accept) for slot in range(n_rej)
     ]
     docs = [{"doc_id": f"wiki-{rnd:04d}-{i}", "text": f"Lanterns (article {rnd}.{i}): a lantern is a portable light source."} for i in range(len(plan))]  # fmt: skip
     _commit(cfg, cid, rnd, "sample_documents", {"documents.jsonl": docs})
@@ -306,6 +319,47 @@ def _score(cfg, cid, rnd, attempts, evals) -> list[dict[str, Any]]:
         })  # fmt: skip
     _commit(cfg, cid, rnd, "score", {"scored.jsonl": scored, "ema.json": {"planning": 0.1}})
     return scored
+
+
+def _heldout(cfg, cid, rnd, rng, suites: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The held-out stage as spade.pipeline.heldout writes it: four environment files, and
+    (``suites``) every task of :data:`SUITES`, some failed, with a transcript each."""
+    held = [
+        {"file": f"held{i}.py", "env_id": f"env-held{i}", "skill": "planning",
+         "win_rate": rng.choice((0.0, 0.5, 1.0)), "mean_return": 0.5, "failed_plays": 0,
+         "weights": f"r{rnd:04d}-designer"}
+        for i in range(4)
+    ]  # fmt: skip
+    summary: dict[str, Any] = {"win_rate": fmean(h["win_rate"] for h in held), "environments": 4}
+    outputs: dict[str, Any] = {"results.jsonl": held}
+    items: list[dict[str, Any]] = []
+    for name, tasks in SUITES.items() if suites else ():
+        rows = []
+        for i, task in enumerate(tasks):
+            failed = (rnd + i) % 5 == 4
+            score = 0.0 if failed else rng.choice((0.0, 0.25, 1.0))
+            failure = {"kind": "timeout", "reason": "step() ran past 5 s"} if failed else None
+            rows.append({"suite": name, "task_id": task, "score": score,
+                         "status": "env_failed" if failed else "terminated", "turns": 1 + i % 3,
+                         "failure": failure})  # fmt: skip
+        plays = [
+            {"task_id": r["task_id"], "messages": [
+                {"role": "user", "content": f"[task {r['task_id']}] Solve it (round {rnd})."},
+                {"role": "assistant", "content": f"answer to {r['task_id']}"},
+            ]}
+            for r in rows
+        ]  # fmt: skip
+        outputs[f"transcripts/{name}.jsonl"] = plays
+        summary.setdefault("suites", {})[name] = {
+            "score": fmean(r["score"] for r in rows),
+            "tasks": len(rows),
+            "failed_plays": sum(1 for r in rows if r["failure"] is not None),
+        }
+        items += rows
+    if items:
+        outputs["suites.jsonl"] = items
+    _commit(cfg, cid, rnd, "heldout", outputs | {"summary.json": summary})
+    return summary, items
 
 
 def _memory_record(a: dict[str, Any], ev: dict[str, Any], rnd: int) -> dict[str, Any]:

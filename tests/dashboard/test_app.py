@@ -1,23 +1,22 @@
 """dashboards/app.py: rendered by Streamlit's AppTest, and served for real to headless Chromium.
 
 The campaign is synthetic (tests/dashboard/synthetic.py); the checks compare what the page
-shows with the numbers written: chart data is decoded from the Vega-Lite elements.
+shows with the numbers written: chart data is decoded from the Vega-Lite elements. Only the
+open tab runs, so each test opens its tab first (``open_tab``).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from typing import Any
 
-import pyarrow as pa
 import pytest
-from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
 from spade.cli import app as cli_app
+from tests.dashboard.apptest import APP, by_label, chart_with, charts, open_tab, run_app
 from tests.dashboard.serve import served_dashboard
-from tests.dashboard.synthetic import build_campaign
+from tests.dashboard.synthetic import SUITES, build_campaign
 from tests.integration.prefect_live import (
     REPO_ROOT,
     open_browser,
@@ -25,48 +24,12 @@ from tests.integration.prefect_live import (
 
 ROUNDS, ENVS = 5, 20
 dashboard_cli = importlib.import_module("spade.cli.dashboard")  # spade.cli.dashboard: the command
-APP = str(REPO_ROOT / "dashboards" / "app.py")
 
 
 @pytest.fixture(scope="module")
 def camp(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     return build_campaign(root, "demo", rounds=ROUNDS, environments=ENVS, in_progress=True)
-
-
-def run_app(monkeypatch, root: str, campaign: str | None) -> AppTest:
-    monkeypatch.setenv("SPADE_DASHBOARD_STORE", root)
-    if campaign:
-        monkeypatch.setenv("SPADE_DASHBOARD_CAMPAIGN", campaign)
-    else:
-        monkeypatch.delenv("SPADE_DASHBOARD_CAMPAIGN", raising=False)
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    assert not at.exception, at.exception
-    return at
-
-
-def charts(at: AppTest) -> list[dict[str, dict[Any, float]]]:
-    """Every Vega-Lite chart as {series: {x: value}}: Streamlit sends (x, color, value) columns,
-    or (x, series) for a single series."""
-    out = []
-    for el in at.get("vega_lite_chart"):
-        df = pa.ipc.open_stream(el.proto.datasets[0].data.data).read_pandas()
-        found: dict[str, dict[Any, float]] = {}
-        if len(df.columns) == 2:
-            found[df.columns[1]] = dict(zip(df.iloc[:, 0], df.iloc[:, 1], strict=True))
-        else:
-            for x, series, value in df.iloc[:, :3].itertuples(index=False):
-                found.setdefault(series, {})[x] = value
-        out.append(found)
-    return out
-
-
-def chart_with(all_charts, *series):
-    return next(c for c in all_charts if set(series) <= set(c))
-
-
-def by_label(widgets, label):
-    return next(w for w in widgets if w.label == label)
 
 
 def test_rounds_tab_shows_the_campaign_numbers(camp, monkeypatch):
@@ -85,7 +48,10 @@ def test_rounds_tab_shows_the_campaign_numbers(camp, monkeypatch):
     memory = chart_with(got, "memory_size")
     loss = chart_with(got, "agent_loss", "designer_loss")
     stages = chart_with(got, "evaluate", "train_agent")
+    suites = chart_with(got, *SUITES)
     for rnd, want in camp.expected.items():
+        for name, suite in want["heldout_suites"].items():
+            assert suites[name][rnd] == pytest.approx(suite["score"])
         assert wins["hinted"][rnd] == pytest.approx(want["hinted_win_rate"])
         assert wins["unhinted"][rnd] == pytest.approx(want["win_rate"])
         assert wins["held-out"][rnd] == pytest.approx(want["heldout_win_rate"])
@@ -99,12 +65,16 @@ def test_rounds_tab_shows_the_campaign_numbers(camp, monkeypatch):
             assert chart_with(got, skill)[skill][rnd] == n
     checks = chart_with(got, "designs")["designs"]  # rejections by check, latest round
     assert checks == camp.expected[ROUNDS - 1]["rejected_checks"]
-    table = at.dataframe[0].value
+    assert not at.dataframe  # the per-round table is drawn when its expander opens
+    at.session_state["table"] = True
+    table = at.run().dataframe[0].value
     assert table.loc[2, "accepted"] == camp.expected[2]["accepted"]
+    suite = camp.expected[2]["heldout_suites"]["humaneval"]["score"]
+    assert table.loc[2, "heldout_humaneval"] == pytest.approx(suite)
 
 
 def test_gallery_shows_one_environment(camp, monkeypatch):
-    at = run_app(monkeypatch, camp.root, "demo")
+    at = run_app(monkeypatch, camp.root, "demo", "Environments")
     env = next(e for e in camp.envs.values() if e["accepted"])
     by_label(at.selectbox, "Environment").set_value(env["env_id"]).run()
     assert not at.exception
@@ -112,18 +82,78 @@ def test_gallery_shows_one_environment(camp, monkeypatch):
     markdown = "\n".join(m.value for m in at.markdown)
     assert f"Lanterns (article {ROUNDS - 1}." in markdown and env["doc_id"] in markdown
     assert env["hint"] in [i.value for i in at.info]
-    checks = at.dataframe[1].value
+    checks = at.dataframe[0].value
     assert list(checks["check"]) == [c["name"] for c in env["verdict"]["checks"]]
     assert len(at.chat_message) == 8  # one hinted and one unhinted play, 4 messages each
     history = chart_with(charts(at), "regret", "win_rate")
     assert set(history["regret"]) <= set(range(ROUNDS))
+
+
+def test_gallery_shows_why_designs_were_rejected(camp, monkeypatch):
+    at = run_app(monkeypatch, camp.root, "demo", "Environments")
     by_label(at.radio, "Designs").set_value("rejected").run()
-    assert any("Rejected: infeasible" in e.value for e in at.error)
-    assert at.code[0].value.startswith('"""Lantern Maze r4s0a0')
+    rejected = next(e for e in camp.envs.values() if not e["accepted"])  # round 4: infeasible
+    (error,) = at.error
+    assert error.value.startswith("Rejected: infeasible · failed verifier check `feasibility`")
+    assert rejected["failure_reason"] in error.value
+    assert at.code[0].value == rejected["code"].rstrip()
+    checks = at.dataframe[0].value
+    assert list(checks.loc[checks["passed"] == "✗", "check"]) == ["feasibility"]
+    markdown = "\n".join(m.value for m in at.markdown)
+    assert rejected["doc_id"] in markdown and f"Lanterns (article {ROUNDS - 1}." in markdown
+    # round 2's first design failed to parse: no code and no verdict, but what the model wrote
+    by_label(at.selectbox, "Round").set_value(2).run()
+    by_label(at.radio, "Designs").set_value("rejected").run()
+    env = by_label(at.selectbox, "Environment")
+    parse = next(o for o in env.options if o.endswith("· parse"))
+    env.select(parse).run()
+    (error,) = at.error
+    assert "Rejected: parse · never reached the verifier · no ```python block" in error.value
+    assert at.code[0].value == "I cannot."  # the completion, since no code was extracted
+    assert any("none: the design never reached the verifier" in c.value for c in at.caption)
+
+
+def test_gallery_opens_on_rejections_when_none_was_accepted(tmp_path, monkeypatch):
+    camp = build_campaign(tmp_path, "none-ok", rounds=1, environments=2, accept=False)
+    at = run_app(monkeypatch, camp.root, "none-ok", "Environments")
+    assert by_label(at.radio, "Designs").value == "rejected"
+    assert "0 accepted, 4 rejected" in [c.value for c in at.caption]
+    assert at.error and at.error[0].value.startswith("Rejected: ")
+
+
+def test_heldout_tab_shows_suites_items_and_transcripts(camp, monkeypatch):
+    at = run_app(monkeypatch, camp.root, "demo", "Held-out")
+    last = camp.expected[ROUNDS - 1]
+    metrics = {m.label: m.value for m in at.metric}
+    for name, suite in last["heldout_suites"].items():
+        assert metrics[name] == f"{suite['score']:.3f}"
+    assert "win rate " + f"{last['heldout_win_rate']:.3f}" in "\n".join(
+        m.value for m in at.markdown
+    )
+    files = at.dataframe[0].value
+    assert list(files["file"]) == [f"held{i}.py" for i in range(4)]
+    for name in SUITES:
+        by_label(at.radio, "Suite").set_value(name).run()
+        items = at.dataframe[1].value
+        want = [i for i in last["heldout_items"] if i["suite"] == name]
+        assert list(items["task_id"]) == [i["task_id"] for i in want]
+        assert list(items["score"]) == [i["score"] for i in want]
+        assert list(items["status"]) == [i["status"] for i in want]
+        failures = [f"{i['failure']['kind']}: {i['failure']['reason']}" if i["failure"] else "" for i in want]  # fmt: skip
+        assert list(items["failure"]) == failures
+        task = want[-1]["task_id"]
+        by_label(at.selectbox, "Transcript of task").set_value(task).run()
+        assert not at.exception
+        texts = [c.children[0].value for c in at.chat_message]
+        assert texts == [f"[task {task}] Solve it (round {ROUNDS - 1}).", f"answer to {task}"]
+    by_label(at.selectbox, "Held-out round").set_value(1).run()
+    assert {m.label: m.value for m in at.metric}["humaneval"] == (
+        f"{camp.expected[1]['heldout_suites']['humaneval']['score']:.3f}"
+    )
 
 
 def test_memory_tab_and_empty_store(camp, monkeypatch, tmp_path):
-    at = run_app(monkeypatch, camp.root, "demo")
+    at = run_app(monkeypatch, camp.root, "demo", "Memory")
     memory = at.dataframe[-1].value
     assert len(memory) == camp.expected[ROUNDS - 1]["memory_size"]
     assert list(memory["round"])[-1] == ROUNDS - 1
@@ -140,8 +170,15 @@ def test_app_on_an_s3_store(s3_bucket, monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Win rate (hinted)"] == f"{camp.expected[1]['hinted_win_rate']:.3f}"
     env = next(e for e in camp.envs.values() if e["accepted"])
+    open_tab(at, "Environments")
     by_label(at.selectbox, "Environment").set_value(env["env_id"]).run()
     assert at.code[0].value == env["code"].rstrip() and len(at.chat_message) == 8
+    open_tab(at, "Held-out")  # suite items and transcripts read from S3 too
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["reasoning_gym"] == f"{camp.expected[1]['heldout_suites']['reasoning_gym']['score']:.3f}"  # fmt: skip
+    assert (
+        len(at.dataframe[1].value) == len(SUITES["bfcl_multi_turn"]) and len(at.chat_message) == 2
+    )
 
 
 def test_cli_builds_the_streamlit_command(camp, monkeypatch):
@@ -152,6 +189,9 @@ def test_cli_builds_the_streamlit_command(camp, monkeypatch):
             started.append(cmd)
 
         def wait(self, timeout=None):
+            return 0
+
+        def poll(self):  # ended at once: the CLI does not wait for its health check
             return 0
 
         def terminate(self):
@@ -165,7 +205,7 @@ def test_cli_builds_the_streamlit_command(camp, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "http://localhost:8123" in result.output
     (cmd,) = started
-    assert cmd[1:5] == ["-m", "streamlit", "run", APP]
+    assert cmd[1:4] == [str(REPO_ROOT / "dashboards" / "serve.py"), "run", APP]
     assert cmd[cmd.index("--server.headless") + 1] == "true"
     assert cmd[cmd.index("--") + 1 :] == ["--store", camp.root, "--campaign", "demo", "--storage-options", opts]  # fmt: skip
     result = CliRunner().invoke(cli_app, ["dashboard", "nope", "--store", camp.root])
@@ -188,5 +228,11 @@ def test_browser_loads_the_served_dashboard(camp, tmp_path):
         page.get_by_role("tab", name="Environments").click()
         page.get_by_text("Lantern Maze r4").first.wait_for(timeout=20_000)
         page.screenshot(path=str(tmp_path / "gallery.png"), full_page=True)
+        page.get_by_role("tab", name="Held-out").click()
+        suite = last["heldout_suites"]["humaneval"]["score"]
+        metric = page.locator('[data-testid="stMetric"]').filter(has_text="humaneval")
+        metric.get_by_text(f"{suite:.3f}", exact=True).wait_for(timeout=20_000)
+        page.get_by_text(f"Solve it (round {ROUNDS - 1}).").first.wait_for(timeout=20_000)
+        page.screenshot(path=str(tmp_path / "heldout.png"), full_page=True)
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
-    print(f"screenshots: {tmp_path / 'dashboard.png'} {tmp_path / 'gallery.png'}")
+    print(f"screenshots: {tmp_path / 'dashboard.png'} {tmp_path / 'gallery.png'} {tmp_path / 'heldout.png'}")  # fmt: skip

@@ -6,10 +6,10 @@ import pytest
 
 from spade.config import CampaignConfig
 from spade.dashboard import data as data_mod
-from spade.dashboard.data import CampaignData, campaign_ids
+from spade.dashboard.data import CampaignData, campaign_ids, loader
 from spade.pipeline.record import StageRecord
 from spade.storage import STAGES, ObjectStore
-from tests.dashboard.synthetic import STAGE_SECONDS, build_campaign
+from tests.dashboard.synthetic import STAGE_SECONDS, SUITES, build_campaign
 
 ROUNDS, ENVS = 5, 20
 SCALARS = ("attempts", "accepted", "memory_size", "weights", "rejections", "skills")
@@ -30,6 +30,7 @@ def check_rounds(ov, camp):
             assert getattr(r, key) == want[key], (r.round, key)
         for key in (*MEANS, "heldout_win_rate"):
             assert getattr(r, key) == pytest.approx(want[key]), (r.round, key)
+        assert r.heldout_suites == want["heldout_suites"]  # JSON round-trips floats exactly
         for role in ("agent", "designer"):
             for metric in ("loss", "kl", "clip_fraction", "grad_norm", "entropy"):
                 assert r.train[role][metric] == want["train"][role][metric]
@@ -143,6 +144,56 @@ def test_summary_rounds_without_detail_files(tmp_path):
     assert CampaignData(camp.root, "other").overview().rounds == []
 
 
+def test_heldout_suites_items_and_transcripts(camp):
+    data = CampaignData(camp.root, camp.campaign_id)
+    ov = data.overview()
+    assert ov.suites() == sorted(SUITES)  # as summary.json stores them (keys sorted)
+    assert ov.rows()[1]["heldout_reasoning_gym"] == pytest.approx(
+        camp.expected[1]["heldout_suites"]["reasoning_gym"]["score"]
+    )
+    for rnd in range(ROUNDS):
+        assert data.heldout_items(rnd) == camp.expected[rnd]["heldout_items"]
+        assert [r["file"] for r in data.heldout_results(rnd)] == [f"held{i}.py" for i in range(4)]
+    plays = data.heldout_transcripts(2, "humaneval")
+    assert list(plays) == SUITES["humaneval"]
+    assert plays["HumanEval/12"][0]["content"] == "[task HumanEval/12] Solve it (round 2)."
+    assert data.heldout_transcripts(2, "nope") == {} and data.heldout_items(ROUNDS) == []
+
+
+def test_campaign_without_suites(tmp_path):
+    camp = build_campaign(tmp_path, rounds=2, environments=4, suites=False)
+    data = CampaignData(camp.root, camp.campaign_id)
+    ov = data.overview()
+    assert ov.suites() == [] and all(r.heldout_suites == {} for r in ov.rounds)
+    assert data.heldout_items(1) == [] and len(data.heldout_results(1)) == 4
+    assert ov.round(1).heldout_win_rate == pytest.approx(camp.expected[1]["heldout_win_rate"])
+
+
+def test_loader_is_shared_and_warm(camp):
+    one = loader(camp.root, camp.campaign_id)
+    assert loader(camp.root, camp.campaign_id) is one
+    assert loader(camp.root, camp.campaign_id, '{"anon": false}') is not one
+    ov = one.warm()
+    assert one.overview(max_age_s=60) is ov  # the page's first overview is the warm one
+    assert one.attempts(ROUNDS - 1)  # the latest round's attempts were read
+    assert all("completion" in a and "token_ids" not in a for a in one.attempts(ROUNDS - 1))
+
+
+def test_overview_refreshes_in_the_background(tmp_path):
+    camp = build_campaign(tmp_path, rounds=2, environments=4)
+    data = CampaignData(camp.root, camp.campaign_id)
+    first = data.overview()
+    cfg = CampaignConfig.model_validate({"storage": {"root": camp.root}})
+    rec = StageRecord(cfg, camp.campaign_id, 1, "publish")
+    rec.write_json("weights.json", {"version": "r0001-again", "checkpoint": None, "kind": "lora"})
+    rec.commit(seconds=1.0)
+    assert data.overview(max_age_s=0.0, wait=False) is first  # stale, answered at once
+    refreshing = data._refreshing
+    assert refreshing is not None
+    refreshing.join(timeout=30)
+    assert data.overview(max_age_s=60, wait=False).round(1).weights == "r0001-again"
+
+
 def test_s3_store(s3_bucket):
     root = f"s3://{s3_bucket.name}/runs"
     options = s3_bucket.storage_options
@@ -156,3 +207,7 @@ def test_s3_store(s3_bucket):
     env = next(e for e in camp.envs.values() if e["accepted"])
     assert data.env_detail(1, env["env_id"]).code == env["code"]
     assert len(data.trajectories(1, env["env_id"])) == 8
+    assert ov.rounds[1].heldout_suites == camp.expected[1]["heldout_suites"]
+    assert data.heldout_items(1) == camp.expected[1]["heldout_items"]
+    assert list(data.heldout_transcripts(1, "bfcl_multi_turn")) == SUITES["bfcl_multi_turn"]
+    assert len(data.heldout_results(1)) == 4

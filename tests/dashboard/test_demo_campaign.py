@@ -1,0 +1,234 @@
+"""The dashboard on a campaign of the demo config (``configs/demo-cpu.yaml``), made by the real
+campaign flow: SmolLM2-135M in process on CPU, the verifier and the held-out plays in nsjail.
+
+The campaign is the demo's, made smaller only through the demo's own settings (one round, one
+design slot with one attempt, one held-out play per environment file; the held-out suites'
+seeded subsets as the demo has them) so that it takes a minute or two here. The 135M model seldom writes a valid environment, so its designs are
+usually all rejected: the checks read what the store holds (the raw stage outputs, not through
+the dashboard's loader) and expect the page to show it, whatever the model did: the headline
+numbers, the charts' data (AppTest), the gallery's rejections with their reasons, documents and
+code or completion, and the held-out results; headless Chromium renders the served dashboard
+and screenshots go to the test's ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.campaign import campaign_flow
+from spade.config import CampaignConfig, load_config
+from spade.inference.pool import close_shared_backends
+from spade.storage import CampaignStore, ObjectStore
+from tests.dashboard.apptest import by_label, chart_with, charts, open_tab, run_app
+from tests.dashboard.serve import served_dashboard
+from tests.integration.prefect_live import REPO_ROOT, open_browser
+
+# The campaign (made once, by the first test) takes two to three minutes on two cores.
+pytestmark = [pytest.mark.sandbox, pytest.mark.timeout(900)]
+DEMO = REPO_ROOT / "configs" / "demo-cpu.yaml"
+CAMPAIGN = "demo-cpu"
+MIN_CHARTS = 6  # win rates, reward, acceptance, rejections, suites, stages, checks: 7 here
+ALL_CHARTS_DRAWN = """(least) => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  if (!app || app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+  const charts = [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')];
+  const drawn = charts.filter((c) => c.querySelector('canvas, svg.marks'));
+  return charts.length >= least && drawn.length === charts.length;
+}"""
+SMALLER = {  # the demo's settings, fewer of each: what keeps the campaign to a few minutes
+    "run.rounds": 1,
+    "designer.envs_per_round": 1,
+    "designer.attempts_per_slot": 1,
+    "evaluation.unhinted_plays": 1,
+}
+
+
+@dataclass
+class Demo:
+    """The campaign's store and what its round 0 wrote, read back raw."""
+
+    root: str
+    cfg: CampaignConfig
+    seconds: float
+    scored: list[dict[str, Any]]
+    attempts: list[dict[str, Any]]
+    documents: dict[str, str]
+    heldout: dict[str, Any]
+    heldout_files: list[dict[str, Any]]
+    heldout_items: list[dict[str, Any]]
+
+
+def _jsonl(cs: CampaignStore, stage: str, name: str) -> list[dict[str, Any]]:
+    data = cs.store.read_bytes(cs.layout.stage_key(0, stage, name))
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, smol_cache) -> Demo:
+    root = str(tmp_path_factory.mktemp("demo-store"))
+    heldout = [str(REPO_ROOT / e) for e in load_config(DEMO).run.heldout_envs]  # repo-relative
+    cfg = load_config(DEMO, {**SMALLER, "storage.root": root, "run.heldout_envs": heldout})
+
+    async def run() -> None:
+        try:
+            await campaign_flow(config=cfg, campaign_id=CAMPAIGN, rounds=1)
+        finally:  # the in-process SmolLM2 is pooled: let it go with the campaign
+            await close_shared_backends()
+
+    t0 = time.monotonic()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPADE_CACHE", str(smol_cache))  # the converted model, kept between runs
+        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        with prefect_test_harness(server_startup_timeout=60):
+            asyncio.run(run())
+    seconds = time.monotonic() - t0
+    print(f"demo campaign in {seconds:.0f} s: {root}")
+    cs = CampaignStore(ObjectStore(root), CAMPAIGN)
+    docs = _jsonl(cs, "sample_documents", "documents.jsonl")
+    return Demo(
+        root,
+        cfg,
+        seconds,
+        _jsonl(cs, "score", "scored.jsonl"),
+        _jsonl(cs, "verify", "attempts.jsonl"),
+        {d["doc_id"]: d["text"] for d in docs},
+        cs.store.read_json(cs.layout.stage_key(0, "heldout", "summary.json")),
+        _jsonl(cs, "heldout", "results.jsonl"),
+        _jsonl(cs, "heldout", "suites.jsonl"),
+    )
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def expected(demo: Demo) -> dict[str, str]:
+    """The headline numbers the page should show, from the raw scored rows."""
+    ok = [s for s in demo.scored if s["accepted"]]
+    mean = lambda rows, k: fmean(r[k] for r in rows) if rows else None  # noqa: E731
+    return {
+        "Acceptance": fmt(len(ok) / len(demo.scored)),
+        "Win rate (unhinted)": fmt(mean(ok, "win_rate")),
+        "Win rate (hinted)": fmt(mean(ok, "hinted_win_rate")),
+        "Regret": fmt(mean(ok, "regret")),
+        "Designer reward": fmt(mean(demo.scored, "reward")),
+        "Held-out win rate": fmt(demo.heldout["win_rate"]),
+    }
+
+
+def rejection_text(attempt: dict[str, Any], failure: str) -> str:
+    check = (attempt.get("verdict") or {}).get("failed_check")
+    where = f"failed verifier check `{check}`" if check else "never reached the verifier"
+    return f"Rejected: {failure} · {where} · {attempt['failure_reason']}"
+
+
+def test_the_demo_campaign_is_the_demo_config(demo):
+    assert demo.cfg.name == "demo-cpu" and demo.cfg.model.name_or_path == "smollm2-135m-instruct"
+    assert demo.cfg.inference.backend == "transformers" and demo.cfg.corpus.path == "builtin:wiki"
+    assert len(demo.scored) == len(demo.attempts) == 1 and len(demo.heldout_files) == 3
+    suites = {s.name: s.size for s in demo.cfg.run.heldout_suites}
+    assert demo.heldout["environments"] == 3 and set(demo.heldout["suites"]) == set(suites)
+    for name, size in suites.items():
+        assert sum(i["suite"] == name for i in demo.heldout_items) == size
+    assert demo.seconds < 240, f"the demo campaign took {demo.seconds:.0f} s"
+
+
+def test_page_numbers_and_charts_are_the_stores(demo, monkeypatch):
+    at = run_app(monkeypatch, demo.root, CAMPAIGN)
+    metrics = {m.label: m.value for m in at.metric}
+    for label, value in expected(demo).items():
+        assert metrics[label] == value, label
+    got = charts(at)
+    acceptance = chart_with(got, "acceptance_rate")["acceptance_rate"]
+    ok = sum(s["accepted"] for s in demo.scored)
+    assert acceptance == {0: pytest.approx(ok / len(demo.scored))}
+    wins = chart_with(got, "held-out")
+    assert wins["held-out"] == {0: pytest.approx(demo.heldout["win_rate"])}
+    reward = chart_with(got, "designer_reward")["designer_reward"]
+    assert reward == {0: pytest.approx(fmean(s["reward"] for s in demo.scored))}
+    scores = chart_with(got, *demo.heldout["suites"])  # one line per held-out suite
+    for name, suite in demo.heldout["suites"].items():
+        assert scores[name] == {0: pytest.approx(suite["score"])}
+    kinds = {s["failure"] for s in demo.scored if not s["accepted"]}
+    for kind in kinds:  # rejections by failure kind
+        assert chart_with(got, kind)[kind][0] == sum(s["failure"] == kind for s in demo.scored)
+
+
+def test_gallery_and_heldout_tabs_show_the_stores_rejections(demo, monkeypatch):
+    at = run_app(monkeypatch, demo.root, CAMPAIGN, "Environments")
+    (attempt,), (scored,) = demo.attempts, demo.scored
+    if scored["accepted"]:  # the model wrote a valid environment: the gallery opens on it
+        assert by_label(at.radio, "Designs").value == "accepted"
+        assert at.code[0].value == attempt["code"].rstrip()
+    else:
+        assert by_label(at.radio, "Designs").value == "rejected"
+        (error,) = at.error
+        assert error.value == rejection_text(attempt, scored["failure"])
+        shown = attempt["code"] if attempt["code"] is not None else attempt["completion"]
+        assert at.code[0].value == (shown or "(empty completion)").rstrip()
+    markdown = "\n".join(m.value for m in at.markdown)
+    assert attempt["doc_id"] in markdown
+    assert demo.documents[attempt["doc_id"]][:60] in markdown
+    at = open_tab(at, "Held-out")
+    files = at.dataframe[0].value
+    assert list(files["file"]) == [r["file"] for r in demo.heldout_files]
+    assert list(files["win_rate"]) == [r["win_rate"] for r in demo.heldout_files]
+    metrics = {m.label: m.value for m in at.metric}
+    for name, suite in demo.heldout["suites"].items():
+        assert metrics[name] == fmt(suite["score"])
+        by_label(at.radio, "Suite").set_value(name).run()
+        items = at.dataframe[1].value
+        want = [i for i in demo.heldout_items if i["suite"] == name]
+        assert list(items["task_id"]) == [i["task_id"] for i in want]
+        assert list(items["score"]) == [i["score"] for i in want]
+        assert list(items["status"]) == [i["status"] for i in want]
+        assert at.chat_message, name  # the selected task's transcript
+
+
+def test_browser_renders_the_demo_campaign(demo, tmp_path):
+    want = expected(demo)
+    (attempt,), (scored,) = demo.attempts, demo.scored
+    shots = {name: tmp_path / f"demo-{name}.png" for name in ("rounds", "gallery", "heldout")}
+    with (
+        served_dashboard(demo.root, CAMPAIGN, tmp_path / "dashboard.log") as url,
+        open_browser() as browser,
+    ):
+        page = browser.new_page(viewport={"width": 1600, "height": 2400})
+        page.goto(url)
+        page.get_by_text(f"Campaign {CAMPAIGN}").wait_for(timeout=60_000)
+        for label in ("Acceptance", "Held-out win rate", "Designer reward"):
+            metric = page.locator('[data-testid="stMetric"]').filter(has_text=label)
+            metric.get_by_text(want[label], exact=True).wait_for(timeout=30_000)
+        # every chart drawn (one round with nothing accepted: those without data are a note)
+        page.wait_for_function(ALL_CHARTS_DRAWN, arg=MIN_CHARTS, polling="raf", timeout=30_000)
+        page.screenshot(path=str(shots["rounds"]), full_page=True)
+
+        page.get_by_role("tab", name="Environments").click()
+        page.locator('[data-testid="stCode"]').first.wait_for(timeout=30_000)
+        page.get_by_text(attempt["doc_id"]).first.wait_for(timeout=30_000)
+        if not scored["accepted"]:
+            reason = attempt["failure_reason"].splitlines()[0][:80]
+            error = page.locator('[data-testid="stAlert"]').filter(has_text="Rejected:")
+            error.get_by_text(reason, exact=False).wait_for(timeout=30_000)
+        page.screenshot(path=str(shots["gallery"]), full_page=True)
+
+        page.get_by_role("tab", name="Held-out").click()
+        held = f"win rate {want['Held-out win rate']}"
+        page.get_by_text(held, exact=False).first.wait_for(timeout=30_000)
+        for name, suite in demo.heldout["suites"].items():
+            metric = page.locator('[data-testid="stMetric"]').filter(has_text=name)
+            metric.get_by_text(fmt(suite["score"]), exact=True).wait_for(timeout=30_000)
+        page.locator('[data-testid="stDataFrame"]').nth(1).wait_for(timeout=30_000)
+        page.locator('[data-testid="stChatMessage"]').first.wait_for(timeout=30_000)
+        page.screenshot(path=str(shots["heldout"]), full_page=True)
+    for path in shots.values():
+        assert path.stat().st_size > 10_000, path
+    print("screenshots:", *(str(p) for p in shots.values()))
