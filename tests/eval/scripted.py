@@ -70,3 +70,20 @@ def play_scripted(
                 await backend.aclose()
 
         return asyncio.run(run())
+
+
+def play_shipped_model(sc: HeldoutSuiteConfig, **overrides: object) -> SuiteResult:
+    """Play ``sc``'s subset with the configured model (the default: the shipped SmolLM2 in
+    process) through the pooled backend, as the heldout stage does; the pool is emptied after."""
+    from spade.inference.pool import close_shared_backends, shared_backend
+
+    cfg = load_config(overrides=dict(overrides))
+
+    async def run() -> SuiteResult:
+        try:
+            async with shared_backend(cfg) as backend:
+                return await play_suite(backend, sc, cfg, load_policy(cfg.sandbox.policy_path))
+        finally:
+            await close_shared_backends()
+
+    return asyncio.run(run())

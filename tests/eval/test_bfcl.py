@@ -9,7 +9,6 @@ verdicts are compared with bfcl-eval's own ``multi_turn_checker`` run on the hos
 from __future__ import annotations
 
 import ast
-import asyncio
 import json
 import random
 import re
@@ -27,7 +26,7 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
 )
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
-from spade.config import HeldoutSuiteConfig, load_config
+from spade.config import HeldoutSuiteConfig
 from spade.eval import bfcl_runtime
 from spade.eval.base import get_suite
 from spade.eval.bfcl import DEFAULT_MAX_TURNS, SUITE, entry_task, ground_truth
@@ -43,7 +42,7 @@ from spade.eval.bfcl_runtime import (
 )
 from spade.sandbox.policy import load_policy
 from spade.sandbox.session import JailedSession
-from tests.eval.scripted import gold_actions, play_scripted
+from tests.eval.scripted import gold_actions, play_scripted, play_shipped_model
 
 SC = HeldoutSuiteConfig(name="bfcl_multi_turn", size=4, seed=0)
 API_CLASSES = (
@@ -335,24 +334,9 @@ def test_env_verdicts_agree_with_bfcl_multi_turn_checker():
 def test_smollm2_plays_a_task_through_play_suite(smol_env):
     """The shipped model through the heldout stage's path. Greedy, so the play (and its time:
     one short reply per turn, 3 at most) does not vary from run to run."""
-    from spade.eval.runner import play_suite
-    from spade.inference.pool import close_shared_backends, shared_backend
-
-    overrides: dict[str, object] = {
-        "evaluation.max_tokens_per_turn": 64,
-        "evaluation.temperature": 0.0,
-    }
-    cfg = load_config(overrides=overrides)
     sc = HeldoutSuiteConfig(name="bfcl_multi_turn", size=1, seed=6, max_turns=3)
-
-    async def run() -> Any:
-        try:
-            async with shared_backend(cfg) as backend:
-                return await play_suite(backend, sc, cfg, load_policy(cfg.sandbox.policy_path))
-        finally:
-            await close_shared_backends()
-
-    result = asyncio.run(run())
+    overrides = {"evaluation.max_tokens_per_turn": 64, "evaluation.temperature": 0.0}
+    result = play_shipped_model(sc, **overrides)
     (row,) = result.rows  # the smallest tool list of the base set: TradingBot alone
     assert row["task_id"] == "multi_turn_base_146" and 0.0 <= row["score"] <= 1.0
     assert row["failure"] is None and 1 <= row["turns"] <= 3, row

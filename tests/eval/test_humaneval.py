@@ -3,16 +3,15 @@ jail (scripted through the OpenAI stand-in, and once with the shipped SmolLM2)."
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 
-from spade.config import HeldoutSuiteConfig, load_config
+from spade.config import HeldoutSuiteConfig
 from spade.eval import humaneval as he
 from spade.eval.base import get_suite, task_header
-from spade.eval.runner import SuiteResult, play_suite
-from tests.eval.scripted import gold_actions, play_scripted
+from spade.eval.runner import SuiteResult
+from tests.eval.scripted import gold_actions, play_scripted, play_shipped_model
 
 # Canonical solutions that import (collections, math/random/copy, random/string with a helper
 # from the prompt, re, hashlib) and the slowest one (HumanEval/75, ~4.5M loop ticks).
@@ -194,20 +193,8 @@ def test_wrong_answers_score_zero_and_only_the_jail_runs_them() -> None:
 @pytest.mark.sandbox
 def test_two_tasks_with_smollm2(smol_env) -> None:
     """The real path with the shipped 135M model on CPU: it completes and scores in [0, 1]."""
-    from spade.inference.pool import close_shared_backends, shared_backend
-    from spade.sandbox.policy import load_policy
-
-    cfg = load_config(overrides={"evaluation.max_tokens_per_turn": 64})
     sc = HeldoutSuiteConfig(name="humaneval", size=2, seed=0)
-
-    async def run() -> SuiteResult:
-        try:
-            async with shared_backend(cfg) as backend:
-                return await play_suite(backend, sc, cfg, load_policy(cfg.sandbox.policy_path))
-        finally:
-            await close_shared_backends()
-
-    result = asyncio.run(run())
+    result = play_shipped_model(sc, **{"evaluation.max_tokens_per_turn": 64})
     assert len(result.rows) == 2 and all(0.0 <= r["score"] <= 1.0 for r in result.rows)
     assert all(r["turns"] == 1 or r["failure"] is not None for r in result.rows), result.rows
     assert all(len(t["messages"]) >= 3 for t in result.transcripts)

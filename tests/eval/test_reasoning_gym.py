@@ -5,7 +5,6 @@ scored on the host by reasoning-gym's own scorers, which must never evaluate the
 from __future__ import annotations
 
 import ast
-import asyncio
 import json
 import subprocess
 import sys
@@ -13,11 +12,11 @@ import sys
 import pytest
 
 from spade.agent.trajectory import Status, Trajectory, Turn
-from spade.config import HeldoutSuiteConfig, load_config
+from spade.config import HeldoutSuiteConfig
 from spade.envs import extract_boxed
 from spade.eval.base import HeldoutTask, get_suite, task_header
 from spade.eval.reasoning_gym import DEFAULT_DATASETS, REFUSED, SAFE_DATASETS, SUITE
-from tests.eval.scripted import gold_actions, play_scripted
+from tests.eval.scripted import gold_actions, play_scripted, play_shipped_model
 
 NONSENSE = "\\boxed{zzz not an answer}"
 # The longest gold answers (Tower of Hanoi, up to 10 disks) run to ~30k characters; the stand-in
@@ -217,23 +216,7 @@ def one_torch_thread():
 
 @pytest.mark.sandbox
 def test_smollm2_plays_two_items(smol_env, one_torch_thread):
-    from spade.eval.runner import play_suite
-    from spade.inference.pool import close_shared_backends, shared_backend
-    from spade.sandbox.policy import load_policy
-
-    cfg = load_config(overrides={"evaluation.max_tokens_per_turn": 64})
-    assert cfg.inference.backend == "transformers"
-
-    async def run():
-        try:
-            async with shared_backend(cfg) as backend:
-                return await play_suite(
-                    backend, config(2, 0), cfg, load_policy(cfg.sandbox.policy_path)
-                )
-        finally:
-            await close_shared_backends()
-
-    result = asyncio.run(run())
+    result = play_shipped_model(config(2, 0), **{"evaluation.max_tokens_per_turn": 64})
     assert len(result.rows) == 2 and len(result.transcripts) == 2
     assert all(0.0 <= r["score"] <= 1.0 and r["turns"] == 1 for r in result.rows)
     assert all(r["failure"] is None for r in result.rows)
