@@ -107,3 +107,16 @@ def scripted_overrides(scripted_server, tmp_path) -> dict[str, object]:
     from tests.integration.scripted_designer import round_overrides, write_corpus
 
     return round_overrides(scripted_server, write_corpus(tmp_path / "corpus.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def prefect_api():
+    """A temporary Prefect API (SQLite) for the requesting test module; yields its URL.
+    Analytics off: they make SQLite answer "database is locked"."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        with prefect_test_harness(server_startup_timeout=60):
+            yield PREFECT_API_URL.value()

@@ -8,7 +8,6 @@ import asyncio
 from statistics import fmean
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 from streamlit.testing.v1 import AppTest
 
 from flows.campaign import campaign_flow
@@ -19,14 +18,6 @@ from tests.integration.scripted_designer import EXPECTED, write_tiny_policy
 
 pytestmark = pytest.mark.sandbox
 APP = str(REPO_ROOT / "dashboards" / "app.py")
-
-
-@pytest.fixture(scope="module")
-def prefect_api():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=60):
-            yield
 
 
 def _campaign(overrides, tmp_path, root: str, options=None) -> None:

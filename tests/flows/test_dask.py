@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.campaign import campaign_flow
 from spade.config import load_config
@@ -15,14 +14,6 @@ from tests.fakes.openai_server import FakeOpenAIServer
 from tests.integration.scripted_designer import ScriptedModel, round_overrides, write_corpus
 
 pytestmark = pytest.mark.sandbox
-
-
-@pytest.fixture(scope="module")
-def prefect_api():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=60):
-            yield
 
 
 def _round(tmp_path, runner: str) -> dict[str, object]:

@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-from prefect.settings import PREFECT_API_URL
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.campaign import campaign_flow
 from spade.config import load_config
@@ -34,14 +32,6 @@ from tests.integration.scripted_designer import (
 
 pytestmark = pytest.mark.sandbox
 CID = "killed"
-
-
-@pytest.fixture(scope="module")
-def prefect_api():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=60):
-            yield PREFECT_API_URL.value()
 
 
 def _config(server, tmp_path, root):

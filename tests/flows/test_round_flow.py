@@ -20,7 +20,6 @@ from prefect.client.schemas.filters import (
     FlowRunFilterId,
 )
 from prefect.client.schemas.objects import TaskRun
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.campaign import campaign_flow
 from flows.round import RoundOutcome, round_flow
@@ -34,15 +33,6 @@ from spade.storage import STAGES
 from tests.integration.scripted_designer import EXPECTED, write_tiny_policy
 
 pytestmark = pytest.mark.sandbox
-
-
-@pytest.fixture(scope="module")
-def prefect_api():
-    """A temporary Prefect API (SQLite) for this module; analytics off ("database is locked")."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=60):
-            yield
 
 
 @pytest.fixture(scope="module")

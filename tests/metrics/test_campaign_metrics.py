@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.campaign import campaign_flow
 from spade.config import load_config
@@ -16,14 +15,6 @@ from tests.conftest import free_port
 from tests.metrics.readers import scrape, value
 
 pytestmark = pytest.mark.sandbox
-
-
-@pytest.fixture(scope="module")
-def prefect_api():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=60):
-            yield
 
 
 def test_a_round_reaches_the_sinks_and_the_exporter(
