@@ -73,6 +73,16 @@ def _rounds(table: pa.Table) -> int:
     return len(set(table.column("round").to_pylist())) if "round" in table.column_names else 0
 
 
+def _round_axis() -> Spec:
+    """The x encoding of every per-round chart: whole rounds."""
+    return {
+        "field": "round",
+        "type": "quantitative",
+        "title": None,
+        "axis": {"tickMinStep": 1, "format": "d"},
+    }
+
+
 def lines(table: pa.Table, *, unit_range: bool = False, height: int = 220) -> Spec:
     """Lines over rounds, one per series, points marked (up to :data:`DENSE_ROUNDS` rounds);
     ``unit_range``: a fixed 0..1 axis (a rate that stays flat then looks flat)."""
@@ -82,12 +92,7 @@ def lines(table: pa.Table, *, unit_range: bool = False, height: int = 220) -> Sp
     return _base(table, height) | {
         "mark": {"type": "line", "point": _rounds(table) <= DENSE_ROUNDS, "tooltip": True},
         "encoding": {
-            "x": {
-                "field": "round",
-                "type": "quantitative",
-                "title": None,
-                "axis": {"tickMinStep": 1, "format": "d"},
-            },
+            "x": _round_axis(),
             "y": y,
             "color": _color(table),
         },
@@ -114,12 +119,7 @@ def stacked_bars(table: pa.Table, *, height: int = 220) -> Spec:
         return _base(table, height) | {
             "mark": {"type": "area", "tooltip": True, "interpolate": "step-after"},
             "encoding": {
-                "x": {
-                    "field": "round",
-                    "type": "quantitative",
-                    "title": None,
-                    "axis": {"tickMinStep": 1, "format": "d"},
-                },
+                "x": _round_axis(),
                 "y": {"field": "value", "type": "quantitative", "stack": "zero", "title": None},
                 "color": _color(table),
             },
