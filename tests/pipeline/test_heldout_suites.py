@@ -1,0 +1,81 @@
+"""The heldout stage plays benchmark suites and the dashboard reads them back, on a local
+store and on S3 (moto), with a scripted perfect agent behind the OpenAI stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from spade.config import load_config
+from spade.dashboard.data import CampaignData
+from spade.eval.base import get_suite
+from spade.inference.pool import BASE, close_shared_backends
+from spade.pipeline.campaign import ensure_campaign
+from spade.pipeline.heldout import heldout
+from spade.pipeline.record import campaign_store
+from tests.eval.scripted import ActionScript, gold_actions
+from tests.fakes.openai_server import FakeOpenAIServer
+
+pytestmark = pytest.mark.sandbox
+
+SUITES = [
+    {"name": "humaneval", "size": 2, "seed": 1},
+    {"name": "reasoning_gym", "size": 2, "seed": 1, "subsets": ["gcd"]},
+]
+
+
+def _play_round(root: str, options: dict[str, object]) -> tuple[dict[str, object], object]:
+    tasks = get_suite("humaneval").tasks(2, 1, []) + get_suite("reasoning_gym").tasks(2, 1, ["gcd"])
+    with FakeOpenAIServer(script=ActionScript(gold_actions(tasks))) as server:
+        cfg = load_config(
+            overrides={
+                "inference.backend": "openai",
+                "inference.base_url": server.url,
+                "inference.served_model": server.model,
+                "evaluation.max_tokens_per_turn": 4096,  # the stand-in: a token per character
+                "storage.root": root,
+                "storage.storage_options": options,
+                "run.heldout_suites": SUITES,
+            }
+        )
+        ensure_campaign(cfg, "suites")
+
+        async def run() -> dict[str, object]:
+            try:
+                return await heldout(cfg, "suites", 0, BASE)
+            finally:
+                await close_shared_backends()
+
+        return asyncio.run(run()), cfg
+
+
+def _check(root: str, options: dict[str, object]) -> None:
+    overall, cfg = _play_round(root, options)
+    want = {"score": 1.0, "tasks": 2, "failed_plays": 0}
+    assert overall["suites"] == {"humaneval": want, "reasoning_gym": want}
+    cs = campaign_store(cfg, "suites")  # type: ignore[arg-type]
+    prefix = f"{cs.layout.campaign_prefix}/round-0000/heldout"
+    stored = json.loads(cs.store.read_bytes(f"{prefix}/summary.json"))
+    assert stored["suites"] == overall["suites"] and stored["win_rate"] is None
+    rows = [json.loads(x) for x in cs.store.read_bytes(f"{prefix}/suites.jsonl").splitlines()]
+    assert sorted((r["suite"], r["score"]) for r in rows) == [
+        ("humaneval", 1.0), ("humaneval", 1.0), ("reasoning_gym", 1.0), ("reasoning_gym", 1.0),
+    ]  # fmt: skip
+    data = CampaignData(root, "suites", options)
+    (summary,) = data.overview().rounds
+    assert summary.row()["heldout_humaneval"] == 1.0
+    assert len(data.heldout_items(0)) == 4
+    transcripts = data.heldout_transcripts(0, "reasoning_gym")
+    assert len(transcripts) == 2 and all(
+        m[1]["content"].startswith("[task reasoning_gym/gcd-1-") for m in transcripts.values()
+    )
+
+
+def test_suites_on_a_local_store(tmp_path):
+    _check(str(tmp_path / "runs"), {})
+
+
+def test_suites_on_s3(s3_bucket):
+    _check(f"s3://{s3_bucket.name}/runs", s3_bucket.storage_options)
