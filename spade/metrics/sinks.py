@@ -134,30 +134,18 @@ def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
             _flatten(f"{prefix}/{key}", inner, out)
 
 
-def round_metrics(
-    summary_row: Mapping[str, Any], heldout: Mapping[str, Any] | None = None
-) -> dict[str, float]:
+def round_metrics(summary_row: Mapping[str, Any]) -> dict[str, float]:
     """Every numeric column of a round's summary, flat: nested columns become ``column/key``
-    (``stage_seconds/design``, ``rejections/timeout``); each held-out suite's numbers become
-    ``heldout/<suite>/<field>`` (``heldout/humaneval/score``). ``round`` is the step, not a
-    metric; text (the weights version), flags and missing values are left out."""
+    (``stage_seconds/design``, ``rejections/timeout``); each held-out suite's numbers
+    (column ``heldout_suites``) become ``heldout/<suite>/<field>`` (``heldout/humaneval/score``).
+    ``round`` is the step, not a metric; text (the weights version), flags and missing values
+    are left out."""
     out: dict[str, float] = {}
     for column, value in summary_row.items():
         if column != "round":
-            _flatten(str(column), value, out)
-    for suite, numbers in ((heldout or {}).get("suites") or {}).items():
-        _flatten(f"heldout/{suite}", numbers, out)
+            _flatten("heldout" if column == "heldout_suites" else str(column), value, out)
     # W&B and TensorBoard take NaN, but the store's JSON never holds one; keep only finite.
     return {k: v for k, v in out.items() if math.isfinite(v)}
-
-
-def _heldout_summary(cfg: CampaignConfig, campaign_id: str, round: int) -> dict[str, Any]:
-    """The round's held-out summary (``heldout/summary.json``), or {} when it has none."""
-    from spade.pipeline.record import campaign_store
-
-    cs = campaign_store(cfg, campaign_id)
-    key = cs.layout.stage_key(round, "heldout", "summary.json")
-    return cs.store.read_json(key) if cs.store.exists(key) else {}
 
 
 def log_round(
@@ -168,8 +156,8 @@ def log_round(
     *,
     logger: logging.Logger | logging.LoggerAdapter[Any] | None = None,
 ) -> list[str]:
-    """Send a round's numbers (``summary_row``, from ``spade.pipeline.summary``, plus the
-    per-suite held-out scores from the store) to every configured sink, at ``step=round``.
+    """Send a round's numbers (``summary_row``, from ``spade.pipeline.summary``, held-out
+    suites included) to every configured sink, at ``step=round``.
 
     Never raises: each problem is logged as a warning (on ``logger``, e.g. the flow's run
     logger, else this module's) and returned, one line per problem.
@@ -179,12 +167,7 @@ def log_round(
         return []
     warn = logger or log
     problems: list[str] = []
-    heldout: dict[str, Any] = {}
-    try:
-        heldout = _heldout_summary(cfg, campaign_id, round)
-    except Exception as exc:  # the store is the truth; a sink still gets the rest
-        problems.append(f"metrics: held-out suites of round {round} not read: {exc!r}")
-    metrics = round_metrics(summary_row, heldout)
+    metrics = round_metrics(summary_row)
     for name, factory in sinks:
         try:
             sink = factory(cfg, campaign_id)

@@ -67,6 +67,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "designer_reward": _mean([s["reward"] for s in scored]),
         "train_loss": (outcome.get("metrics") or {}).get("loss"),
         "heldout_win_rate": heldout.get("win_rate"),
+        "heldout_suites": heldout.get("suites") or {},
         "weights": weights.get("version"),
         "stage_seconds": seconds,
     }

@@ -15,6 +15,7 @@ from spade.inference.pool import BASE, close_shared_backends
 from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.heldout import heldout
 from spade.pipeline.record import campaign_store
+from spade.pipeline.summary import round_summary
 from tests.eval.scripted import ActionScript, gold_actions
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -59,6 +60,8 @@ def _check(root: str, options: dict[str, object]) -> None:
     prefix = f"{cs.layout.campaign_prefix}/round-0000/heldout"
     stored = json.loads(cs.store.read_bytes(f"{prefix}/summary.json"))
     assert stored["suites"] == overall["suites"] and stored["win_rate"] is None
+    # the round's summary row (status, metrics sinks) carries them too
+    assert round_summary(cfg, "suites", 0)["heldout_suites"] == overall["suites"]  # type: ignore[arg-type]
     rows = [json.loads(x) for x in cs.store.read_bytes(f"{prefix}/suites.jsonl").splitlines()]
     assert sorted((r["suite"], r["score"]) for r in rows) == [
         ("humaneval", 1.0), ("humaneval", 1.0), ("reasoning_gym", 1.0), ("reasoning_gym", 1.0),
