@@ -5,8 +5,8 @@ Re-running with the same campaign id skips the rounds whose every stage is commi
 re-enters the first incomplete round, where finished stages come back from the cache. After
 each round a table artifact shows the per-round numbers and a markdown artifact links to the
 stored artifacts; ``spade stop`` (or cancelling the run) ends a campaign of ``rounds: 0``.
-Each round's numbers also go to the configured W&B / TensorBoard sinks (``metrics``), and with
-``metrics.prometheus_port`` the flow's process serves its sandbox metrics for Prometheus.
+Each round's numbers also go to the configured W&B / TensorBoard sinks (``metrics``); with
+``metrics.prometheus_port`` the round subflow (this process) serves sandbox metrics for Prometheus.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from flows.round import round_flow
 from flows.storage import task_runner
 from spade.config import CampaignConfig
-from spade.metrics.prom import start_metrics_server
 from spade.metrics.sinks import log_round
 from spade.pipeline.campaign import (
     first_incomplete_round,
@@ -71,7 +70,6 @@ async def campaign_flow(
     r = first_incomplete_round(cs)
     log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
     runner = task_runner(config)
-    start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
     while total == 0 or r < total:
         if stop_requested(cs):
             log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)

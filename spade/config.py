@@ -413,10 +413,14 @@ class TrainingConfig(_Section):
     deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
 
 
+SuiteName = Literal["reasoning_gym", "humaneval", "bfcl_multi_turn"]
+"""The held-out suites (spade/eval/ has a module for each)."""
+
+
 class HeldoutSuiteConfig(_Section):
     """One held-out benchmark suite played after each round (see spade/eval/)."""
 
-    name: Literal["reasoning_gym", "humaneval", "bfcl_multi_turn"] = Field(
+    name: SuiteName = Field(
         ..., description="Which suite: reasoning-gym tasks, HumanEval, or BFCL v4 multi-turn."
     )
     size: int = Field(

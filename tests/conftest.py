@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,18 +14,28 @@ from typing import Any
 import pytest
 
 from spade.envs.examples import example_paths
-from tests.leaks import HostSnapshot
+from tests.leaks import HostSnapshot, own_leaks
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_leftovers_after_suite():
-    """Every jail the suite starts must be gone at the end: processes, cgroups, mounts, dirs."""
-    before = HostSnapshot.take()
-    yield
-    deadline = time.monotonic() + 5  # nsjail reaps and removes cgroups as it exits
-    while (leaks := HostSnapshot.take().leaks_since(before)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    """Every jail the suite starts must be gone at the end: processes, cgroups, mounts, dirs.
+
+    The run's session folders live in a private TMPDIR, so jails of another run on this host
+    (a second pytest, a benchmark, the demo) are told apart from ours (``own_leaks``)."""
+    root = Path(tempfile.mkdtemp(prefix="spade-tests-"))
+    root.chmod(0o755)  # the jail's uid reads its session folder below it, as under /tmp
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(root))
+        mp.setattr(tempfile, "tempdir", str(root))
+        before = HostSnapshot.take()
+        yield
+        deadline = time.monotonic() + 5  # nsjail reaps and removes cgroups as it exits
+        while (leaks := own_leaks(before, root)) and time.monotonic() < deadline:
+            time.sleep(0.1)
     assert not leaks, leaks
+    with contextlib.suppress(OSError):  # not empty: pytest's own tmp folders stay for a look
+        root.rmdir()
 
 
 @pytest.fixture(params=example_paths(), ids=lambda p: p.stem)

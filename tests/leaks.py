@@ -1,4 +1,8 @@
-"""What a jailed session could leave behind on the host: processes, cgroups, mounts, files."""
+"""What a jailed session could leave behind on the host: processes, cgroups, mounts, files.
+
+Jails that other runs on the same host started are not ours: a run keeps its session folders
+(and so its nsjail configs) under a private TMPDIR, and :func:`own_leaks` leaves out every live
+nsjail whose config is elsewhere, with its processes and cgroups."""
 
 from __future__ import annotations
 
@@ -55,3 +59,38 @@ class HostSnapshot:
         if extra := self.jail_dirs - before.jail_dirs:
             out.append(f"session folders left: {sorted(extra)}")
         return out
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # gone
+        return []
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:  # gone
+        return None
+
+
+def own_leaks(before: HostSnapshot, private: Path) -> list[str]:
+    """``HostSnapshot`` leaks since ``before``, minus live jails that other runs started (their
+    nsjail's config is not under the run's private TMPDIR). Anything that escaped a jail of
+    ours, or that no live nsjail accounts for, still counts."""
+    after = HostSnapshot.take()
+    foreign = {pid for pid, cmd in after.processes if "nsjail" in cmd and str(private) not in cmd}
+    foreign_kids = {kid for pid in foreign for kid in child_pids(pid)}
+    foreign_ns = {ns for kid in foreign_kids if (ns := pid_namespace(kid))}
+    mine = HostSnapshot(
+        processes=frozenset(
+            (pid, cmd)
+            for pid, cmd in after.processes
+            if pid not in foreign and pid_namespace(pid) not in foreign_ns
+        ),
+        cgroups=frozenset(c for c in after.cgroups if int(c.rsplit(".", 1)[1]) not in foreign_kids),
+        mounts=after.mounts,
+        jail_dirs=after.jail_dirs,
+    )
+    return mine.leaks_since(before)

@@ -18,8 +18,7 @@ from rich.table import Table
 from spade.cli.selfplay import ConfigOpt, _config, _fail, console
 from spade.config import CampaignConfig, HeldoutSuiteConfig
 from spade.errors import SpadeError
-
-SUITES = ("reasoning_gym", "humaneval", "bfcl_multi_turn")
+from spade.eval.base import SUITE_NAMES
 
 
 def _suites(
@@ -30,7 +29,7 @@ def _suites(
         known: dict[str, HeldoutSuiteConfig] = {s.name: s for s in chosen}
         chosen = [known.get(n) or HeldoutSuiteConfig.model_validate({"name": n}) for n in names]
     if not chosen:
-        chosen = [HeldoutSuiteConfig.model_validate({"name": n}) for n in SUITES]
+        chosen = [HeldoutSuiteConfig.model_validate({"name": n}) for n in SUITE_NAMES]
     update: dict[str, Any] = {k: v for k, v in (("size", size), ("seed", seed)) if v is not None}
     return [HeldoutSuiteConfig.model_validate({**s.model_dump(), **update}) for s in chosen]
 
@@ -72,7 +71,7 @@ def benchmark(
         typer.Option(
             "--suite",
             "-s",
-            help=f"Suite to play (repeatable; {', '.join(SUITES)})."
+            help=f"Suite to play (repeatable; {', '.join(SUITE_NAMES)})."
             " Default: run.heldout_suites of the config, else all three.",
         ),
     ] = None,
@@ -88,9 +87,9 @@ def benchmark(
 ) -> None:
     """Play held-out benchmark suites with the configured model and print their scores."""
     cfg = _config(config)
-    bad = [n for n in suite or [] if n not in SUITES]
+    bad = [n for n in suite or [] if n not in SUITE_NAMES]
     if bad:
-        raise _fail(SpadeError(f"unknown suite {bad[0]!r}; valid: {', '.join(SUITES)}"))
+        raise _fail(SpadeError(f"unknown suite {bad[0]!r}; valid: {', '.join(SUITE_NAMES)}"))
     try:
         suites = _suites(cfg, list(suite or []), size, seed)
     except ValueError as exc:  # pydantic: a size or seed out of bounds

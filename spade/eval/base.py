@@ -15,8 +15,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, get_args
 
+from spade.config import SuiteName
 from spade.registry import lookup
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ def suite_score(scores: list[float]) -> float:
     """Mean item score of a suite (0.0 for no items)."""
     return fmean(scores) if scores else 0.0
 
+
+SUITE_NAMES: tuple[str, ...] = get_args(SuiteName)
+"""Every suite name, as the config accepts them."""
 
 # Module per suite name, imported on first use: each pulls in its benchmark package.
 _SUITE_MODULES = {

@@ -25,7 +25,7 @@ from spade.sandbox import (
     SandboxPolicy,
     load_policy,
 )
-from tests.leaks import HostSnapshot
+from tests.leaks import HostSnapshot, child_pids, own_leaks, pid_namespace
 
 K = FailureKind
 ATTACK_DIR = Path(__file__).resolve().parent / "attacks"
@@ -122,20 +122,6 @@ ATTACKS = [
 # -- host-side observation helpers ----------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:  # gone
-        return []
-
-
-def _pidns(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:  # gone
-        return None
-
-
 def _uid(pid: int) -> int | None:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -147,10 +133,12 @@ def _uid(pid: int) -> int | None:
 def jail_pidns(session: JailedSession) -> str:
     """The pid namespace of a live session's jailed interpreter (nsjail's only child)."""
     assert session._proc is not None  # the nsjail process, as a host Popen
-    kids = _children(session._proc.pid)
+    kids = child_pids(session._proc.pid)
     assert len(kids) == 1, f"nsjail {session._proc.pid} has children {kids}"
-    ns = _pidns(kids[0])
-    assert ns is not None and ns != _pidns(os.getpid()), "the jail has no pid namespace of its own"
+    ns = pid_namespace(kids[0])
+    assert ns is not None and ns != pid_namespace(os.getpid()), (
+        "the jail has no pid namespace of its own"
+    )
     return ns
 
 
@@ -159,7 +147,7 @@ def procs_in_ns(ns: str) -> list[int]:
     return [
         int(p.name)
         for p in Path("/proc").iterdir()
-        if p.name.isdigit() and _pidns(int(p.name)) == ns
+        if p.name.isdigit() and pid_namespace(int(p.name)) == ns
     ]
 
 
@@ -170,27 +158,6 @@ def wait_for(predicate: Callable[[], object], timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def own_leaks(before: HostSnapshot, private: Path) -> list[str]:
-    """``HostSnapshot`` leaks since ``before``, minus live jails that other runs started (their
-    nsjail's config is not under this module's private TMPDIR). Anything that escaped a jail of
-    ours, or that no live nsjail accounts for, still counts."""
-    after = HostSnapshot.take()
-    foreign = {pid for pid, cmd in after.processes if "nsjail" in cmd and str(private) not in cmd}
-    foreign_kids = {kid for pid in foreign for kid in _children(pid)}
-    foreign_ns = {ns for kid in foreign_kids if (ns := _pidns(kid))}
-    mine = HostSnapshot(
-        processes=frozenset(
-            (pid, cmd)
-            for pid, cmd in after.processes
-            if pid not in foreign and _pidns(pid) not in foreign_ns
-        ),
-        cgroups=frozenset(c for c in after.cgroups if int(c.rsplit(".", 1)[1]) not in foreign_kids),
-        mounts=after.mounts,
-        jail_dirs=after.jail_dirs,
-    )
-    return mine.leaks_since(before)
 
 
 def wait_no_own_leaks(before: HostSnapshot, private: Path, timeout: float = 5.0) -> list[str]:

@@ -42,7 +42,7 @@ from spade.sandbox import (
 )
 from spade.sandbox.jail import memory_cgroup_available
 from spade.verify import verify
-from tests.leaks import HostSnapshot
+from tests.leaks import HostSnapshot, child_pids
 from tests.sandbox.attack_kit import (
     ATTACK_DIR,
     ATTACKS,
@@ -57,7 +57,6 @@ from tests.sandbox.attack_kit import (
     SLACK_S,
     Attack,
     K,
-    _children,
     _uid,
     assert_caller_healthy,
     attack,
@@ -453,7 +452,7 @@ def test_daemon_does_not_outlive_the_session(private_tmpdir: Path):
         after = s.step(MOVE)
         ns = jail_pidns(s)
         assert s._proc is not None
-        (interpreter,) = _children(s._proc.pid)
+        (interpreter,) = child_pids(s._proc.pid)
         daemons = [pid for pid in procs_in_ns(ns) if pid != interpreter]
         sessions = {pid: _session_id(pid) for pid in (interpreter, *daemons)}
         uids = {_uid(pid) for pid in (interpreter, *daemons)}
