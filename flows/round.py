@@ -1,7 +1,9 @@
 """One SPADE round as a Prefect flow: every stage of DESIGN.md §2 is its own task.
 
 sample_documents -> (design -> verify, mapped -> settle) per attempt -> hint -> evaluate, mapped
--> score -> memory -> train_agent -> train_designer -> publish -> heldout.
+-> score -> memory -> train_agent -> train_designer -> publish -> heldout. A replay round
+(``run.regen_interval``, :mod:`spade.pipeline.replay`) carries the last regeneration's
+environments instead of designing, then evaluates, scores and trains as any round.
 
 Each task is a thin wrapper over a ``spade.pipeline`` function, which writes the stage's
 artifacts and manifest to the object store. Task results persist to the campaign's Prefect
@@ -36,10 +38,12 @@ from spade.metrics.prom import start_metrics_server
 from spade.pipeline import design as design_stages
 from spade.pipeline import evaluate as evaluate_stages
 from spade.pipeline import heldout as heldout_stage
+from spade.pipeline import replay as replay_stage
 from spade.pipeline import score as score_stages
 from spade.pipeline import train as train_stages
 from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.keys import config_hash, stage_code_version
+from spade.pipeline.replay import RoundPlan, plan_round
 from spade.pipeline.score import RoundScores
 from spade.pipeline.state import carried_state, delayed_designer_batch
 from spade.pipeline.summary import round_summary
@@ -101,10 +105,20 @@ _INFERENCE: dict[str, Any] = {
     **_PERSIST,
 )
 async def sample_documents(
-    config: CampaignConfig, campaign_id: str, round_index: int
+    config: CampaignConfig, campaign_id: str, round_index: int, plan: RoundPlan
 ) -> list[Document]:
     """One grounding document per possible design attempt."""
-    return await asyncio.to_thread(design_stages.sample_documents, config, campaign_id, round_index)
+    return await asyncio.to_thread(
+        design_stages.sample_documents, config, campaign_id, round_index, plan
+    )
+
+
+@task(name="replay", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("hint"), **_PERSIST)
+async def replay(
+    config: CampaignConfig, campaign_id: str, round_index: int, plan: RoundPlan
+) -> list[DesignAttempt]:
+    """A replay round's design half: the environments of the last regeneration, carried."""
+    return await asyncio.to_thread(replay_stage.replay, config, campaign_id, round_index, plan)
 
 
 @task(
@@ -122,11 +136,20 @@ async def design(
     documents: list[Document],
     memory: dict[str, Any],
     weights: WeightsRef,
+    regeneration: int,
 ) -> list[DesignAttempt]:
     """The designer writes one attempt for every open slot."""
     async with shared_backend(config, weights) as backend:
         return await design_stages.design(
-            config, campaign_id, round_index, attempt, open_slots, documents, memory, backend
+            config,
+            campaign_id,
+            round_index,
+            attempt,
+            open_slots,
+            documents,
+            memory,
+            backend,
+            regeneration,
         )
 
 
@@ -302,13 +325,18 @@ class RoundOutcome:
 async def _design_phase(
     t: Any, config: CampaignConfig, cid: str, r: int, memory: dict[str, Any], weights: WeightsRef
 ) -> list[DesignAttempt]:
-    documents = await t.sample_documents(config, cid, r)
+    plan = plan_round(config, cid, r)
+    if not plan.designs:
+        return list(await t.replay(config, cid, r, plan))
+    documents = await t.sample_documents(config, cid, r, plan)
     attempts: list[DesignAttempt] = []
     open_slots = list(range(config.designer.envs_per_round))
     for k in range(config.designer.attempts_per_slot):
         if not open_slots:
             break
-        batch = await t.design(config, cid, r, k, open_slots, documents, memory, weights)
+        batch = await t.design(
+            config, cid, r, k, open_slots, documents, memory, weights, plan.regeneration
+        )
         codes = [a.code for a in batch if a.code is not None]
         verdicts = t.verify.map(unmapped(config), cid, r, codes).result() if codes else []
         attempts, open_slots = await t.settle(
@@ -366,6 +394,7 @@ def _bound(storage: Any) -> Any:
     """Every task of the round, persisting its results to ``storage``."""
     tasks: dict[str, Any] = {
         "sample_documents": sample_documents,
+        "replay": replay,
         "design": design,
         "verify": verify,
         "settle": settle,

@@ -66,9 +66,37 @@ class ModelConfig(_Section):
     )
 
 
+class VllmContainerConfig(_Section):
+    """Run the managed ``vllm serve`` in a container image instead of a local executable.
+
+    Launched as ``RUNTIME run --rm --name N -p HOST:PORT:PORT [--gpus G] -e ... -v P:P:ro ...
+    EXTRA --entrypoint vllm IMAGE serve MODEL --host 0.0.0.0 --port PORT ...``. Local weights
+    (the model folder, each published checkpoint, staged LoRA adapters under
+    ``$SPADE_CACHE/published``) are mounted read-only at the same paths; anything else the server
+    reads (e.g. the Hugging Face cache for a hub id) must be mounted through ``extra_args``.
+    """
+
+    runtime: str = Field(
+        "docker", min_length=1, description="Container runtime command: docker or podman."
+    )
+    image: str = Field(
+        "vllm/vllm-openai:latest", min_length=1, description="Image with vLLM on its PATH."
+    )
+    gpus: str | None = Field(
+        "all", description="`--gpus` value (None: no flag; give CDI devices in extra_args)."
+    )
+    extra_args: list[str] = Field(
+        default_factory=lambda: ["--ipc=host"],
+        description="More `run` options before the image (mounts, env, shm size, ...).",
+    )
+
+
 class VllmServerConfig(_Section):
     """A vLLM server this process launches and manages (its own environment or image)."""
 
+    container: VllmContainerConfig | None = Field(
+        None, description="Launch vLLM from this container image (None: the executable)."
+    )
     executable: str = Field(
         "vllm",
         min_length=1,
@@ -103,7 +131,9 @@ class InferenceConfig(_Section):
         ),
     )
     base_url: str = Field(
-        "http://127.0.0.1:8000/v1", description="OpenAI-compatible endpoint (backend 'openai')."
+        "http://127.0.0.1:8000/v1",
+        pattern=r"^https?://[^\s/?#]+(?:[/?#]\S*)?$",
+        description="OpenAI-compatible endpoint (backend 'openai'): an http(s) URL.",
     )
     api_key_env: str = Field(
         "OPENAI_API_KEY",
@@ -198,7 +228,22 @@ class DesignerConfig(_Section):
         0.3, ge=0.0, le=2.0, description="Sampling temperature of hints."
     )
     hint_max_tokens: int = Field(256, ge=16, le=4096, description="Longest hint completion.")
-    seed: int = Field(0, ge=0, description="Seed of document sampling and skill rotation.")
+    hint_max_sentences: int = Field(
+        3,
+        ge=1,
+        le=20,
+        description="Hints are asked for in 1 to this many sentences and cut to this many.",
+    )
+    hint_tries: int = Field(
+        2,
+        ge=1,
+        le=10,
+        description="Hint requests per design; an empty hint or one that gives away the"
+        " solution is asked again, and after the last try the design has no hint.",
+    )
+    seed: int = Field(
+        0, ge=0, le=2**32 - 1, description="Seed of document sampling and skill rotation."
+    )
 
     @model_validator(mode="after")
     def _bands(self) -> DesignerConfig:
@@ -237,7 +282,14 @@ class EvaluationConfig(_Section):
         le=1.0,
         description="A terminated episode whose last reward is at least this is a win.",
     )
-    seed: int = Field(0, ge=0, description="Base seed of environment instances.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Base seed of environment instances.")
+    max_parallel_episodes: int = Field(
+        64,
+        ge=1,
+        le=1024,
+        description="Episodes live at once: each holds a jailed session, their turns are "
+        "generated as one batch and their environment steps run in parallel threads.",
+    )
 
 
 class ScoringConfig(_Section):
@@ -352,7 +404,12 @@ class DeepSpeedConfig(_Section):
         le=3,
         description="ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters.",
     )
-    bf16: bool = Field(False, description="bf16 mixed precision (on GPUs that support it).")
+    bf16: bool | None = Field(
+        None,
+        description="bf16 mixed precision, DeepSpeed keeping fp32 master weights (None: on"
+        " exactly when the model's trainable weights are bf16, e.g. model.dtype 'auto' on GPU;"
+        " AdamW straight on bf16 weights would round small updates away).",
+    )
     offload_optimizer: bool = Field(False, description="Keep optimizer state in CPU memory.")
     offload_params: bool = Field(False, description="Keep parameters in CPU memory (stage 3).")
 
@@ -402,13 +459,22 @@ class TrainingConfig(_Section):
         le=10_000_000,
         description="Token budget of one micro-batch (padding included).",
     )
+    updates_per_batch: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Optimizer steps per batch of samples: the batch is split into this many"
+        " mini-batches, pi_old's log-probs taken once before the first (PPO's and GRPO's several"
+        " updates per rollout batch, where the clipped ratio bounds the later ones; 1: one"
+        " on-policy step, ratio 1).",
+    )
     designer_delay_steps: int = Field(
         2,
         ge=0,
         le=1000,
         description="Designer updates run this many steps late, with importance correction.",
     )
-    seed: int = Field(0, ge=0, description="Seed of training-side randomness.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of training-side randomness.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
     deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
 
@@ -426,7 +492,9 @@ class HeldoutSuiteConfig(_Section):
     size: int = Field(
         20, ge=1, le=100_000, description="Tasks in the seeded subset played each round."
     )
-    seed: int = Field(0, ge=0, description="Seed of the subset (the same tasks every round).")
+    seed: int = Field(
+        0, ge=0, le=2**32 - 1, description="Seed of the subset (the same tasks every round)."
+    )
     subsets: list[str] = Field(
         default_factory=list,
         description="Suite-specific parts: reasoning-gym dataset names, HumanEval task ids,"
@@ -466,6 +534,15 @@ class RunConfig(_Section):
         1, ge=0, le=1_000_000, description="Rounds to run (0: until stopped or cancelled)."
     )
     train: bool = Field(True, description="Run the training stages (else they are skipped).")
+    regen_interval: int = Field(
+        4,
+        ge=1,
+        le=10_000,
+        description="Rounds per regeneration: a regeneration round designs new environments and"
+        " the next regen_interval - 1 rounds replay them (the agent plays and trains on them"
+        " again with its current weights; nothing is designed). Reference: 4 for games, 8 for"
+        " tool use; 1 designs every round.",
+    )
     heldout_envs: list[str] = Field(
         default_factory=list,
         description="Environment files or folders played unhinted after each round (held-out).",
@@ -509,7 +586,7 @@ class CampaignConfig(_Section):
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",
         description="Campaign name (used in artifact paths).",
     )
-    seed: int = Field(0, ge=0, description="Master seed.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Master seed.")
     model: ModelConfig = Field(default_factory=ModelConfig)
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
@@ -522,6 +599,20 @@ class CampaignConfig(_Section):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+    @model_validator(mode="after")
+    def _verified_as_evaluated(self) -> CampaignConfig:
+        # The verifier's feasibility and non-triviality checks use its own "reached the goal"
+        # threshold; evaluation counts wins with another. Any gap breaks a promise: a higher
+        # evaluation threshold admits designs nobody can win, a lower one trivial designs.
+        # (Turn bounds may differ: evaluation.max_turns caps every play whatever the verifier
+        # used; see sandbox.verify.max_turns for what a smaller evaluation bound costs.)
+        if self.evaluation.success_threshold != self.sandbox.verify.success_threshold:
+            raise ValueError(
+                "evaluation.success_threshold must equal sandbox.verify.success_threshold"
+                " (the verifier checks designs can be won, and not trivially, by the same rule)"
+            )
+        return self
 
     def resolved_yaml(self) -> str:
         """Every field, defaults included: what is saved with each run."""

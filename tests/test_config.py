@@ -53,6 +53,27 @@ def test_defaults_are_the_reference_numbers():
     # §2.1 corpus
     assert (c.max_words_games, c.max_words_tool_use) == (6000, 4000)
     assert c.text_fields == ["text", "orig_doc"]
+    # between regenerations the same environments are replayed (4 games, 8 tool use)
+    assert cfg.run.regen_interval == 4
+
+
+def test_training_defaults_are_the_reference_numbers():
+    """DESIGN.md §2.8: GRPO with z-scored advantages, clip-higher, a small KL, lr 1e-6 or LoRA."""
+    t = load_config().training
+    assert t.advantage_std is True  # z-scored within each environment's plays
+    assert (t.eps_low, t.eps_high) == (0.2, 0.28)
+    assert 0.0 <= t.kl_coef <= 0.005 and t.kl_coef == 0.0  # reference range 0..0.005
+    assert load_config(overrides={"training.kl_coef": 0.005}).training.kl_coef == 0.005
+    assert t.kl_estimator == "k3"
+    assert t.lr == 1e-6 and t.designer_lr == 1e-6  # full fine-tune
+    assert t.lora.enabled is False  # ... or LoRA, one switch away
+    assert load_config(overrides={"training.lora.enabled": True}).training.lora.enabled
+    assert t.designer_delay_steps > 0  # the designer trains a few steps late (IS-corrected)
+    assert t.is_cap > 0.0
+    assert t.updates_per_batch == 1  # one on-policy step per batch unless asked for more
+    assert t.engine == "torch"  # plain torch on one device; DeepSpeed at scale
+    assert load_config(overrides={"training.engine": "deepspeed"}).training.engine == "deepspeed"
+    assert t.deepspeed.bf16 is None  # follows the model's dtype (fp32 masters for bf16 weights)
 
 
 def test_default_config_equals_the_default_model():
@@ -318,6 +339,116 @@ def test_every_field_has_a_description():
         elif not (info.description or "").strip():
             missing.append(dotted)
     assert not missing, missing
+
+
+NUMERIC_EXEMPT = {
+    # field: why it has no ge/le of its own
+    "designer.positive_win_rate": "a (lo, hi) pair; DesignerConfig._bands keeps 0 <= lo <= hi <= 1",
+}
+
+
+def _is_numeric(annotation: object) -> bool:
+    if annotation is bool:  # a bool is an int to Python, but has no range to bound
+        return False
+    if annotation in (int, float):
+        return True
+    return any(_is_numeric(arg) for arg in typing.get_args(annotation))
+
+
+def test_every_numeric_field_has_both_bounds():
+    numeric = {name: info for name, info in _walk(CampaignConfig) if _is_numeric(info.annotation)}
+    # the walk reaches numbers in every corner: nested, optional, in lists of sections
+    assert {"seed", "sandbox.verify.reward_min", "inference.vllm.port"} <= set(numeric)
+    assert {"run.heldout_suites.seed", "metrics.prometheus_port"} <= set(numeric)
+    assert set(NUMERIC_EXEMPT) <= set(numeric), "an exemption names no numeric field"
+    unbounded = []
+    for dotted, info in numeric.items():
+        kinds = {type(m).__name__ for m in info.metadata}
+        lower, upper = kinds & {"Ge", "Gt"}, kinds & {"Le", "Lt"}
+        if not (lower and upper) and dotted not in NUMERIC_EXEMPT:
+            unbounded.append(dotted)
+    assert not unbounded, unbounded
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "seed",
+        "designer.seed",
+        "evaluation.seed",
+        "training.seed",
+        "sandbox.verify.seed",
+    ],
+)
+def test_seeds_fit_in_32_bits(field):
+    assert load_config(overrides={field: 2**32 - 1})
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(overrides={field: 2**32})
+    suite = {"name": "humaneval", "seed": 2**32}
+    with pytest.raises(ConfigError, match="seed"):
+        load_config(overrides={"run.heldout_suites": [suite]})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"sandbox.verify.reward_min": float("-inf")}, "reward_min"),
+        ({"sandbox.verify.reward_max": float("inf")}, "reward_max"),
+        ({"sandbox.verify.reward_max": float("nan")}, "reward_max"),
+        (
+            {"sandbox.verify.reward_min": 0.0, "sandbox.verify.reward_max": 0.0},
+            "reward_min must be below reward_max",
+        ),
+        (
+            {"sandbox.verify.reward_max": 0.5},
+            "success_threshold must not exceed reward_max",
+        ),
+    ],
+)
+def test_the_reward_range_is_finite_and_ordered(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(overrides=overrides)
+
+
+def test_a_wider_reward_range_is_accepted():
+    cfg = load_config(
+        overrides={"sandbox.verify.reward_min": -5.0, "sandbox.verify.reward_max": 5.0}
+    )
+    assert (cfg.sandbox.verify.reward_min, cfg.sandbox.verify.reward_max) == (-5.0, 5.0)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/v1", "https://api.example.com/v1", "http://vllm:8000/v1"]
+)
+def test_base_url_accepts_http_urls(url):
+    assert load_config(overrides={"inference.base_url": url}).inference.base_url == url
+
+
+@pytest.mark.parametrize(
+    "url", ["127.0.0.1:8000/v1", "ftp://host/v1", "http://", "http:// spaced/v1", ""]
+)
+def test_base_url_must_be_an_http_url(url):
+    with pytest.raises(ConfigError, match=r"inference\.base_url"):
+        load_config(overrides={"inference.base_url": url})
+
+
+def test_evaluation_and_verifier_share_the_success_threshold():
+    both = {"evaluation.success_threshold": 0.5, "sandbox.verify.success_threshold": 0.5}
+    assert load_config(overrides=both).evaluation.success_threshold == 0.5
+    with pytest.raises(ConfigError, match="success_threshold must equal"):
+        load_config(overrides={"evaluation.success_threshold": 0.5})
+    with pytest.raises(ConfigError, match="success_threshold must equal"):
+        load_config(overrides={"sandbox.verify.success_threshold": 0.5})
+    # turn bounds may differ (evaluation caps every play): documented, not refused
+    assert load_config(overrides={"evaluation.max_turns": 4}).sandbox.verify.max_turns == 25
+
+
+def test_hint_limits_are_config_fields():
+    d = load_config().designer
+    assert (d.hint_max_sentences, d.hint_tries) == (3, 2)  # DESIGN.md §2.4: 1-3 sentences
+    for field, bad in [("hint_max_sentences", 0), ("hint_tries", 0), ("hint_tries", 11)]:
+        with pytest.raises(ConfigError, match=f"designer\\.{field}"):
+            load_config(overrides={f"designer.{field}": bad})
 
 
 def test_every_section_has_a_docstring_in_the_schema():

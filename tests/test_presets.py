@@ -19,9 +19,9 @@ def test_preset_loads_and_names_its_hardware(path):
 
 
 def test_gpu_presets_mirror_the_reference_launchers():
-    for stem, mode in (("games-8gpu", "games"), ("tooluse-8gpu", "tool_use")):
+    for stem, mode, regen in (("games-8gpu", "games", 4), ("tooluse-8gpu", "tool_use", 8)):
         cfg = load_config(CONFIGS[0].parent / f"{stem}.yaml")
-        assert cfg.designer.mode == mode
+        assert cfg.designer.mode == mode and cfg.run.regen_interval == regen
         assert (cfg.designer.envs_per_round, cfg.designer.attempts_per_slot) == (24, 5)
         assert (cfg.evaluation.unhinted_plays, cfg.evaluation.hinted_plays) == (8, 16)
         assert cfg.evaluation.max_turns == 25 and cfg.designer.temperature == 0.6

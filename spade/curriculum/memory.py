@@ -4,9 +4,11 @@ DESIGN.md §2.2 and §2.7. Each record keeps a design's id, skill, the head of i
 unhinted win rate and regret and the round it came from. The designer's prompt shows examples
 from it (:meth:`EnvironmentMemory.examples_for`): *positives* of the same skill whose win rate
 lies in a band, drawn from the top by regret, and *negatives* that were too easy or too hard.
-The memory is persisted with :meth:`~EnvironmentMemory.state_dict` and restored on resume, and
-seeded from an existing environment pool with :func:`import_pool` (which reads the pool's code
-as text: it is untrusted and is never imported or executed here).
+Designs seeded from a pool have no win rate until played: they fill the positive slots that
+played designs of the skill leave empty, and are never negatives. The memory is persisted with
+:meth:`~EnvironmentMemory.state_dict` and restored on resume, and seeded from an existing
+environment pool with :func:`import_pool` (which reads the pool's code as text: it is untrusted
+and is never imported or executed here).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class MemoryRecord:
         env_id: the design's id.
         skill: the skill it was designed for.
         code_head: the first ``MemoryConfig.code_head_chars`` characters of its code.
-        win_rate: unhinted win rate in [0, 1]; None if never evaluated (then never an example).
+        win_rate: unhinted win rate in [0, 1]; None if never evaluated (then at most a positive
+            example, after the scored ones: see :meth:`EnvironmentMemory.examples_for`).
         regret: regret estimate ``>= 0``; None if never evaluated.
         round: the round that produced it (-1 for designs seeded from a pool).
         hint: the strategy hint written for it, if any.
@@ -103,10 +106,16 @@ class EnvironmentMemory:
         return len(self._records)
 
     def add(self, record: MemoryRecord) -> None:
-        """Append ``record``, cutting its code to ``code_head_chars``; may evict the oldest."""
+        """Append ``record``, cutting its code to ``code_head_chars``; may evict the oldest.
+        A record of an environment already remembered replaces it (a replay round measures
+        the same environment again: the newest win rate and regret count, once)."""
         head = record.code_head[: self.config.code_head_chars]
         if head != record.code_head:
             record = replace(record, code_head=head)
+        if any(r.env_id == record.env_id for r in self._records):
+            self._records = deque(
+                (r for r in self._records if r.env_id != record.env_id), maxlen=self._records.maxlen
+            )
         self._records.append(record)
 
     def extend(self, records: Iterable[MemoryRecord]) -> None:
@@ -144,23 +153,34 @@ class EnvironmentMemory:
     ) -> tuple[list[MemoryRecord], list[MemoryRecord]]:
         """Prompt examples for a design of ``skill``: ``(positives, negatives)``.
 
-        Only accepted records with a win rate take part.
+        Only accepted records take part. *Scored* records (with a win rate) are the examples of
+        DESIGN.md §2.2; *unscored* ones (no win rate: designs seeded from a pool by
+        :func:`import_pool` that nobody has played yet) only fill positive slots.
 
-        - positives: up to ``designer.positives`` (k) records of ``skill`` whose win rate is in
-          ``designer.positive_win_rate`` (inclusive). "Drawn from the top by regret": the top
-          ``2k`` by regret (ties: newest first) are the candidates, k of them are sampled with
-          ``rng`` — variety across prompts, still high regret — and returned by regret, highest
-          first.
-        - negatives: up to ``designer.negatives`` records of any skill that were too easy
-          (win rate > ``too_easy_win_rate``) or too hard (< ``too_hard_win_rate``); records of
-          ``skill`` are preferred (taken first, sampled with ``rng`` if there are more), the
-          rest are sampled from other skills. Label them with :func:`negative_label`.
+        - positives: up to ``designer.positives`` (k) records of ``skill``. Scored records whose
+          win rate is in ``designer.positive_win_rate`` (inclusive) come first: "drawn from the
+          top by regret", the top ``2k`` by regret (ties: newest first) are the candidates, k of
+          them are sampled with ``rng`` — variety across prompts, still high regret — and
+          returned by regret, highest first. Slots they leave empty are filled with unscored
+          records of ``skill``, sampled with ``rng`` and placed after the scored ones: a seeded
+          pool conditions the first designs of a skill, and gives way as soon as the campaign
+          has played enough designs of that skill for the band.
+        - negatives: up to ``designer.negatives`` scored records of any skill that were too
+          easy (win rate > ``too_easy_win_rate``) or too hard (< ``too_hard_win_rate``);
+          records of ``skill`` are preferred (taken first, sampled with ``rng`` if there are
+          more), the rest are sampled from other skills. Label them with
+          :func:`negative_label`. Unscored records are never negatives: nothing says they were
+          too easy or too hard.
         """
-        newest_first = [r for r in reversed(self._records) if r.accepted and r.win_rate is not None]
-        return (
-            self._positives(newest_first, skill, rng, designer),
-            self._negatives(newest_first, skill, rng, designer),
-        )
+        newest_first = [r for r in reversed(self._records) if r.accepted]
+        scored = [r for r in newest_first if r.win_rate is not None]
+        unscored = [r for r in newest_first if r.win_rate is None and r.skill == skill]
+        positives = self._positives(scored, skill, rng, designer)
+        negatives = self._negatives(scored, skill, rng, designer)
+        # filled last, so unscored records never change which scored examples are drawn
+        missing = designer.positives - len(positives)
+        positives += rng.sample(unscored, min(missing, len(unscored)))
+        return positives, negatives
 
     @staticmethod
     def _positives(
@@ -168,7 +188,7 @@ class EnvironmentMemory:
     ) -> list[MemoryRecord]:
         k = designer.positives
         lo, hi = designer.positive_win_rate
-        # win_rate is never None here (examples_for filtered); `or 0.0` only narrows the type
+        # win_rate is never None here (only scored records); `or 0.0` only narrows the type
         band = [r for r in records if r.skill == skill and lo <= (r.win_rate or 0.0) <= hi]
         candidates = _by_regret(band)[: 2 * k]
         return _by_regret(rng.sample(candidates, min(k, len(candidates))))
@@ -310,7 +330,9 @@ def import_pool(path: str | Path, config: MemoryConfig) -> list[MemoryRecord]:
         Records in file order (folders: sorted by name) with ``round`` = :data:`SEED_ROUND`
         unless given. ``skill`` and ``hint`` missing from a record are read from the code's
         ``skill = "..."`` / ``hint = "..."`` declarations (module or class level, via
-        :func:`read_declarations`), else ``skill`` is :data:`UNKNOWN_SKILL`.
+        :func:`read_declarations`), else ``skill`` is :data:`UNKNOWN_SKILL`. Records without a
+        ``win_rate`` (every ``.py`` one) are unscored: they fill positive prompt slots of their
+        skill until played designs take them (:meth:`EnvironmentMemory.examples_for`).
 
     Raises:
         ValueError: the path is missing, holds no environments, or a record is malformed.

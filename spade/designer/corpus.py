@@ -54,12 +54,13 @@ def _records_parquet(fs: Any, path: str) -> Iterator[dict[str, Any]]:
         yield from pq.read_table(fh).to_pylist()
 
 
-def _records_datasets(path: str) -> Iterator[dict[str, Any]]:
+def _records_datasets(path: str, storage_options: dict[str, Any]) -> Iterator[dict[str, Any]]:
     try:
         import datasets
     except ImportError as exc:  # optional dependency, only for this format
         raise ConfigError("reading a datasets folder needs the `datasets` package") from exc
-    loaded = datasets.load_from_disk(path)
+    # datasets opens the URL with fsspec itself: it needs the same options (endpoint, keys)
+    loaded = datasets.load_from_disk(path, storage_options=storage_options or None)
     if isinstance(loaded, datasets.DatasetDict):  # saved with splits: every split's records
         for split in loaded.values():
             yield from split
@@ -107,7 +108,7 @@ def _records(cfg: CorpusConfig) -> Iterator[dict[str, Any]]:
     elif fmt == "parquet":
         yield from _records_parquet(fs, path)
     elif fmt == "datasets":
-        yield from _records_datasets(cfg.path)
+        yield from _records_datasets(cfg.path, cfg.storage_options)
     else:
         files = sorted(fs.find(path)) if fs.isdir(path) else [path]
         for f in files:

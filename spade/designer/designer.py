@@ -24,8 +24,6 @@ from spade.inference.base import Backend, ChatRequest, Completion, SamplingParam
 from spade.sandbox.policy import SandboxPolicy
 from spade.verify import Verdict, verify
 
-HINT_TRIES = 2
-
 
 def env_id_for(code: str) -> str:
     """Content address of a design: the same code is the same environment."""
@@ -203,20 +201,22 @@ async def design_batch(
 async def hint_designs(
     accepted: list[DesignAttempt], backend: Backend, cfg: CampaignConfig
 ) -> None:
-    """Ask for a hint per accepted design; a hint that spells out the solution is retried,
-    then dropped (the design is then evaluated without hinted plays)."""
+    """Ask for a hint per accepted design, of at most ``designer.hint_max_sentences``
+    sentences; an empty hint or one that spells out the solution is asked again, up to
+    ``designer.hint_tries`` requests, then dropped (the design is then evaluated without hinted
+    plays)."""
     d = cfg.designer
     params = SamplingParams(max_tokens=d.hint_max_tokens, temperature=d.hint_temperature)
     todo = list(accepted)
-    for _ in range(HINT_TRIES):
+    for _ in range(d.hint_tries):
         if not todo:
             return
         completions = await backend.complete(
-            [ChatRequest(hint_prompt(a.code or ""), params) for a in todo]
+            [ChatRequest(hint_prompt(a.code or "", d.hint_max_sentences), params) for a in todo]
         )
         retry = []
         for att, comp in zip(todo, completions, strict=True):
-            hint = clean_hint(comp.text) if comp.ok else ""
+            hint = clean_hint(comp.text, d.hint_max_sentences) if comp.ok else ""
             solution = att.solution
             if not hint:
                 att.hint_note = (

@@ -66,6 +66,8 @@ def _example_block(title: str, ex: Example) -> str:
         stats.append(f"agent win rate {ex.win_rate:.2f}")
     if ex.regret is not None:
         stats.append(f"regret {ex.regret:.2f}")
+    if not stats:  # seeded from a pool, never played (the memory shows these as positives)
+        stats.append("from the seed pool, not yet played")
     return f"### {title} ({', '.join(stats)})\n```python\n{ex.code_head}\n```"
 
 
@@ -101,8 +103,10 @@ def design_prompt(
     ]
 
 
-def hint_prompt(code: str) -> list[dict[str, str]]:
-    """Chat messages asking for a short strategy hint about an environment's code."""
+def hint_prompt(code: str, max_sentences: int = 3) -> list[dict[str, str]]:
+    """Chat messages asking for a strategy hint of 1 to ``max_sentences`` sentences
+    (``DesignerConfig.hint_max_sentences``) about an environment's code."""
+    length = "1 sentence" if max_sentences == 1 else f"1 to {max_sentences} sentences"
     return [
         {"role": "system", "content": "You coach players of text games and tool-use tasks."},
         {
@@ -110,7 +114,7 @@ def hint_prompt(code: str) -> list[dict[str, str]]:
             "content": (
                 "Here is the code of an environment an agent will play:\n"
                 f"```python\n{code}\n```\n"
-                "Write a strategy hint of 1 to 3 sentences that helps a player succeed. Describe "
+                f"Write a strategy hint of {length} that helps a player succeed. Describe "
                 "how to approach the task; do not reveal the answer, secret values or the exact "
                 "moves. Answer with the hint only."
             ),

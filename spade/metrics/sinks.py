@@ -138,11 +138,11 @@ def round_metrics(summary_row: Mapping[str, Any]) -> dict[str, float]:
     """Every numeric column of a round's summary, flat: nested columns become ``column/key``
     (``stage_seconds/design``, ``rejections/timeout``); each held-out suite's numbers
     (column ``heldout_suites``) become ``heldout/<suite>/<field>`` (``heldout/humaneval/score``).
-    ``round`` is the step, not a metric; text (the weights version), flags and missing values
-    are left out."""
+    ``round`` is the step and ``replay_of`` a round index, not metrics; text (the weights
+    version), flags and missing values are left out."""
     out: dict[str, float] = {}
     for column, value in summary_row.items():
-        if column != "round":
+        if column not in ("round", "replay_of"):
             _flatten("heldout" if column == "heldout_suites" else str(column), value, out)
     # W&B and TensorBoard take NaN, but the store's JSON never holds one; keep only finite.
     return {k: v for k, v in out.items() if math.isfinite(v)}

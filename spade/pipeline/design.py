@@ -29,14 +29,21 @@ from spade.designer.designer import (
 from spade.inference.base import Backend
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord, campaign_store
+from spade.pipeline.replay import PLAN_FILE, RoundPlan
 from spade.sandbox.policy import load_policy
 from spade.verify import Verdict
 
 
-def sample_documents(cfg: CampaignConfig, campaign_id: str, round: int) -> list[Document]:
-    """Every document this round's attempts may use (seeded by the round)."""
+def sample_documents(
+    cfg: CampaignConfig, campaign_id: str, round: int, plan: RoundPlan
+) -> list[Document]:
+    """Every document this round's attempts may use (seeded by the regeneration); the round's
+    plan is recorded with them."""
+    if not plan.designs:
+        raise ValueError(f"round {round} replays round {plan.replay_of}: no documents to sample")
     rec = StageRecord(cfg, campaign_id, round, "sample_documents")
-    documents = round_documents(Corpus.load(cfg.corpus), cfg, round)
+    documents = round_documents(Corpus.load(cfg.corpus), cfg, plan.regeneration)
+    rec.write_json(PLAN_FILE, plan.to_dict())
     rec.write_jsonl("documents.jsonl", [asdict(d) for d in documents])
     rec.commit()
     return documents
@@ -55,11 +62,13 @@ async def design(
     documents: list[Document],
     memory_state: dict[str, Any],
     backend: Backend,
+    regeneration: int | None = None,
 ) -> list[DesignAttempt]:
     """Attempt ``attempt`` of the open slots: prompts, completions, extracted code.
 
     The stage manifest lists every attempt file so far, so it stays a full account of the
-    design stage as attempts are added.
+    design stage as attempts are added. ``regeneration`` (default: the round) picks the slots'
+    skills and seeds the memory examples.
     """
     inputs = {
         "memory": fingerprint(memory_state),
@@ -68,7 +77,8 @@ async def design(
     rec = StageRecord(cfg, campaign_id, round, "design", inputs)
     memory = EnvironmentMemory(cfg.memory)
     memory.load_state_dict(memory_state)
-    batch = new_attempts(attempt, open_slots, documents, cfg, memory, round)
+    regeneration = round if regeneration is None else regeneration
+    batch = new_attempts(attempt, open_slots, documents, cfg, memory, regeneration)
     await generate(backend, batch, cfg)
     earlier = rec.cs.read_stage_manifest(round, "design") if attempt else None
     seconds = time.perf_counter() - rec.t0

@@ -12,6 +12,7 @@ from spade.designer.designer import DesignAttempt
 from spade.errors import StorageError
 from spade.inference.pool import BASE, WeightsRef
 from spade.pipeline.record import campaign_store, read_jsonl
+from spade.pipeline.replay import read_plan
 from spade.storage import CampaignStore
 
 
@@ -59,12 +60,15 @@ def delayed_designer_batch(
     cfg: CampaignConfig, campaign_id: str, round: int
 ) -> tuple[int, list[DesignAttempt], list[float]] | None:
     """The design attempts and rewards the designer trains on in ``round``: those of round
-    ``round - training.designer_delay_steps`` (None before that round exists)."""
+    ``round - training.designer_delay_steps`` (None before that round exists, and when that
+    round replayed environments: it designed nothing, see :mod:`spade.pipeline.replay`)."""
     source = round - cfg.training.designer_delay_steps
     if source < 0:
         return None
     cs = campaign_store(cfg, campaign_id)
     _output(cs, source, "score", "ema.json")  # the source round must be scored
+    if not read_plan(cs, source).designs:
+        return None
     rows = read_jsonl(cs, cs.layout.stage_key(source, "verify", "attempts.jsonl"))
     fields = DesignAttempt.__dataclass_fields__
     attempts = [DesignAttempt(**{k: v for k, v in r.items() if k in fields}) for r in rows]

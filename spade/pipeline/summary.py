@@ -8,10 +8,12 @@ from typing import Any
 
 from spade.config import CampaignConfig
 from spade.pipeline.record import campaign_store, read_jsonl
+from spade.pipeline.replay import PLAN_FILE
 from spade.storage import CampaignStore
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "round",
+    "replay_of",
     "attempts",
     "accepted",
     "win_rate",
@@ -47,6 +49,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
     outcome = _json(cs, round, "train_agent", "outcome.json") or {}
     weights = _json(cs, round, "publish", "weights.json") or {}
     heldout = _json(cs, round, "heldout", "summary.json") or {}
+    plan = _json(cs, round, "sample_documents", PLAN_FILE) or {}
     seconds = {}
     for stage in cs.layout.stages:
         if (m := cs.read_stage_manifest(round, stage)) is not None:
@@ -56,6 +59,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "stages_done": len(done),
         "stages_total": len(cs.layout.stages),
         "complete": len(done) == len(cs.layout.stages),
+        "replay_of": plan.get("replay_of"),  # a replay round: its "attempts" are replayed envs
         "attempts": len(scored),
         "accepted": len(accepted),
         "rejections": dict(
@@ -64,7 +68,10 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "win_rate": _mean([s["win_rate"] for s in accepted]),
         "hinted_win_rate": _mean([s["hinted_win_rate"] for s in accepted]),
         "regret": _mean([s["regret"] for s in accepted]),
-        "designer_reward": _mean([s["reward"] for s in scored]),
+        # a replay round designed nothing: its rewards are not the designer's (never trained on)
+        "designer_reward": None
+        if plan.get("replay_of") is not None
+        else _mean([s["reward"] for s in scored]),
         "train_loss": (outcome.get("metrics") or {}).get("loss"),
         "heldout_win_rate": heldout.get("win_rate"),
         "heldout_suites": heldout.get("suites") or {},

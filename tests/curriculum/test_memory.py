@@ -26,6 +26,16 @@ def ids(records) -> list[str]:
 # ----------------------------------------------------------------------- storage and FIFO
 
 
+def test_a_remeasured_environment_replaces_its_record_and_moves_to_the_newest():
+    # a replay round scores the same environments again: one record each, the newest numbers
+    memory = memory_of(rec("a", win=0.2), rec("b"), rec("c"), capacity=3)
+    memory.add(rec("a", win=0.7, round=1))
+    assert ids(memory.records()) == ["b", "c", "a"]
+    assert memory.records()[-1].win_rate == 0.7 and memory.records()[-1].round == 1
+    memory.add(rec("d"))  # the FIFO bound still holds, oldest first
+    assert ids(memory.records()) == ["c", "a", "d"]
+
+
 def test_fifo_drops_the_oldest():
     memory = memory_of(*(rec(f"e{i}") for i in range(5)), capacity=3)
     assert len(memory) == 3
@@ -88,7 +98,8 @@ def test_positives_band_is_inclusive_and_same_skill_only():
     )
     designer = DesignerConfig(positives=5)
     positives, _ = memory.examples_for("logic", random.Random(0), designer)
-    assert set(ids(positives)) == {"lo_edge", "hi_edge"}
+    assert set(ids(positives[:2])) == {"lo_edge", "hi_edge"}
+    assert ids(positives[2:]) == ["unplayed"]  # unscored: only fills a free slot, last
 
 
 def test_positives_come_from_the_top_two_k_by_regret():
@@ -135,6 +146,58 @@ def test_zero_examples_asked():
 def test_empty_memory_has_no_examples():
     memory = EnvironmentMemory(MemoryConfig())
     assert memory.examples_for("logic", random.Random(0), DesignerConfig()) == ([], [])
+
+
+# ------------------------------------------------------------------ unscored (seeded) records
+
+
+def seeded(env_id: str, skill: str = "logic", **kw) -> MemoryRecord:
+    return MemoryRecord(env_id, skill, code_head=f"# {env_id}", round=-1, **kw)
+
+
+def test_unscored_records_fill_empty_positive_slots():
+    memory = memory_of(seeded("s1"), seeded("s2"), seeded("other", skill="maths"))
+    positives, negatives = memory.examples_for("logic", random.Random(0), DesignerConfig())
+    assert sorted(ids(positives)) == ["s1", "s2"] and negatives == []
+
+
+def test_scored_positives_come_first_and_take_precedence():
+    memory = memory_of(seeded("s1"), seeded("s2"), rec("played", regret=0.3))
+    designer = DesignerConfig(positives=2)
+    for seed in range(20):
+        positives, _ = memory.examples_for("logic", random.Random(seed), designer)
+        assert ids(positives)[0] == "played" and ids(positives)[1] in {"s1", "s2"}
+    full = memory_of(seeded("s1"), rec("p1", regret=0.1), rec("p2", regret=0.2))
+    positives, _ = full.examples_for("logic", random.Random(0), designer)
+    assert ids(positives) == ["p2", "p1"]  # no slot left for the seeded design
+
+
+def test_unscored_records_are_sampled_with_the_rng():
+    memory = memory_of(*(seeded(f"s{i}") for i in range(6)))
+    designer = DesignerConfig(positives=2)
+    draws = {
+        tuple(ids(memory.examples_for("logic", random.Random(seed), designer)[0]))
+        for seed in range(30)
+    }
+    assert len(draws) > 1 and all(len(d) == 2 for d in draws)
+    first = memory.examples_for("logic", random.Random(3), designer)
+    assert memory.examples_for("logic", random.Random(3), designer) == first
+
+
+def test_unscored_records_never_change_the_scored_draw():
+    scored = [rec(f"r{i}", regret=i / 10) for i in range(1, 6)] + [rec("easy", win=1.0)]
+    scored += [rec("hard", skill="maths", win=0.0)]
+    designer = DesignerConfig(positives=2, negatives=2)
+    for seed in range(10):
+        plain = memory_of(*scored).examples_for("logic", random.Random(seed), designer)
+        mixed = memory_of(seeded("s"), *scored).examples_for("logic", random.Random(seed), designer)
+        assert mixed == plain
+
+
+def test_unscored_records_are_never_negatives_and_rejected_ones_never_examples():
+    memory = memory_of(seeded("s1", accepted=False), seeded("s2", skill="maths"))
+    designer = DesignerConfig(positives=3, negatives=3)
+    assert memory.examples_for("logic", random.Random(0), designer) == ([], [])
 
 
 # ---------------------------------------------------------------------------- negatives

@@ -1,13 +1,14 @@
 """Seeding the memory from an environment pool: code is read as text, never run."""
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from spade.config import MemoryConfig
+from spade.config import DesignerConfig, MemoryConfig
 from spade.curriculum.memory import (
     SEED_ROUND,
     UNKNOWN_SKILL,
@@ -152,6 +153,23 @@ def test_imported_pool_seeds_memory():
     memory.extend(import_pool(EXAMPLES, MemoryConfig()))
     assert len(memory) == 5  # FIFO: the last five examples by name
     assert memory.records()[-1].env_id == "switchboard"
+
+
+@pytest.mark.parametrize(
+    ("skill", "expected"),
+    [
+        ("logical_deduction", {"code_breaker", "ownership_riddle"}),
+        ("optimization", {"cargo_knapsack"}),
+        ("causal_inference", {"switchboard"}),
+    ],
+)
+def test_imported_pool_gives_the_prompt_examples(skill, expected):
+    memory = EnvironmentMemory(MemoryConfig())
+    memory.extend(import_pool(EXAMPLES, MemoryConfig()))
+    positives, negatives = memory.examples_for(skill, random.Random(0), DesignerConfig())
+    assert {r.env_id for r in positives} == expected and negatives == []
+    code = {p.stem: p.read_text()[:2000] for p in EXAMPLES.glob("*.py")}
+    assert all(r.code_head == code[r.env_id] for r in positives)
 
 
 def test_curriculum_import_is_light():

@@ -159,6 +159,25 @@ def test_s3_client_kwargs_form_of_the_endpoint(moto_endpoint, corpus_bucket):
     assert len(Corpus.load(cfg)) == 5
 
 
+def test_s3_datasets_folder_through_storage_options(s3_bucket, tmp_path):
+    import datasets
+
+    folder = tmp_path / "ds"
+    datasets.Dataset.from_dict({"text": DOCS, "id": [f"d{i}" for i in range(5)]}).save_to_disk(
+        str(folder)
+    )
+    for file in folder.iterdir():  # upload the saved folder as it is
+        s3_bucket.client.upload_file(str(file), s3_bucket.name, f"corpora/ds/{file.name}")
+    cfg = CorpusConfig(
+        path=f"s3://{s3_bucket.name}/corpora/ds", storage_options=s3_bucket.storage_options
+    )
+    corpus = Corpus.load(cfg)
+    assert [d.doc_id for d in corpus.documents] == [f"d{i}" for i in range(5)]
+    picks = corpus.sample(random.Random(0), 3)
+    assert len({d.doc_id for d in picks}) == 3 and all(d.text in DOCS for d in picks)
+    assert Corpus.load(cfg.model_copy(update={"format": "datasets"})).documents == corpus.documents
+
+
 # ----------------------------------------------------------------------------- fields, filters
 
 

@@ -17,15 +17,16 @@ from typing import Any
 
 import pytest
 
-from spade.config import CampaignConfig, load_config
-from spade.curriculum.memory import EnvironmentMemory, MemoryRecord
+from spade.config import CampaignConfig, MemoryConfig, load_config
+from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, import_pool
 from spade.designer.corpus import Corpus
-from spade.designer.designer import HINT_TRIES, DesignAttempt, design_batch, env_id_for
+from spade.designer.designer import DesignAttempt, design_batch, env_id_for, hint_designs
 from spade.envs.examples import code_breaker
 from spade.inference.factory import open_backend
 from spade.sandbox.policy import load_policy
 from tests.fakes.openai_server import FakeOpenAIServer
 
+EXAMPLES = Path(code_breaker.__file__).parent
 CODE_BREAKER = Path(code_breaker.__file__).read_text()
 # A second valid design (another class, so another env id), same game.
 STUBBORN = CODE_BREAKER.replace("CodeBreakerEnv", "StubbornBreakerEnv")
@@ -186,10 +187,58 @@ def test_memory_examples_reach_the_prompt(corpus):
     assert "Avoid designs like this one: too easy (agent win rate 0.95" in prompt
     assert "EASY-ONE" in prompt
     # another skill's good design is no positive; the same skill's negative is preferred;
-    # never-evaluated designs are never examples
+    # a never-evaluated design only fills a positive slot that played designs leave empty
     assert "OTHER" not in prompt and "HARD-OTHER" not in prompt and "FRESH" not in prompt
     assert [(a.failure_kind, a.accepted) for a in attempts] == [("parse", False)]
     assert attempts[0].messages[1]["content"] == prompt  # the attempt keeps its prompt
+
+
+def prompts_by_skill(server: FakeOpenAIServer) -> dict[str, str]:
+    prompts = design_requests(server)
+    return {re.search(r"Target skill: (\w+)", p).group(1): p for p in prompts}  # type: ignore[union-attr]
+
+
+def test_an_imported_pool_reaches_the_prompt(corpus):
+    seeded = import_pool(EXAMPLES, MemoryConfig())
+    memory = EnvironmentMemory(MemoryConfig())
+    memory.extend(seeded)
+    by_id = {r.env_id: r for r in seeded}
+    with serve(Script({})) as server:
+        run(config(server, corpus, envs_per_round=3, attempts_per_slot=1), memory)
+    prompts = prompts_by_skill(server)
+    assert set(prompts) == {MATH, LOGIC, SPATIAL}
+    maths, logic, spatial = prompts[MATH], prompts[LOGIC], prompts[SPATIAL]
+    assert by_id["polynomial_probe"].code_head in maths
+    assert by_id["code_breaker"].code_head in logic  # both designs of the skill (k = 2)
+    assert by_id["ownership_riddle"].code_head in logic
+    assert by_id["maze_walk"].code_head in spatial
+    assert "Good earlier design 1 (from the seed pool, not yet played)" in maths
+    assert "Good earlier design 2" not in maths  # one seeded design of this skill
+    assert "Avoid designs" not in maths + logic + spatial  # unplayed: never a negative
+    assert "class CargoKnapsackEnv" not in maths + logic + spatial  # another skill's design
+
+
+def test_played_designs_take_precedence_over_the_seed_pool(corpus):
+    memory = EnvironmentMemory(MemoryConfig())
+    memory.extend(import_pool(EXAMPLES, MemoryConfig()))  # older than what the run played
+    memory.extend(
+        [
+            MemoryRecord("m1", MATH, "class PlayedMathEnv:  # PLAYED-MATH", 0.5, 0.2, round=0),
+            MemoryRecord("l1", LOGIC, "class PlayedLogicOneEnv:  # L-ONE", 0.4, 0.3, round=0),
+            MemoryRecord("l2", LOGIC, "class PlayedLogicTwoEnv:  # L-TWO", 0.6, 0.1, round=0),
+        ]
+    )
+    with serve(Script({})) as server:
+        run(config(server, corpus, envs_per_round=2, attempts_per_slot=1), memory)
+    prompts = prompts_by_skill(server)
+    maths, logic = prompts[MATH], prompts[LOGIC]
+    # maths: one played design in the band, the seeded one fills the second slot after it
+    assert "Good earlier design 1 (agent win rate 0.50, regret 0.20)" in maths
+    assert "Good earlier design 2 (from the seed pool, not yet played)" in maths
+    assert maths.index("PLAYED-MATH") < maths.index("class PolynomialProbeEnv")
+    # logic: two played designs fill both slots; the seeded ones are left out
+    assert "L-ONE" in logic and "L-TWO" in logic
+    assert "class CodeBreakerEnv" not in logic and "class OwnershipRiddleEnv" not in logic
 
 
 def test_documents_are_truncated_by_mode(tmp_path):
@@ -298,14 +347,61 @@ def test_leaking_hints_are_retried_then_dropped(corpus):
     assert empty.hint is None and empty.hint_note == "empty hint"
 
     hints = hint_requests(server)
-    assert len(hints) == 2 + HINT_TRIES + HINT_TRIES  # 1 retry for the good one, 2 tries others
-    assert sum("class StubbornBreakerEnv" in h for h in hints) == HINT_TRIES
+    tries = cfg.designer.hint_tries
+    assert tries == 2
+    assert len(hints) == 2 + tries + tries  # 1 retry for the good one, 2 tries others
+    assert sum("class StubbornBreakerEnv" in h for h in hints) == tries
     assert all(
         "class CodeBreakerEnv" in h or "class StubbornBreakerEnv" in h or "SilentBreakerEnv" in h
         for h in hints
     )
     # the hint prompt carries the design's code
     assert any(good.code and good.code in h for h in hints)
+
+
+def accepted_attempt(cls: str, solution: list[str]) -> DesignAttempt:
+    """An attempt as the verifier leaves an accepted design (hinting needs no jail)."""
+    code = f"class {cls}:\n    pass\n"
+    attempt = DesignAttempt(0, 0, MATH, "doc00", [], code=code, env_id=env_id_for(code))
+    attempt.accepted, attempt.solution = True, solution
+    return attempt
+
+
+def hint(server: FakeOpenAIServer, cfg: CampaignConfig, attempts: list[DesignAttempt]) -> None:
+    async def go() -> None:
+        async with open_backend(cfg) as backend:
+            await hint_designs(attempts, backend, cfg)
+
+    asyncio.run(go())
+
+
+def test_hint_tries_and_sentences_come_from_the_config(corpus):
+    leak = "Type \\boxed{4213} now."
+    script = Script(
+        {},
+        hints={
+            "LeakyEnv": [leak, leak, "Start with the corners. Then the edges. Then the rest."],
+            "WordyEnv": ["One idea. Two ideas. Three ideas. Four ideas."],
+        },
+    )
+    leaky = accepted_attempt("LeakyEnv", ["\\boxed{4213}"])
+    wordy = accepted_attempt("WordyEnv", [])
+    with serve(script) as server:
+        cfg = config(server, corpus, hint_tries=3, hint_max_sentences=2)
+        hint(server, cfg, [leaky, wordy])
+        prompts = hint_requests(server)
+    assert leaky.hint == "Start with the corners. Then the edges."  # third try, cut to 2
+    assert wordy.hint == "One idea. Two ideas."
+    assert script.calls == {"hint:LeakyEnv": 3, "hint:WordyEnv": 1}
+    assert all("1 to 2 sentences" in p for p in prompts)
+
+    again = accepted_attempt("LeakyEnv", ["\\boxed{4213}"])
+    script.calls.clear()
+    with serve(script) as server:
+        hint(server, config(server, corpus, hint_tries=1), [again])  # default 3 sentences
+        (prompt,) = hint_requests(server)
+    assert again.hint is None and again.hint_note == "hint revealed the solution"
+    assert "1 to 3 sentences" in prompt
 
 
 # ----------------------------------------------------------------------------- (d) early stop

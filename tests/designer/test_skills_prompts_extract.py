@@ -109,6 +109,19 @@ def test_design_prompt_shows_examples_with_their_stats():
     assert text.rstrip().endswith("nothing else.")
 
 
+def test_unplayed_examples_say_where_they_come_from():
+    seeded = MemoryRecord("s", "optimization", "class SeededEnv: # SEEDED", round=-1)
+    text = _user(design_prompt("doc", "optimization", tool_use=False, positives=[seeded]))
+    assert "### Good earlier design 1 (from the seed pool, not yet played)" in text
+    assert "class SeededEnv: # SEEDED" in text
+
+
+def test_hint_prompt_asks_for_the_configured_number_of_sentences():
+    assert "1 to 5 sentences" in _user(hint_prompt("class XEnv: pass", max_sentences=5))
+    one = _user(hint_prompt("class XEnv: pass", max_sentences=1))
+    assert "hint of 1 sentence that" in one and "1 to" not in one
+
+
 def test_hint_prompt_includes_the_code():
     code = "class SecretEnv:\n    def solution(self):\n        return ['\\\\boxed{42}']\n"
     messages = hint_prompt(code)

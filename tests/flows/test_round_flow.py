@@ -1,7 +1,8 @@
 """The round and campaign flows on a temporary local Prefect API (SQLite) against the scripted
 OpenAI-compatible stand-in and a tiny random-weight policy for the training stages: exact
 regrets, every stage committed in the store, cache hits on re-run, a failed training stage
-re-runs alone, and a second round carries memory, EMA and weights over."""
+re-runs alone, a second round carries memory, EMA and weights over, and replay rounds play the
+last regeneration's environments again."""
 
 from __future__ import annotations
 
@@ -144,7 +145,12 @@ def test_round_commits_every_stage_caches_and_reruns_only_a_failed_training(
 def test_campaign_carries_memory_and_weights_and_resumes_by_id(
     prefect_api, scripted_server, scripted_overrides, tiny_policy, tmp_path
 ):
-    cfg = _config(scripted_overrides, tmp_path / "store", tiny_policy, **{"run.rounds": 2})
+    cfg = _config(
+        scripted_overrides,
+        tmp_path / "store",
+        tiny_policy,
+        **{"run.rounds": 2, "run.regen_interval": 1},  # round 1 designs (replays: below)
+    )
     status = asyncio.run(campaign_flow(config=cfg, campaign_id="camp"))
     assert [r["complete"] for r in status["rounds"]] == [True, True]
     cs = campaign_store(cfg, "camp")
@@ -173,3 +179,51 @@ def test_campaign_carries_memory_and_weights_and_resumes_by_id(
     assert {k for k in cs.store.list("") if "manifest" not in k} >= keys - {
         k for k in keys if "manifest" in k
     }
+
+
+def _system_prompts(server, since: int) -> list[str]:
+    return [r["messages"][0]["content"] for r in server.chat_requests[since:]]
+
+
+def test_replay_rounds_play_the_last_regeneration_again(
+    prefect_api, scripted_server, scripted_overrides, tiny_policy, tmp_path
+):
+    """regen_interval 2: round 0 designs, round 1 replays round 0's environments (no design or
+    hint call; fresh plays, scores and agent training), round 2 is the next regeneration."""
+    from spade.pipeline.replay import RoundPlan, read_plan
+    from spade.pipeline.state import delayed_designer_batch
+    from spade.pipeline.summary import round_summary
+
+    cfg = _config(scripted_overrides, tmp_path / "store", tiny_policy, **{"run.regen_interval": 2})
+    cs = campaign_store(cfg, "rp")
+    assert _run_round(cfg, "rp", 0).is_completed()
+    seen = len(scripted_server.chat_requests)
+    assert _run_round(cfg, "rp", 1).is_completed()
+    prompts = _system_prompts(scripted_server, seen)
+    assert prompts and not any(p.startswith(("You write correct", "You coach")) for p in prompts)
+    assert [read_plan(cs, r) for r in (0, 1)] == [RoundPlan(0), RoundPlan(0, replay_of=0)]
+    assert {s: cs.read_stage_manifest(1, s).status for s in ("design", "verify")} == {  # type: ignore[union-attr]
+        "design": "skipped",
+        "verify": "skipped",
+    }
+    # the same environments, hints and code, evaluated again with the round's weights
+    envs0 = read_jsonl(cs, cs.layout.stage_key(0, "hint", "environments.jsonl"))
+    envs1 = read_jsonl(cs, cs.layout.stage_key(1, "hint", "environments.jsonl"))
+    assert envs1 == envs0 and len(envs0) == 3
+    assert set(_regrets(cfg, "rp", 1)) == {e["env_id"] for e in envs0}
+    agent1 = cs.store.read_json(cs.layout.stage_key(1, "train_agent", "outcome.json"))
+    assert agent1["samples"] > 0  # the agent trains on the replayed plays
+    assert delayed_designer_batch(cfg, "rp", 1) is None  # nothing designed: the designer waits
+    row = round_summary(cfg, "rp", 1)
+    assert row["replay_of"] == 0 and row["designer_reward"] is None and row["accepted"] == 3
+    # each environment once in memory, with its newest measurement
+    memory1 = cs.store.read_json(cs.layout.stage_key(1, "memory", "memory.json"))
+    ids = [r["env_id"] for r in memory1["records"]]
+    assert sorted(ids) == sorted(e["env_id"] for e in envs0)
+    assert {r["round"] for r in memory1["records"]} == {1}
+
+    seen = len(scripted_server.chat_requests)
+    assert _run_round(cfg, "rp", 2).is_completed()
+    assert read_plan(cs, 2) == RoundPlan(1)  # the next regeneration
+    assert any(p.startswith("You write correct") for p in _system_prompts(scripted_server, seen))
+    assert cs.read_stage_manifest(2, "design").status == "completed"  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ def _row(round: int, **more: object) -> dict[str, object]:
         "stages_done": 13,
         "stages_total": 13,
         "complete": True,
+        "replay_of": None,
         "attempts": 5,
         "accepted": 3,
         "rejections": {"infeasible": 1, "parse": 1},
@@ -50,13 +51,18 @@ def _write_heldout(cfg, round: int, suites: dict[str, dict[str, float]]) -> None
 
 def test_round_metrics_keep_every_numeric_column_and_the_suites():
     metrics = round_metrics(_row(2, heldout_suites={"humaneval": {"score": 0.4, "tasks": 10}}))
-    numeric = {c for c in SUMMARY_COLUMNS if c != "round" and isinstance(_row(2)[c], float | int)}
+    numeric = {
+        c
+        for c in SUMMARY_COLUMNS
+        if c not in ("round", "replay_of") and isinstance(_row(2)[c], float | int)
+    }
     assert numeric <= set(metrics)
     assert metrics["win_rate"] == pytest.approx(0.45)
     assert metrics["stage_seconds/verify"] == 2.25 and metrics["rejections/parse"] == 1.0
     assert metrics["heldout/humaneval/score"] == 0.4 and metrics["heldout/humaneval/tasks"] == 10
     # the step, text, flags and missing numbers are not metrics
     assert not {"round", "weights", "complete", "train_loss"} & set(metrics)
+    assert "replay_of" not in round_metrics(_row(2, replay_of=1))  # a round index, not a metric
 
 
 def test_no_sink_configured_is_a_no_op(tmp_path):

@@ -1,0 +1,133 @@
+"""Regenerations and replays: which rounds design new environments, which replay old ones.
+
+DESIGN.md §2: between regenerations the reference replays the same environments for several
+training steps (``run.regen_interval``: 4 for games, 8 for tool use). Here a round is one
+training step, so a *regeneration* round designs (sample → design → verify → hint) and the next
+``regen_interval - 1`` rounds *replay* its accepted environments: the agent plays them again with
+its current weights, they are scored again (win rate, regret) and the agent trains on the new
+plays. Nothing is designed in a replay round, so the designer does not train on one (its
+delayed batch comes from regeneration rounds only), and skills rotate per regeneration, not per
+round.
+
+Every round records its :class:`RoundPlan` (``sample_documents/plan.json``); the next round
+reads it, so the plan survives resumes and a changed interval applies from the next round on.
+A regeneration that accepted nothing is not replayed: the next round designs again.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from spade.config import CampaignConfig
+from spade.designer.designer import DesignAttempt
+from spade.errors import StorageError
+from spade.pipeline.record import StageRecord, campaign_store, read_jsonl
+from spade.storage import CampaignStore
+
+PLAN_FILE = "plan.json"
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What a round does before evaluation.
+
+    Attributes:
+        regeneration: index of the regeneration the round belongs to (seeds its documents and
+            picks its active skills).
+        replay_of: the regeneration round whose environments this round replays; None when the
+            round designs new ones.
+    """
+
+    regeneration: int
+    replay_of: int | None = None
+
+    @property
+    def designs(self) -> bool:
+        return self.replay_of is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_plan(cs: CampaignStore, round: int) -> RoundPlan:
+    """The plan round ``round`` recorded. Rounds stored before plans existed designed every
+    round with ``regeneration = round``, which is what is returned for them."""
+    manifest = cs.read_stage_manifest(round, "sample_documents")
+    if manifest is None or not manifest.done:
+        raise StorageError(
+            f"{cs.store.url(cs.layout.stage_prefix(round, 'sample_documents'))}: round {round}"
+            " has not started its design phase; resume that round first"
+        )
+    key = cs.layout.stage_key(round, "sample_documents", PLAN_FILE)
+    if not cs.store.exists(key):
+        return RoundPlan(regeneration=round)
+    data = cs.store.read_json(key)
+    return RoundPlan(int(data["regeneration"]), data.get("replay_of"))
+
+
+def _environment_rows(cs: CampaignStore, round: int) -> list[dict[str, Any]]:
+    key = cs.layout.stage_key(round, "hint", "environments.jsonl")
+    return read_jsonl(cs, key) if cs.store.exists(key) else []
+
+
+def plan_round(cfg: CampaignConfig, campaign_id: str, round: int) -> RoundPlan:
+    """Round ``round``'s plan, from the previous round's plan and ``run.regen_interval``."""
+    if round == 0:
+        return RoundPlan(regeneration=0)
+    cs = campaign_store(cfg, campaign_id)
+    prev = read_plan(cs, round - 1)
+    source = round - 1 if prev.replay_of is None else prev.replay_of
+    if round - source < cfg.run.regen_interval and _environment_rows(cs, source):
+        return RoundPlan(prev.regeneration, replay_of=source)
+    return RoundPlan(prev.regeneration + 1)
+
+
+def is_replay(cfg: CampaignConfig, campaign_id: str, round: int) -> bool:
+    """Whether round ``round`` (committed up to its design phase) replayed environments."""
+    return not read_plan(campaign_store(cfg, campaign_id), round).designs
+
+
+def replayed_attempts(cs: CampaignStore, source: int) -> list[DesignAttempt]:
+    """The accepted designs of regeneration round ``source``, with the hints it gave them."""
+    hints = {row["env_id"]: row for row in _environment_rows(cs, source)}
+    rows = read_jsonl(cs, cs.layout.stage_key(source, "verify", "attempts.jsonl"))
+    fields = DesignAttempt.__dataclass_fields__
+    out = []
+    for row in rows:
+        if row.get("accepted") and row.get("env_id") in hints:
+            attempt = DesignAttempt(**{k: v for k, v in row.items() if k in fields})
+            attempt.hint = hints[attempt.env_id]["hint"]
+            attempt.hint_note = hints[attempt.env_id].get("hint_note")
+            out.append(attempt)
+    return out
+
+
+def replay(
+    cfg: CampaignConfig, campaign_id: str, round: int, plan: RoundPlan
+) -> list[DesignAttempt]:
+    """The design half of a replay round: record the plan, mark design and verify as skipped,
+    and carry the source round's environments (code and hints) into this round's hint stage."""
+    if plan.replay_of is None:
+        raise ValueError(f"round {round}: plan {plan} designs; nothing to replay")
+    source = plan.replay_of
+    note = f"replays the environments of round {source}"
+    rec = StageRecord(cfg, campaign_id, round, "sample_documents", {"replay_of": str(source)})
+    rec.write_json(PLAN_FILE, plan.to_dict())
+    rec.commit("skipped", note)
+    for stage in ("design", "verify"):
+        StageRecord(cfg, campaign_id, round, stage).commit("skipped", note)
+    hint = StageRecord(cfg, campaign_id, round, "hint", {"replay_of": str(source)})
+    attempts = copy.deepcopy(replayed_attempts(hint.cs, source))
+    rows = []
+    for row in _environment_rows(hint.cs, source):
+        code = hint.cs.store.get_blob(row["code_sha256"])
+        hint.write_blob(f"code/{row['env_id']}", code)
+        rows.append(row)
+    hint.write_jsonl("environments.jsonl", rows)
+    hint.commit(note=note)
+    return attempts
+
+
+__all__ = ["PLAN_FILE", "RoundPlan", "is_replay", "plan_round", "read_plan", "replay"]
