@@ -27,6 +27,7 @@ ROUND_FILES = {
 """The small per-round files the overview reads: name -> (stage, output)."""
 ROW_FIELDS = (
     "round",
+    "replay_of",
     "attempts",
     "accepted",
     "acceptance_rate",
@@ -57,6 +58,7 @@ class RoundSummary:
     round: int
     stages_done: list[str]
     stage_seconds: dict[str, float]
+    replay_of: int | None = None  # a replay round: the regeneration round it plays again
     attempts: int = 0
     accepted: int = 0
     acceptance_rate: float | None = None
@@ -93,9 +95,18 @@ class RoundSummary:
 def summarize(
     rnd: int, manifests: Mapping[str, StageManifest], files: Mapping[str, bytes]
 ) -> RoundSummary:
-    """A :class:`RoundSummary` from a round's manifests and its :data:`ROUND_FILES` bytes."""
+    """A :class:`RoundSummary` from a round's manifests and its :data:`ROUND_FILES` bytes.
+
+    A replay round (``spade.pipeline.replay``; its ``sample_documents`` manifest names the
+    round it replays) designed nothing: no attempts and no designer reward; its "accepted"
+    environments are the replayed ones."""
     scored = parse_jsonl(files["scored"]) if "scored" in files else []
     accepted = [s for s in scored if s.get("accepted")]
+    sampled = manifests.get("sample_documents")
+    replay_of = (
+        int(sampled.inputs["replay_of"]) if sampled and "replay_of" in sampled.inputs else None
+    )
+    designed = scored if replay_of is None else []
     objs = {
         k: json.loads(files[k]) for k in ("agent", "designer", "heldout", "weights") if k in files
     }
@@ -110,13 +121,14 @@ def summarize(
         round=rnd,
         stages_done=[s for s, m in manifests.items() if m.done],
         stage_seconds={s: float(m.seconds) for s, m in manifests.items()},
-        attempts=len(scored),
+        replay_of=replay_of,
+        attempts=len(designed),
         accepted=len(accepted),
-        acceptance_rate=len(accepted) / len(scored) if scored else None,
+        acceptance_rate=len(accepted) / len(designed) if designed else None,
         win_rate=_mean(s.get("win_rate") for s in accepted),
         hinted_win_rate=_mean(s.get("hinted_win_rate") for s in accepted),
         regret=_mean(s.get("regret") for s in accepted),
-        designer_reward=_mean(s.get("reward") for s in scored),
+        designer_reward=_mean(s.get("reward") for s in designed),
         rejections=dict(
             Counter(s.get("failure") or "rejected" for s in scored if not s.get("accepted"))
         ),
@@ -161,11 +173,13 @@ class Overview:
 
 def memory_sizes(summaries: list[RoundSummary], first: int, capacity: int) -> list[int | None]:
     """The memory's size after each round, from its size after the first round that has a
-    memory stage: each later one adds its accepted designs, up to ``capacity`` (FIFO)."""
+    memory stage: each later one adds its accepted designs, up to ``capacity`` (FIFO); a replay
+    round re-measures environments the memory already holds (one record each: no growth)."""
     sizes: list[int | None] = []
     size: int | None = None
     for s in summaries:
         if "memory" in s.stages_done:
-            size = first if size is None else min(capacity, size + s.accepted)
+            grown = 0 if s.replay_of is not None else s.accepted
+            size = first if size is None else min(capacity, size + grown)
         sizes.append(size if "memory" in s.stages_done else None)
     return sizes

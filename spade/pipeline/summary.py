@@ -46,10 +46,11 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
     done = cs.completed_stages(round)
     scored = _rows(cs, round, "score", "scored.jsonl")
     accepted = [s for s in scored if s["accepted"]]
+    plan = _json(cs, round, "sample_documents", PLAN_FILE) or {}
+    designed = scored if plan.get("replay_of") is None else []  # a replay round designed none
     outcome = _json(cs, round, "train_agent", "outcome.json") or {}
     weights = _json(cs, round, "publish", "weights.json") or {}
     heldout = _json(cs, round, "heldout", "summary.json") or {}
-    plan = _json(cs, round, "sample_documents", PLAN_FILE) or {}
     seconds = {}
     for stage in cs.layout.stages:
         if (m := cs.read_stage_manifest(round, stage)) is not None:
@@ -59,8 +60,8 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "stages_done": len(done),
         "stages_total": len(cs.layout.stages),
         "complete": len(done) == len(cs.layout.stages),
-        "replay_of": plan.get("replay_of"),  # a replay round: its "attempts" are replayed envs
-        "attempts": len(scored),
+        "replay_of": plan.get("replay_of"),  # a replay round: "accepted" = the replayed envs
+        "attempts": len(designed),
         "accepted": len(accepted),
         "rejections": dict(
             Counter(s["failure"] or "rejected" for s in scored if not s["accepted"])
@@ -68,10 +69,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "win_rate": _mean([s["win_rate"] for s in accepted]),
         "hinted_win_rate": _mean([s["hinted_win_rate"] for s in accepted]),
         "regret": _mean([s["regret"] for s in accepted]),
-        # a replay round designed nothing: its rewards are not the designer's (never trained on)
-        "designer_reward": None
-        if plan.get("replay_of") is not None
-        else _mean([s["reward"] for s in scored]),
+        "designer_reward": _mean([s["reward"] for s in designed]),
         "train_loss": (outcome.get("metrics") or {}).get("loss"),
         "heldout_win_rate": heldout.get("win_rate"),
         "heldout_suites": heldout.get("suites") or {},

@@ -215,7 +215,8 @@ def test_replay_rounds_play_the_last_regeneration_again(
     assert agent1["samples"] > 0  # the agent trains on the replayed plays
     assert delayed_designer_batch(cfg, "rp", 1) is None  # nothing designed: the designer waits
     row = round_summary(cfg, "rp", 1)
-    assert row["replay_of"] == 0 and row["designer_reward"] is None and row["accepted"] == 3
+    assert row["replay_of"] == 0 and row["designer_reward"] is None
+    assert (row["attempts"], row["accepted"]) == (0, 3)  # nothing designed; 3 envs replayed
     # each environment once in memory, with its newest measurement
     memory1 = cs.store.read_json(cs.layout.stage_key(1, "memory", "memory.json"))
     ids = [r["env_id"] for r in memory1["records"]]
@@ -227,3 +228,9 @@ def test_replay_rounds_play_the_last_regeneration_again(
     assert read_plan(cs, 2) == RoundPlan(1)  # the next regeneration
     assert any(p.startswith("You write correct") for p in _system_prompts(scripted_server, seen))
     assert cs.read_stage_manifest(2, "design").status == "completed"  # type: ignore[union-attr]
+    # the dashboard tells the replay round apart too
+    from spade.dashboard.data import CampaignData
+
+    rounds = CampaignData(str(tmp_path / "store"), "rp", {}).overview().rounds
+    assert [r.replay_of for r in rounds] == [None, 0, None]
+    assert (rounds[1].attempts, rounds[1].accepted, rounds[1].designer_reward) == (0, 3, None)
