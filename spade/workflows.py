@@ -12,10 +12,8 @@ from spade.agent.evaluate import EnvEvaluation, EnvSpec, evaluate_envs
 from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory, import_pool, read_declarations
 from spade.designer.corpus import Corpus
-from spade.designer.designer import DesignAttempt, design_batch, env_id_for
-from spade.designer.extract import clean_hint
-from spade.designer.prompts import hint_prompt
-from spade.inference.base import Backend, ChatRequest, SamplingParams
+from spade.designer.designer import DesignAttempt, design_batch, env_id_for, hint_designs
+from spade.inference.base import Backend
 from spade.inference.factory import open_backend
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy, load_policy
@@ -76,22 +74,42 @@ def describe(code: str, policy: SandboxPolicy) -> tuple[bool, str | None]:
         return False, None
 
 
+def solution_of(code: str, policy: SandboxPolicy, cfg: CampaignConfig) -> list[str]:
+    """The environment's solution on the verifier's instance, as the designer's hint step
+    knows it from the verdict (asks the jail; empty when the code cannot give one)."""
+    try:
+        with JailedSession(
+            code, policy=policy, env_kwargs={"max_turns": cfg.sandbox.verify.max_turns}
+        ) as session:
+            session.reset(cfg.sandbox.verify.seed)
+            return session.solution()
+    except EnvFailure:  # broken code: evaluation records the failure on every play
+        return []
+
+
 async def _generate_hints(
-    backend: Backend, codes: list[str], cfg: CampaignConfig
-) -> list[str | None]:
-    params = SamplingParams(
-        max_tokens=cfg.designer.hint_max_tokens, temperature=cfg.designer.hint_temperature
-    )
-    completions = await backend.complete([ChatRequest(hint_prompt(c), params) for c in codes])
-    return [clean_hint(c.text) or None if c.ok else None for c in completions]
+    backend: Backend, specs: list[EnvSpec], solutions: list[list[str]], cfg: CampaignConfig
+) -> list[tuple[str | None, str | None]]:
+    """``(hint, note)`` per spec from the designer's own hint step (same prompt, and a hint
+    that spells out the solution is retried, then dropped), run on stand-in attempts."""
+    attempts = [
+        DesignAttempt(
+            slot=i, attempt=0, skill=s.skill, doc_id="", messages=[], code=s.code,
+            env_id=s.env_id, accepted=True, tool_use=s.tool_use, solution=solution,
+        )
+        for i, (s, solution) in enumerate(zip(specs, solutions, strict=True))
+    ]  # fmt: skip
+    await hint_designs(attempts, backend, cfg)
+    return [(a.hint, a.hint_note) for a in attempts]
 
 
 async def env_specs(
     paths: Sequence[Path], cfg: CampaignConfig, policy: SandboxPolicy, backend: Backend
-) -> list[EnvSpec]:
+) -> tuple[list[EnvSpec], list[str | None]]:
     """Specs for environment files: hint from ``<file>.hint.txt``, else the class's own
-    ``hint``, else one the model writes."""
+    ``hint``, else one the model writes; and per spec a note on why it has no hint."""
     specs: list[EnvSpec] = []
+    notes: list[str | None] = []
     need_hint: list[int] = []
     for path in paths:
         code = path.read_text(encoding="utf-8")
@@ -100,14 +118,18 @@ async def env_specs(
         hint = sidecar.read_text(encoding="utf-8").strip() if sidecar.is_file() else builtin
         skill = read_declarations(code).get("skill", "unknown")
         specs.append(EnvSpec(env_id_for(code), code, skill, hint, tool_use))
+        notes.append(None)
         if not hint:
             need_hint.append(len(specs) - 1)
     if need_hint:
-        hints = await _generate_hints(backend, [specs[i].code for i in need_hint], cfg)
-        for i, hint in zip(need_hint, hints, strict=True):
+        todo = [specs[i] for i in need_hint]
+        solutions = [solution_of(s.code, policy, cfg) for s in todo]
+        hints = await _generate_hints(backend, todo, solutions, cfg)
+        for i, (hint, note) in zip(need_hint, hints, strict=True):
             s = specs[i]
             specs[i] = EnvSpec(s.env_id, s.code, s.skill, hint, s.tool_use)
-    return specs
+            notes[i] = note
+    return specs, notes
 
 
 async def run_evaluate(
@@ -116,7 +138,10 @@ async def run_evaluate(
     """Hinted and unhinted plays of environment files; optionally written to ``out``."""
     policy = load_policy(cfg.sandbox.policy_path)
     async with open_backend(cfg) as backend:
-        specs = await env_specs(paths, cfg, policy, backend)
+        specs, notes = await env_specs(paths, cfg, policy, backend)
+        for path, note in zip(paths, notes, strict=True):
+            if note:
+                progress(f"{path.name}: no hint ({note}), so no hinted plays")
         n = len(specs) * (cfg.evaluation.unhinted_plays + cfg.evaluation.hinted_plays)
         progress(f"model: {backend.model_name}; playing up to {n} episodes")
         results = await evaluate_envs(backend, specs, cfg, policy)
@@ -125,7 +150,10 @@ async def run_evaluate(
         (out / "config.yaml").write_text(cfg.resolved_yaml(), encoding="utf-8")
         _write_jsonl(
             out / "evaluations.jsonl",
-            [r.summary() | {"path": str(p)} for r, p in zip(results, paths, strict=True)],
+            [
+                r.summary() | {"path": str(p), "hint": s.hint, "hint_note": note}
+                for r, p, s, note in zip(results, paths, specs, notes, strict=True)
+            ],
         )
         _write_jsonl(
             out / "trajectories.jsonl", [t.to_dict() for r in results for t in r.trajectories]

@@ -37,7 +37,7 @@ class EnvEvaluation:
     hinted_returns: list[float]
     unhinted_returns: list[float]
     win_rate: float  # unhinted
-    hinted_win_rate: float
+    hinted_win_rate: float | None  # None without hinted plays (no hint): unknown, not 0
     regret: float
     failed_plays: int
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
@@ -53,6 +53,7 @@ def rollout_settings(cfg: CampaignConfig) -> RolloutSettings:
         temperature=ev.temperature,
         max_tokens_per_turn=ev.max_tokens_per_turn,
         max_context_tokens=cfg.model.max_context_tokens,
+        max_parallel=ev.max_parallel_episodes,
         seed=cfg.seed,
     )
 
@@ -92,7 +93,9 @@ async def evaluate_envs(
                 hinted_returns=h_ret,
                 unhinted_returns=u_ret,
                 win_rate=win_rate([t.success(threshold) for t in plain]),
-                hinted_win_rate=win_rate([t.success(threshold) for t in hinted]),
+                hinted_win_rate=(
+                    win_rate([t.success(threshold) for t in hinted]) if hinted else None
+                ),
                 regret=estimator(h_ret, u_ret),
                 failed_plays=sum(t.failure is not None for t in mine),
                 trajectories=mine,

@@ -1,10 +1,12 @@
 """Many multi-turn episodes at once between one model and sandboxed environments.
 
 Each step of the loop sends one batched request with the next turn of every live episode,
-then steps every environment with the action from its reply. Jailed sessions are pooled per
-environment and reused across its episodes (``reset`` starts the next one), so a round pays a
-jail start per environment and parallel slot, not per episode. Failures of the environment
-or the model end that episode as data.
+then steps every environment with the action from its reply. Jail calls block (a pipe to
+another process), so they run in a thread pool sized to the parallelism: the steps of live
+episodes overlap and the event loop stays free. Jailed sessions are pooled per environment
+and reused across its episodes (``reset`` starts the next one), so a round pays a jail start
+per environment and parallel slot, not per episode. Failures of the environment or the model
+end that episode as data.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from spade.agent.actions import extract_action
 from spade.agent.prompts import system_prompt
@@ -56,22 +59,43 @@ class RolloutSettings:
     model: str | None = None  # adapter / model name to request (None: backend default)
 
 
+T = TypeVar("T")
+
+
 @dataclass
 class _Live:
     index: int
     job: EpisodeJob
     session: JailedSession
     traj: Trajectory
-    started: float = field(default_factory=time.perf_counter)
+    started: float  # perf_counter when the episode began (before its reset)
+
+
+@dataclass
+class _Stepped:
+    """What one ``step`` call gave, timed inside its thread (queueing is not counted)."""
+
+    action: str
+    result: tuple[str, float, bool, bool, dict[str, Any]] | None
+    error: EnvFailure | None
+    started_at: float  # epoch seconds
+    seconds: float
 
 
 class _Pools:
-    """Started sessions per environment, waiting for their next episode."""
+    """Started sessions per environment, waiting for their next episode, and the threads
+    their blocking jail calls run in (one per live episode, so none waits for another)."""
 
-    def __init__(self, policy: SandboxPolicy, max_turns: int) -> None:
+    def __init__(self, policy: SandboxPolicy, max_turns: int, threads: int) -> None:
         self.policy = policy
         self.max_turns = max_turns
         self.idle: dict[str, list[JailedSession]] = {}
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spade-env")
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking jail call off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
 
     async def acquire(self, job: EpisodeJob) -> JailedSession:
         idle = self.idle.get(job.env_id)
@@ -81,7 +105,7 @@ class _Pools:
             job.code, policy=self.policy, env_kwargs={"max_turns": self.max_turns}
         )
         try:
-            await asyncio.to_thread(session.start)
+            await self.call(session.start)
         except EnvFailure:  # does not load: the caller records it; leave nothing behind
             session.close()
             raise
@@ -93,10 +117,13 @@ class _Pools:
         else:
             session.close()
 
-    def close(self) -> None:
-        for sessions in self.idle.values():
-            for s in sessions:
-                s.close()
+    def close(self, busy: Sequence[JailedSession] = ()) -> None:
+        """Close the idle sessions and ``busy`` ones (those of unfinished episodes)."""
+        # Calls still running finish first (each is bounded by the jail's call timeout): a
+        # session must not be closed under a call in another thread.
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        for s in [*busy, *(s for sessions in self.idle.values() for s in sessions)]:
+            s.close()
         self.idle.clear()
 
 
@@ -107,8 +134,12 @@ async def run_episodes(
     *,
     policy: SandboxPolicy | None = None,
 ) -> list[Trajectory]:
-    """Play every job to its end; trajectories come back in job order."""
-    pools = _Pools(policy or load_policy(), settings.max_turns)
+    """Play every job to its end; trajectories come back in job order.
+
+    Deterministic given the backend's answers: each episode's turns go in order, and episodes
+    are started, advanced and released in job order whatever order their steps finish in.
+    """
+    pools = _Pools(policy or load_policy(), settings.max_turns, settings.max_parallel)
     pending = deque(enumerate(jobs))
     live: list[_Live] = []
     results: list[Trajectory | None] = [None] * len(jobs)
@@ -117,22 +148,31 @@ async def run_episodes(
             starting: list[tuple[int, EpisodeJob]] = []
             while pending and len(live) + len(starting) < settings.max_parallel:
                 starting.append(pending.popleft())
-            begun = await asyncio.gather(*(_begin(i, job, pools) for i, job in starting))
+            # All starts finish before a host error (e.g. nsjail missing) is raised, so every
+            # session that did start is in ``live`` and closed on the way out.
+            begun = await asyncio.gather(
+                *(_begin(i, job, pools) for i, job in starting), return_exceptions=True
+            )
             for (index, _job), started in zip(starting, begun, strict=True):
                 if isinstance(started, Trajectory):  # failed before the first turn
                     results[index] = started
-                else:
+                elif isinstance(started, _Live):
                     live.append(started)
+            if errors := [e for e in begun if isinstance(e, BaseException)]:
+                raise errors[0]
             if not live:
                 continue
             requests = [_request(ep, settings, backend) for ep in live]
             completions = await backend.complete([r for r in requests if r is not None])
             answers = iter(completions)
+            replies = [None if r is None else next(answers) for r in requests]
+            # Every live episode's environment steps at once (each in its own thread).
+            stepped = await asyncio.gather(
+                *(_step(ep, reply, pools) for ep, reply in zip(live, replies, strict=True))
+            )
             still = []
-            for ep, request in zip(live, requests, strict=True):
-                done = (
-                    _context_full(ep) if request is None else _advance(ep, next(answers), settings)
-                )
+            for ep, reply, step in zip(live, replies, stepped, strict=True):
+                done = _context_full(ep) if reply is None else _advance(ep, reply, step, settings)
                 if done:
                     ep.traj.wall_s = time.perf_counter() - ep.started
                     ep.traj.model = ep.traj.model or backend.model_name
@@ -142,9 +182,7 @@ async def run_episodes(
                     still.append(ep)
             live = still
     finally:
-        for ep in live:
-            ep.session.close()
-        pools.close()
+        pools.close([ep.session for ep in live])
     assert all(r is not None for r in results)
     return [r for r in results if r is not None]
 
@@ -157,8 +195,8 @@ async def _begin(index: int, job: EpisodeJob, pools: _Pools) -> _Live | Trajecto
     except EnvFailure as exc:
         return _failed(traj, "env_failed", exc)
     try:
-        obs, _info = session.reset(job.seed, hint=job.hint)
-        traj.tools = session.tools() if job.tool_use else None
+        obs, _info = await pools.call(session.reset, job.seed, hint=job.hint)
+        traj.tools = await pools.call(session.tools) if job.tool_use else None
     except EnvFailure as exc:
         pools.release(job.env_id, session)
         return _failed(traj, "env_failed", exc)
@@ -167,7 +205,7 @@ async def _begin(index: int, job: EpisodeJob, pools: _Pools) -> _Live | Trajecto
         {"role": "system", "content": system_prompt(job.tool_use, traj.tools)},
         {"role": "user", "content": obs},
     ]
-    return _Live(index, job, session, traj)
+    return _Live(index, job, session, traj, started=t0)
 
 
 def _failed(traj: Trajectory, status: Any, exc: EnvFailure) -> Trajectory:
@@ -198,8 +236,27 @@ def _context_full(ep: _Live) -> bool:
     return True
 
 
-def _advance(ep: _Live, completion: Completion, settings: RolloutSettings) -> bool:
-    """Apply one reply to its episode; True when the episode is over."""
+async def _step(ep: _Live, completion: Completion | None, pools: _Pools) -> _Stepped | None:
+    """Step the episode's environment with the reply's action (None: nothing to step)."""
+    if completion is None or completion.failure is not None:
+        return None
+    action = extract_action(completion.text, tool_use=ep.job.tool_use)
+    return await pools.call(_timed_step, ep.session, action)
+
+
+def _timed_step(session: JailedSession, action: str) -> _Stepped:
+    started_at, t0 = time.time(), time.perf_counter()
+    try:
+        result = session.step(action)
+    except EnvFailure as exc:  # the environment broke mid-episode: data, recorded by _advance
+        return _Stepped(action, None, exc, started_at, time.perf_counter() - t0)
+    return _Stepped(action, result, None, started_at, time.perf_counter() - t0)
+
+
+def _advance(
+    ep: _Live, completion: Completion, step: _Stepped | None, settings: RolloutSettings
+) -> bool:
+    """Apply one reply and its step to the episode; True when the episode is over."""
     traj = ep.traj
     if completion.failure is not None:
         kind = completion.failure.kind
@@ -209,27 +266,27 @@ def _advance(ep: _Live, completion: Completion, settings: RolloutSettings) -> bo
         traj.failure = {"kind": str(kind), "reason": completion.failure.reason}
         return True
     traj.model = completion.model
-    action = extract_action(completion.text, tool_use=ep.job.tool_use)
-    t0 = time.perf_counter()
-    try:
-        obs, reward, terminated, truncated, _ = ep.session.step(action)
-    except EnvFailure as exc:  # the environment broke mid-episode: data, return 0
-        _failed(traj, "env_failed", exc)
+    assert step is not None  # a reply without failure always has its step
+    if step.error is not None:  # the environment broke mid-episode: data, return 0
+        _failed(traj, "env_failed", step.error)
         return True
+    assert step.result is not None
+    obs, reward, terminated, truncated, _ = step.result
     traj.turns.append(
         Turn(
             prompt_token_ids=completion.prompt_token_ids,
             completion_token_ids=completion.token_ids,
             logprobs=completion.logprobs,
             text=completion.text,
-            action=action,
+            action=step.action,
             observation=obs,
             reward=reward,
             terminated=terminated,
             truncated=truncated,
             finish_reason=completion.finish_reason,
             generate_s=completion.latency_s,
-            step_s=time.perf_counter() - t0,
+            step_s=step.seconds,
+            step_started_at=step.started_at,
         )
     )
     traj.messages += [

@@ -26,6 +26,7 @@ class Turn:
     finish_reason: str
     generate_s: float
     step_s: float
+    step_started_at: float = 0.0  # epoch seconds when step() was called (0.0: not recorded)
 
 
 @dataclass
@@ -47,8 +48,8 @@ class Trajectory:
     status: Status = "truncated"
     model: str = ""
     failure: dict[str, str] | None = None
-    reset_s: float = 0.0
-    wall_s: float = 0.0
+    reset_s: float = 0.0  # getting a session (a jail start if none was idle) and reset()
+    wall_s: float = 0.0  # the whole episode, reset included: >= reset_s + every turn's times
 
     @property
     def terminated(self) -> bool:

@@ -27,6 +27,15 @@ def _config(path: Path | None) -> CampaignConfig:
         raise typer.Exit(2) from None
 
 
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _num(value: float | None, digits: int) -> str:
+    """A table cell: "–" where there is nothing to show (no plays), not a made-up 0."""
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
 def _fail(exc: SpadeError) -> typer.Exit:
     Console(stderr=True).print(f"[red]error:[/] {exc}")
     return typer.Exit(2)
@@ -99,10 +108,9 @@ def evaluate(
     ):
         table.add_column(col)
     for path, ev in zip(envs, results, strict=True):
-        mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
         table.add_row(
-            path.name, ev.skill, f"{ev.win_rate:.2f}", f"{ev.hinted_win_rate:.2f}",
-            f"{mean(ev.unhinted_returns):.3f}", f"{mean(ev.hinted_returns):.3f}",
+            path.name, ev.skill, f"{ev.win_rate:.2f}", _num(ev.hinted_win_rate, 2),
+            _num(_mean(ev.unhinted_returns), 3), _num(_mean(ev.hinted_returns), 3),
             f"{ev.regret:.3f}", str(ev.failed_plays),
         )  # fmt: skip
     console.print(table)

@@ -37,8 +37,10 @@ def _json(cs: CampaignStore, round: int, stage: str, name: str) -> Any:
     return cs.store.read_json(key) if cs.store.exists(key) else None
 
 
-def _mean(values: list[float]) -> float | None:
-    return round(fmean(values), 4) if values else None
+def _mean(values: list[float | None]) -> float | None:
+    """Mean of the values present (an environment without hinted plays has no hinted rate)."""
+    present = [v for v in values if v is not None]
+    return round(fmean(present), 4) if present else None
 
 
 def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:

@@ -31,6 +31,22 @@ class FlakyEnv:
         return "more", 0.0, False, False, {}
 """
 
+# Each step takes a while inside the jail, so steps of different episodes can be seen to overlap.
+SLOW = """
+import time
+
+
+class SlowEnv:
+    def reset(self, seed=None):
+        self.n = 0
+        return f"instance {seed}", {}
+
+    def step(self, action):
+        self.n += 1
+        time.sleep(0.3)
+        return f"step {self.n} of {action}", 1.0, self.n >= 2, False, {}
+"""
+
 
 def backend(server: FakeOpenAIServer, **kw) -> OpenAIBackend:
     cfg = InferenceConfig(
@@ -66,6 +82,53 @@ def test_episodes_batch_together_and_reuse_sessions(monkeypatch):
     assert all(t.status == "terminated" and len(t.turns) == 10 for t in trajs)  # 10 guesses
     assert len(starts) == 2  # two parallel slots, each session reset for the next episode
     assert server.max_in_flight == 2
+    for t in trajs:  # timings: present, non-negative, and the parts fit in the whole
+        assert t.reset_s > 0 and t.wall_s > 0
+        assert all(turn.generate_s > 0 and turn.step_s > 0 for turn in t.turns)
+        starts_at = [turn.step_started_at for turn in t.turns]
+        assert starts_at[0] > 0 and starts_at == sorted(set(starts_at))  # one after another
+        parts = t.reset_s + sum(turn.generate_s + turn.step_s for turn in t.turns)
+        assert parts <= t.wall_s
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of ``[start, end]`` intervals that share a moment."""
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    most = now = 0
+    for _, change in events:  # at a tie an end sorts first: touching is not overlapping
+        now += change
+        most = max(most, now)
+    return most
+
+
+def test_steps_of_live_episodes_run_at_the_same_time(monkeypatch):
+    starts = []
+    real_start = session_mod.JailedSession.start
+
+    def counting_start(self):
+        starts.append(1)
+        return real_start(self)
+
+    monkeypatch.setattr(session_mod.JailedSession, "start", counting_start)
+    with FakeOpenAIServer(script=lambda r: "\\boxed{7}") as server:
+        jobs = [EpisodeJob("slow", SLOW, seed=i) for i in range(6)]
+        trajs = play(server, jobs, max_parallel=3)
+    assert len(starts) == 3  # sessions are still reused across episodes
+    assert [t.seed for t in trajs] == list(range(6))
+    for t in trajs:  # each episode's own turns stay in order
+        assert t.status == "terminated" and [turn.observation for turn in t.turns] == [
+            "step 1 of \\boxed{7}",
+            "step 2 of \\boxed{7}",
+        ]
+        assert t.messages[1]["content"] == f"instance {t.seed}"
+    steps = [
+        (turn.step_started_at, turn.step_started_at + turn.step_s)
+        for t in trajs
+        for turn in t.turns
+    ]
+    assert all(b - a >= 0.3 for a, b in steps)  # the sleep happened inside each step
+    # Live episodes step together: three steps in flight at once (one at a time gives 1).
+    assert most_at_once(steps) == 3
 
 
 def test_env_failure_mid_episode_is_data_and_others_go_on():

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
+from collections import Counter
 
 import pytest
 import yaml
 
-from tests.integration.scripted_designer import write_corpus
+from spade.config import load_config
+from tests.fakes.openai_server import FakeOpenAIServer
+from tests.integration.scripted_designer import METAL, SKY, write_corpus
 
 pytestmark = pytest.mark.sandbox
 
 
 def spade(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "spade.cli", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "spade.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"COLUMNS": "200"},  # wide enough that table cells are not cut
     )
 
 
@@ -71,3 +80,75 @@ def test_bad_inputs_exit_2(tmp_path):
     assert run.returncode == 2 and "corpus not found" in run.stderr
     run = spade("evaluate", str(tmp_path / "absent_env.py"))
     assert run.returncode == 2
+
+
+class LeakyHinter:
+    """Hints that give the answer away: always for the sky word, only at first for the metal.
+    The agent answers each environment correctly."""
+
+    def __init__(self) -> None:
+        self.hint_requests: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, request: dict) -> str:
+        messages = request["messages"]
+        if messages[0]["content"].startswith("You coach"):
+            word = "azure" if "azure" in messages[1]["content"] else "cobalt"
+            with self.lock:
+                self.hint_requests[word] += 1
+                n = self.hint_requests[word]
+            if word == "cobalt" and n > 1:
+                return "Hint: It is a blue-tinged transition metal."
+            return f"Just answer {word}."
+        first = messages[1]["content"]
+        return "\\boxed{azure}" if first.startswith("Name the secret") else "\\boxed{cobalt}"
+
+
+def test_evaluate_hints_that_leak_the_solution_are_retried_then_dropped(tmp_path):
+    sky, metal = tmp_path / "sky.py", tmp_path / "metal.py"  # no .hint.txt, no class hint
+    sky.write_text(SKY)
+    metal.write_text(METAL)
+    hinter = LeakyHinter()
+    with FakeOpenAIServer(script=hinter) as server:
+        config = tmp_path / "c.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "inference": {
+                        "backend": "openai",
+                        "base_url": server.url,
+                        "served_model": server.model,
+                    },
+                    "evaluation": {"unhinted_plays": 2, "hinted_plays": 3},
+                }
+            )
+        )
+        out = tmp_path / "eval"
+        run = spade("evaluate", "--config", str(config), "--out", str(out), str(sky), str(metal))
+    assert run.returncode == 0, run.stderr
+    tries = load_config().designer.hint_tries
+    assert tries >= 2 and hinter.hint_requests == {"azure": tries, "cobalt": 2}
+
+    rows = {
+        r["path"]: r for r in map(json.loads, (out / "evaluations.jsonl").read_text().splitlines())
+    }
+    dropped, kept = rows[str(sky)], rows[str(metal)]
+    assert dropped["hint"] is None and dropped["hint_note"] == "hint revealed the solution"
+    assert dropped["hinted_returns"] == [] and dropped["hinted_win_rate"] is None
+    assert dropped["unhinted_returns"] == [1.0, 1.0] and dropped["regret"] == 0.0
+    assert kept["hint"] == "It is a blue-tinged transition metal." and kept["hint_note"] is None
+    assert kept["hinted_returns"] == [1.0] * 3 and kept["hinted_win_rate"] == 1.0
+
+    trajs = [json.loads(r) for r in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert Counter((t["env_id"] == dropped["env_id"], t["hinted"]) for t in trajs) == {
+        (True, False): 2,
+        (False, False): 2,
+        (False, True): 3,
+    }
+    assert "sky.py: no hint (hint revealed the solution)" in run.stdout
+    # The regret table shows no hinted win rate (and no hinted mean) rather than 0.
+    (sky_row,) = [line for line in run.stdout.splitlines() if "sky.py" in line and "│" in line]
+    cells = [c.strip() for c in sky_row.strip("│ ").split("│")]
+    assert cells == ["sky.py", "mathematical_reasoning", "1.00", "–", "1.000", "–", "0.000", "0"]
+    (metal_row,) = [line for line in run.stdout.splitlines() if "metal.py" in line and "│" in line]
+    assert [c.strip() for c in metal_row.strip("│ ").split("│")][3] == "1.00"

@@ -1,7 +1,9 @@
 """The design -> verify -> hint -> evaluate -> score path with the shipped SmolLM2 on CPU.
 
 A 135M model will rarely write a valid environment; the point is that the real path runs
-offline end to end and records what it produced, accepted or not.
+offline end to end and records what it produced, accepted or not. An accepted design is the
+one evaluated; otherwise a bundled example is, and the batch (then all rejected designs) is
+scored all the same. Assertions are on what was recorded, never on the model's quality.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from pathlib import Path
 import pytest
 
 from spade.config import load_config
+from spade.designer.designer import env_id_for
+from spade.pipeline.record import campaign_store, read_jsonl
+from spade.pipeline.score import score_round
 from spade.workflows import run_design, run_evaluate
 
 pytestmark = pytest.mark.sandbox
@@ -34,6 +39,8 @@ def test_tiny_round_with_smollm2(tmp_path, smol_env):
             "evaluation.hinted_plays": 1,
             "evaluation.max_turns": 2,
             "evaluation.max_tokens_per_turn": 24,
+            "storage.root": str(tmp_path / "runs"),
+            "scoring.centre_per_skill": False,  # a lone design would be centred to 0
         }
     )
     attempts = asyncio.run(run_design(cfg, tmp_path / "design"))
@@ -46,18 +53,56 @@ def test_tiny_round_with_smollm2(tmp_path, smol_env):
         for line in (tmp_path / "design" / "attempts.jsonl").read_text().splitlines()
     ]
     assert saved[0]["completion"] == attempt.completion
+    # The verifier's verdict is recorded for every design that had code (none for the rest).
+    assert (attempt.verdict is not None) == (attempt.code is not None)
+    assert saved[0]["verdict"] == attempt.verdict
+    if attempt.verdict is not None:
+        assert attempt.verdict["accepted"] == attempt.accepted and attempt.verdict["checks"]
+        assert attempt.accepted or attempt.verdict["failed_check"]
+    else:
+        assert attempt.failure_kind in ("parse", "inference")
 
-    # Evaluate a bundled environment with a hint SmolLM2 writes (no .hint.txt, but the class
-    # has its own hint: remove it from a copy so the model must write one).
-    env = tmp_path / "maze.py"
-    env.write_text(
-        (EXAMPLES / "maze_walk.py").read_text().replace("    hint = ", "    _unused_hint = ")
-    )
+    if attempt.accepted:  # evaluate the design itself, with the hint the design step wrote
+        env = tmp_path / "design" / "envs" / f"{attempt.env_id}.py"
+        assert env.is_file()
+    else:
+        # A bundled environment with a hint SmolLM2 writes (no .hint.txt, but the class has
+        # its own hint: remove it from a copy so the model must write one).
+        env = tmp_path / "maze.py"
+        env.write_text(
+            (EXAMPLES / "maze_walk.py").read_text().replace("    hint = ", "    _unused_hint = ")
+        )
     (result,) = asyncio.run(run_evaluate(cfg, [env], tmp_path / "eval"))
+    assert result.env_id == env_id_for(env.read_text())
     assert len(result.unhinted_returns) == 1 and len(result.hinted_returns) <= 1
+    assert (result.hinted_win_rate is None) == (not result.hinted_returns)
     assert 0.0 <= result.regret <= 1.0
     rows = (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()
     assert rows and all(json.loads(r)["turns"] for r in rows)
+    (evaluation,) = map(
+        json.loads, (tmp_path / "eval" / "evaluations.jsonl").read_text().splitlines()
+    )
+    assert evaluation["hint"] or evaluation["hint_note"]  # a hint, or why there is none
+
+    # Score the batch as the score stage does, and read back what it recorded.
+    scores = score_round(cfg, "smol", 0, attempts, [result], {})
+    store = campaign_store(cfg, "smol")
+    (row,) = read_jsonl(store, store.layout.stage_key(0, "score", "scored.jsonl"))
+    assert row["accepted"] == attempt.accepted and row["failure"] == attempt.failure_kind
+    assert row["skill"] == attempt.skill and row["reward"] == scores.rewards[0]
+    if attempt.accepted:
+        assert row["env_id"] == attempt.env_id == result.env_id
+        assert (row["win_rate"], row["regret"]) == (result.win_rate, result.regret)
+        assert 0.0 <= row["reward"] <= 1.0  # blend, uncentred
+        assert scores.ema == {attempt.skill: result.win_rate}
+    else:  # the penalty for an invalid design
+        penalty = (
+            cfg.scoring.timeout_penalty
+            if attempt.failure_kind == "timeout"
+            else cfg.scoring.invalid_reward
+        )
+        assert row["reward"] == penalty and row["win_rate"] is None and row["regret"] is None
+        assert scores.ema == {}
 
     # One GRPO update on those plays, twice: the second resumes the first's checkpoint.
     from spade.training.run import train_once
