@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import re
@@ -58,6 +59,7 @@ from spade.inference.base import (
     InferenceFailureKind,
 )
 
+log = logging.getLogger(__name__)
 _JITTER = 0.1  # at most this fraction of a delay is added at random
 _CONTEXT_PATTERN = re.compile(
     r"context length|context window|maximum model length|max_model_len|prompt is too long"
@@ -235,6 +237,26 @@ class OpenAIBackend:
 
     async def unload_lora_adapter(self, name: str) -> None:
         await self._admin("POST", f"{self.server_root}/v1/unload_lora_adapter", {"lora_name": name})
+
+    async def swap_lora_adapter(self, name: str, path: str, previous: str | None = None) -> None:
+        """Load adapter ``name`` from ``path``, then unload ``previous`` (the version it replaces).
+
+        An adapter already served under ``name`` (a publish retried after its load went through)
+        counts as loaded. A failed unload is only logged: the old adapter keeps its slot in the
+        server's adapter cache, nothing else is wrong.
+        """
+        try:
+            await self.load_lora_adapter(name, path)
+        except InferenceError:  # vLLM refuses a second load of a name: was it loaded before?
+            if name not in await self.list_models():
+                raise
+            log.info("adapter %s is already loaded on %s", name, self.server_root)
+        if previous is None or previous == name:
+            return
+        try:
+            await self.unload_lora_adapter(previous)
+        except InferenceError as exc:  # a leftover adapter wastes a cache slot, nothing more
+            log.warning("could not unload the previous adapter %s: %s", previous, exc)
 
     async def list_models(self) -> list[str]:
         """Ids the server serves now (base model and loaded adapters), from ``GET /v1/models``."""

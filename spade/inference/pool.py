@@ -6,7 +6,21 @@ the pool keeps one per model and process instead and swaps weights when a newer 
 published. OpenAI-compatible clients are cheap and bound to their event loop, so each use gets a
 fresh client to the shared server.
 
-``weights`` is ``(version, checkpoint uri)``; ``checkpoint=None`` is the base model.
+``weights`` is ``(version, checkpoint uri, kind)``; ``checkpoint=None`` is the base model. Each
+backend is brought to the weights a stage asks for before it is handed out:
+
+- in-process transformers: the checkpoint's weights are swapped in; a LoRA checkpoint's adapter
+  is merged into the configured base weights first (the weights it was trained on);
+- a managed vLLM server: a full checkpoint by restarting the server on the checkpoint folder,
+  served under the version's name; a LoRA adapter by loading it at runtime under the version's
+  name (the adapter it replaces is unloaded). vLLM reads its own filesystem: a checkpoint on a
+  local store is handed over as its folder; one on a remote store (``s3://``) - and any adapter
+  of a containerised server, which sees only its mounts - is first copied, verified, to
+  ``$SPADE_CACHE/published/<version>-<hash>`` (:func:`serving_folder`);
+- an external server: requests name the adapter (published by ``spade.pipeline.train``).
+
+Requests name the version (adapter or served model name), so completions record which weights
+produced them.
 """
 
 from __future__ import annotations
@@ -15,6 +29,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -64,16 +79,38 @@ _entries_lock = threading.Lock()
 
 
 def _load_tensors(cfg: CampaignConfig, weights: WeightsRef) -> dict[str, Any]:
+    """Full weights of a checkpoint, under the base model's own names."""
     from spade.training.checkpoint import load_checkpoint
 
     assert weights.checkpoint is not None
     loaded = load_checkpoint(weights.checkpoint, storage_options=cfg.storage.storage_options)
-    if loaded.manifest.get("kind") != "full":
-        raise ConfigError(
-            "the in-process transformers backend serves full-weight checkpoints only; "
-            "LoRA adapters are published to a vLLM server (inference.backend: vllm or openai)"
-        )
+    if loaded.manifest.get("kind") == "lora":
+        return _merged_lora(cfg, loaded)
     return loaded.tensors
+
+
+def _merged_lora(cfg: CampaignConfig, loaded: Any) -> dict[str, Any]:
+    """A LoRA checkpoint's adapter merged into a fresh CPU copy of the configured base model.
+
+    The adapter was trained on the base weights, not on what the backend serves now (an earlier
+    version, merged), so the base is loaded again; the merge is ``W + scale * B @ A`` per
+    adapted layer (:func:`spade.training.weights.full_tensors`).
+    """
+    import torch
+    from peft import PeftConfig, get_peft_model
+
+    from spade.errors import CheckpointError
+    from spade.inference.models import load_model_and_tokenizer, resolve_model
+    from spade.training.weights import ADAPTER, full_tensors, load_adapter_tensors
+
+    if loaded.adapter_config is None:
+        raise CheckpointError(f"{loaded.info.uri}: a LoRA checkpoint without adapter_config.json")
+    base, _ = load_model_and_tokenizer(resolve_model(cfg.model), cfg.model.dtype, "cpu")
+    peft_config = PeftConfig.from_peft_type(**loaded.adapter_config)
+    with torch.random.fork_rng(devices=[]):  # random adapter init, overwritten just below
+        model = get_peft_model(base, peft_config, adapter_name=ADAPTER)
+    load_adapter_tensors(model, loaded.tensors)
+    return full_tensors(model)
 
 
 def _shared_transformers(cfg: CampaignConfig, weights: WeightsRef) -> Backend:
@@ -108,13 +145,58 @@ def _shared_vllm(cfg: CampaignConfig) -> Any:
     return entry
 
 
+def serving_folder(cfg: CampaignConfig, weights: WeightsRef, *, copy: bool = False) -> str:
+    """A folder on this machine holding ``weights``' checkpoint for a server here to load: the
+    checkpoint folder itself on a local store (unless ``copy``), else a verified copy of its
+    serving files under ``$SPADE_CACHE/published/<version>-<hash of the uri>``."""
+    from spade.inference.vllm_server import staging_root
+    from spade.training.checkpoint import local_checkpoint_path, stage_checkpoint
+
+    assert weights.checkpoint is not None
+    options = cfg.storage.storage_options
+    local = local_checkpoint_path(weights.checkpoint, options)
+    if local is not None and not copy:
+        return str(local)
+    digest = hashlib.sha256(weights.checkpoint.encode()).hexdigest()[:12]
+    name = f"{re.sub(r'[^\w.-]', '_', weights.version)}-{digest}"
+    return str(stage_checkpoint(weights.checkpoint, staging_root() / name, storage_options=options))
+
+
+def _serve_on_vllm(cfg: CampaignConfig, entry: _Entry, weights: WeightsRef) -> str:
+    """Bring the managed server to ``weights`` (blocking: a restart takes minutes); returns the
+    model name requests for them use."""
+    managed = entry.backend
+    with entry.lock:
+        if entry.version != weights.version:
+            if weights.checkpoint is not None and weights.kind != "lora":
+                managed.serve_checkpoint(serving_folder(cfg, weights), weights.version)
+            else:
+                if managed.server.model != managed.base_model:  # after a full checkpoint
+                    managed.serve_checkpoint(managed.base_model)
+                managed.client.model_name = managed.server_model_name
+            if weights.checkpoint is not None and weights.kind == "lora":
+                copy = cfg.inference.vllm.container is not None  # it sees only its mounts
+                folder = serving_folder(cfg, weights, copy=copy)
+                asyncio.run(managed.publish_adapter(weights.version, folder))  # worker thread
+            entry.version = weights.version
+            log.info("managed vLLM server now serves weights %s", weights.version)
+        return str(managed.model_name)
+
+
+async def serve_on_managed_vllm(cfg: CampaignConfig, weights: WeightsRef) -> str:
+    """Make the pooled managed vLLM server (started if needed) serve ``weights``; returns the
+    model name requests for them use (the version's name unless ``weights`` is the base)."""
+    entry = await asyncio.to_thread(_shared_vllm, cfg)
+    return await asyncio.to_thread(_serve_on_vllm, cfg, entry, weights)
+
+
 @asynccontextmanager
 async def shared_backend(cfg: CampaignConfig, weights: WeightsRef = BASE) -> AsyncIterator[Backend]:
     """A backend serving ``weights``, kept open for later stages of this process.
 
     In-process models are loaded once and reloaded on a new version; a managed vLLM server is
-    launched once (LoRA versions are requested by adapter name, see ``publish``); clients to a
-    server are made per use. :func:`close_shared_backends` releases everything.
+    launched once and brought to the version (see the module docstring); clients to a server
+    are made per use. :func:`close_shared_backends` releases everything.
     """
     inf = cfg.inference
     if inf.backend == "transformers":
@@ -124,13 +206,14 @@ async def shared_backend(cfg: CampaignConfig, weights: WeightsRef = BASE) -> Asy
 
     if inf.backend == "openai":
         client_cfg, model = inf, inf.served_model or cfg.model.name_or_path
+        if weights.kind == "lora" and weights.checkpoint is not None:
+            model = weights.version  # the adapter's name on the server (published under it)
     else:
+        model = await serve_on_managed_vllm(cfg, weights)
         entry = await asyncio.to_thread(_shared_vllm, cfg)
         client_cfg = inf.model_copy(update={"base_url": entry.backend.server.base_url})
-        model = entry.backend.model_name
-    if weights.kind == "lora" and weights.checkpoint is not None:
-        model = weights.version  # the adapter's name on the server (published under it)
-    client = OpenAIBackend(client_cfg, model)
+    # the name is resolved: a configured served_model must not override a version's name
+    client = OpenAIBackend(client_cfg.model_copy(update={"served_model": None}), model)
     try:
         yield client
     finally:

@@ -1,13 +1,22 @@
 """A ``vllm serve`` process this program launches, watches and stops (DESIGN.md §4).
 
 vLLM cannot share Prefect's environment, so it always runs as a separate process started from
-its own ``vllm`` executable (``VllmServerConfig.executable``). :class:`VllmServer` owns that
-process: it starts it in its own process group (vLLM forks engine workers) with its output in a
-log file, waits for ``GET /health`` to answer 200, and stops the whole group (SIGTERM, then
-SIGKILL after ``shutdown_timeout_s``). A new full checkpoint is picked up by
-:meth:`VllmServer.restart`; a new LoRA adapter needs no restart (runtime loading is enabled with
-``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and done by
-:meth:`spade.inference.openai.OpenAIBackend.load_lora_adapter`).
+its own environment: the ``vllm`` executable of another virtual environment
+(``VllmServerConfig.executable``) or a container image (``VllmServerConfig.container``, see
+:class:`spade.config.VllmContainerConfig`: local weights are mounted read-only at the same paths,
+so the paths handed to the server need no translation). :class:`VllmServer` owns that process:
+it starts it in its own process group (vLLM forks engine workers) with its output in a log file,
+waits for ``GET /health`` to answer 200, and stops the whole group (SIGTERM, then SIGKILL after
+``shutdown_timeout_s``; a container is then removed by name). A new full checkpoint is picked up
+by :meth:`VllmServer.restart`; a new LoRA adapter needs no restart (runtime loading is enabled
+with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and done through
+:meth:`spade.inference.openai.OpenAIBackend.swap_lora_adapter`).
+
+Weights versions. A checkpoint published with a version is served under that version's name
+(``--served-model-name``, replacing a configured one), and an adapter under its own versioned
+name, so requests - and the rollouts recording ``Completion.model`` - say which weights served
+them. vLLM reads weights and adapters from its own filesystem: copies of checkpoints on a remote
+store are staged under :func:`staging_root` first (see :mod:`spade.inference.pool`).
 
 :class:`ManagedVllmBackend` is that server plus an :class:`OpenAIBackend` speaking to it.
 Launch failures (the process exits, or is not healthy in time) raise
@@ -36,18 +45,36 @@ from spade.inference.base import ChatRequest, Completion
 from spade.inference.openai import OpenAIBackend
 
 _LOG_TAIL_LINES = 40
+_SERVED_NAME = "--served-model-name"
+
+
+def staging_root() -> Path:
+    """``$SPADE_CACHE/published`` (default ``~/.cache/spade/published``): local copies of the
+    checkpoints and adapters a managed server loads (mounted into a container)."""
+    return Path(os.environ.get("SPADE_CACHE") or "~/.cache/spade").expanduser() / "published"
 
 
 class VllmServer:
-    """One managed ``vllm serve MODEL`` process; ``model`` is a hub id or a checkpoint folder."""
+    """One managed ``vllm serve MODEL`` process; ``model`` is a hub id or a checkpoint folder.
+
+    ``served_name``: serve the model under this name (``--served-model-name``, replacing any in
+    ``extra_args``); None: as configured, else vLLM names it after ``model``.
+    """
 
     def __init__(
-        self, config: VllmServerConfig, model: str, *, log_path: str | Path | None = None
+        self,
+        config: VllmServerConfig,
+        model: str,
+        *,
+        log_path: str | Path | None = None,
+        served_name: str | None = None,
     ) -> None:
         self.config = config
         self.model = model
+        self.served_name = served_name
         self.log_path = Path(log_path) if log_path else _new_log_path()
         self._process: subprocess.Popen[bytes] | None = None
+        self.container_name = f"spade-vllm-{config.port}-{os.getpid()}"
 
     @property
     def connect_host(self) -> str:
@@ -74,12 +101,49 @@ class VllmServer:
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    def command(self) -> list[str]:
+    @property
+    def model_arg(self) -> str:
+        """The model as ``vllm serve`` gets it: in a container, a local path made absolute (it is
+        mounted at that path)."""
+        local = Path(self.model).expanduser()
+        if self.config.container is not None and local.exists():
+            return str(local.resolve())
+        return self.model
+
+    def serve_args(self) -> list[str]:
+        """``serve MODEL --host H --port P [LoRA flags] [extra args] [--served-model-name N]``."""
         cfg = self.config
-        cmd = [cfg.executable, "serve", self.model, "--host", cfg.host, "--port", str(cfg.port)]
+        host = "0.0.0.0" if cfg.container is not None else cfg.host  # published on cfg.host
+        cmd = ["serve", self.model_arg, "--host", host, "--port", str(cfg.port)]
         if cfg.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank)]
-        return cmd + list(cfg.extra_args)
+        if self.served_name is None:
+            return cmd + list(cfg.extra_args)
+        return cmd + _without_flag(cfg.extra_args, _SERVED_NAME) + [_SERVED_NAME, self.served_name]
+
+    def mounts(self) -> list[Path]:
+        """Host folders a container needs: the model (if local) and, with LoRA, the staging root
+        adapters are loaded from at runtime."""
+        local = Path(self.model).expanduser()
+        paths = [local.resolve()] if local.exists() else []
+        if self.config.enable_lora:
+            paths.append(staging_root().resolve())
+        return paths
+
+    def command(self) -> list[str]:
+        cfg, box = self.config, self.config.container
+        if box is None:
+            return [cfg.executable, *self.serve_args()]
+        host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+        publish = f"{host}:{cfg.port}:{cfg.port}" if host else f"{cfg.port}:{cfg.port}"
+        cmd = [box.runtime, "run", "--rm", "--name", self.container_name, "-p", publish]
+        if box.gpus:
+            cmd += ["--gpus", box.gpus]
+        if cfg.enable_lora:
+            cmd += ["-e", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"]
+        for path in self.mounts():
+            cmd += ["-v", f"{path}:{path}:ro"]
+        return [*cmd, *box.extra_args, "--entrypoint", "vllm", box.image, *self.serve_args()]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -108,6 +172,27 @@ class VllmServer:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=self.config.shutdown_timeout_s)
         _reap_group(process, deadline)
+        if self.config.container is not None:
+            self._remove_container()
+
+    def _remove_container(self) -> None:
+        """A killed ``docker run`` leaves its container running: remove it by name (it is gone
+        already after a clean stop; ``rm -f`` also waits for ``--rm``, freeing the name)."""
+        box = self.config.container
+        assert box is not None
+        cmd = [box.runtime, "rm", "-f", self.container_name]
+        try:  # best effort: a runtime that cannot be run has no container left to remove
+            subprocess.run(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=self.config.shutdown_timeout_s,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            with self.log_path.open("a") as log:
+                log.write(f"=== spade: {' '.join(cmd)} failed: {exc}\n")
 
     def restart(self, model: str | None = None) -> None:
         """Stop, then start serving ``model`` (a new checkpoint folder) or the same weights."""
@@ -142,6 +227,8 @@ class VllmServer:
         raise InferenceError(f"port {self.config.port} on {self.connect_host} is already in use")
 
     def _launch(self) -> None:
+        if self.config.container is not None and self.config.enable_lora:
+            staging_root().mkdir(parents=True, exist_ok=True)  # mounted: must exist, ours
         cmd = self.command()
         with self.log_path.open("ab") as log:
             log.write(f"\n=== spade: launching {' '.join(cmd)}\n".encode())
@@ -185,33 +272,59 @@ class VllmServer:
 class ManagedVllmBackend:
     """A :class:`VllmServer` and the :class:`OpenAIBackend` that talks to it, as one Backend.
 
-    ``start()`` launches the server (blocking); ``publish_checkpoint(path)`` restarts it on new
-    full weights and points requests at them; adapters go through :attr:`client`.
-    ``aclose()`` closes the client and stops the server.
+    ``start()`` launches the server (blocking); ``publish_checkpoint(path, version)`` restarts it
+    on new full weights served under ``version`` and points requests at them;
+    ``publish_adapter(name, path)`` loads a LoRA adapter, points requests at it and unloads the
+    one it replaces (:attr:`adapter`). ``aclose()`` closes the client and stops the server.
     """
 
     def __init__(
         self, config: InferenceConfig, model: str, *, log_path: str | Path | None = None
     ) -> None:
+        self.base_model = model
         self.server = VllmServer(config.vllm, model, log_path=log_path)
-        client_config = config.model_copy(update={"base_url": self.server.base_url})
-        self.client = OpenAIBackend(client_config, self._served_name())
+        self._client_config = config.model_copy(update={"base_url": self.server.base_url})
+        self.client = OpenAIBackend(self._client_config, self.server_model_name)
+        self.adapter: str | None = None  # the runtime-loaded adapter requests go to
 
-    def _served_name(self) -> str:
-        """What vLLM calls the model: ``--served-model-name`` if given, else the model path."""
+    @property
+    def server_model_name(self) -> str:
+        """What vLLM calls the model: the version's name, ``--served-model-name`` if configured,
+        else the model path."""
+        if self.server.served_name is not None:
+            return self.server.served_name
         args = self.server.config.extra_args
-        if "--served-model-name" in args[:-1]:
-            return args[args.index("--served-model-name") + 1]
-        return self.server.model
+        if _SERVED_NAME in args[:-1]:
+            return args[args.index(_SERVED_NAME) + 1]
+        joined = [a.split("=", 1)[1] for a in args if a.startswith(f"{_SERVED_NAME}=")]
+        return joined[0] if joined else self.server.model_arg
 
     def start(self) -> Self:
         self.server.start()
         return self
 
-    async def publish_checkpoint(self, path: str | Path) -> None:
-        """Serve a new full checkpoint: restart vLLM on it (in a thread: it takes minutes)."""
-        await asyncio.to_thread(self.server.restart, str(path))
-        self.client.model_name = self._served_name()
+    def serve_checkpoint(self, path: str | Path, version: str | None = None) -> None:
+        """Restart vLLM on a full checkpoint folder (or the base model), served under
+        ``version`` (None: the configured name); blocking, it takes minutes."""
+        self.server.served_name = version
+        self.server.restart(str(path))
+        self.adapter = None  # a restarted server holds no runtime adapters
+        self.client.model_name = self.server_model_name
+
+    async def publish_checkpoint(self, path: str | Path, version: str | None = None) -> None:
+        """:meth:`serve_checkpoint` in a thread."""
+        await asyncio.to_thread(self.serve_checkpoint, path, version)
+
+    async def publish_adapter(self, name: str, path: str | Path) -> None:
+        """Load the adapter folder ``path`` (readable by the server) under ``name``, send later
+        requests to it and unload the adapter it replaces (a failed unload is only logged)."""
+        admin = OpenAIBackend(self._client_config, self.model_name)  # bound to this event loop
+        try:  # the admin client is closed whatever the server answers
+            await admin.swap_lora_adapter(name, str(path), previous=self.adapter)
+        finally:
+            await admin.aclose()
+        self.adapter = name
+        self.client.model_name = name
 
     @property
     def model_name(self) -> str:
@@ -228,6 +341,20 @@ class ManagedVllmBackend:
     async def aclose(self) -> None:
         await self.client.aclose()
         await asyncio.to_thread(self.server.stop)
+
+
+def _without_flag(args: Sequence[str], flag: str) -> list[str]:
+    """``args`` less ``flag VALUE`` and ``flag=VALUE``."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(f"{flag}="):
+            out.append(arg)
+    return out
 
 
 def _healthy(client: httpx.Client, url: str) -> bool:

@@ -4,6 +4,8 @@ chain of policy checkpoints (the same model plays both roles), and publishing th
 Checkpoints live inside the round's stage folders
 (``round-<NNNN>/train_agent/checkpoint/step-<n>``), so a re-run after a crash writes the same
 folder again instead of adding one; a checkpoint is only used once its own manifest is complete.
+A full-weight checkpoint also holds the model's ``config.json``, generation config and tokenizer
+files, so its folder is a Hugging Face model folder a vLLM server can be restarted on.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from spade.config import CampaignConfig
+from spade.errors import ConfigError
 from spade.inference.pool import WeightsRef
 from spade.pipeline.record import StageRecord
 
@@ -48,20 +51,23 @@ def _samples(cfg: CampaignConfig, role: Role, data: Any) -> list[Any]:
     return list(samples)
 
 
-def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> Any:
+def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> tuple[Any, dict[str, bytes]]:
+    """The trainer at ``parent``'s weights, and (full fine-tuning) the model files its
+    checkpoints carry to be loadable model folders."""
     from spade.inference.models import load_model_and_tokenizer, resolve_model
     from spade.training import checkpoint as ckpt
     from spade.training.trainer import GRPOTrainer
 
     resolved = resolve_model(cfg.model)
     model, tokenizer = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)
+    files = {} if cfg.training.lora.enabled else ckpt.hf_model_files(model, tokenizer)
     ref = None
     if cfg.training.kl_coef > 0 and not cfg.training.lora.enabled:
         ref = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)[0]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     trainer = GRPOTrainer(model, pad, cfg.training, role=role, ref_model=ref)
     if parent.checkpoint is None:
-        return trainer
+        return trainer, files
     loaded = ckpt.load_checkpoint(parent.checkpoint, storage_options=cfg.storage.storage_options)
     trainer.load_weights(loaded)
     state = dict(loaded.trainer_state or {})
@@ -70,7 +76,30 @@ def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> Any:
         trainer.load_state_dict(state)
     else:  # the other role wrote it: its weights, a fresh optimizer, the step count goes on
         trainer.global_step = loaded.step
-    return trainer
+    return trainer, files
+
+
+def _save(
+    cfg: CampaignConfig, trainer: Any, root: str, parent: str | None, files: dict[str, bytes]
+) -> str:
+    """``trainer.save`` (one process: rank 0, nothing to broadcast) plus the model files."""
+    from spade.training import checkpoint as ckpt
+
+    state = trainer.state_dict()
+    optimizer = state.pop("optimizer")
+    return ckpt.save_checkpoint(
+        root,
+        trainer.global_step,
+        tensors=trainer.export_weights(merged=False),
+        kind=trainer.kind,
+        optimizer_state=optimizer,
+        trainer_state=state,
+        config_hash=ckpt.config_hash(trainer.config),
+        parent=parent,
+        adapter_config=trainer.adapter_config() if trainer.lora else None,
+        model_files=files or None,
+        storage_options=cfg.storage.storage_options,
+    )
 
 
 def train(
@@ -99,10 +128,10 @@ def train(
         rec.write_json("outcome.json", {"skipped": reason, "samples": len(samples)})
         rec.commit("skipped", reason)
         return TrainOutcome(parent, {}, len(samples), reason)
-    trainer = _trainer(cfg, role, parent)
+    trainer, files = _trainer(cfg, role, parent)
     metrics = trainer.step(samples).to_dict()
     root = rec.cs.store.url(rec.key("checkpoint"))
-    uri = trainer.save(root, storage_options=cfg.storage.storage_options, parent=parent.checkpoint)
+    uri = _save(cfg, trainer, root, parent.checkpoint, files)
     kind = trainer.kind
     weights = WeightsRef(f"r{round:04d}-{role}", uri, kind)
     rec.outputs["checkpoint"] = uri
@@ -118,46 +147,60 @@ async def publish(
 ) -> WeightsRef:
     """Make ``weights`` the round's published weights; the next round serves them.
 
-    In-process models pick the version up when they next serve (see ``spade.inference.pool``);
-    a managed vLLM server loads a LoRA adapter at runtime under the version's name, or restarts
-    on a full checkpoint exported as a model folder.
+    - in-process transformers: the pool swaps the version in when it next serves (a LoRA
+      checkpoint merged into the base weights), see :mod:`spade.inference.pool`;
+    - a managed vLLM server (``inference.backend: vllm``, on this machine): restarted on a full
+      checkpoint's folder, served under the version's name, or given a LoRA adapter at runtime
+      under the version's name (the previous adapter unloaded). A checkpoint on a remote store
+      is copied (verified) to ``$SPADE_CACHE/published`` first: vLLM reads only its own disk;
+    - an external server (``openai``): see :func:`_publish_to_server`.
     """
     rec = StageRecord(cfg, campaign_id, round, "publish", {"weights": weights.version})
     note = ""
     if weights.checkpoint is not None and cfg.inference.backend == "vllm":
-        await _publish_to_vllm(cfg, weights)
+        from spade.inference.pool import serve_on_managed_vllm
+
+        await serve_on_managed_vllm(cfg, weights)
     elif weights.checkpoint is not None and cfg.inference.backend == "openai":
-        note = await _publish_to_server(cfg, weights)
+        note = await _publish_to_server(cfg, campaign_id, round, weights)
     rec.write_json("weights.json", weights.to_dict())
     rec.commit(note=note)
     return weights
 
 
-async def _publish_to_vllm(cfg: CampaignConfig, weights: WeightsRef) -> None:
-    from spade.inference.pool import shared_vllm_server
-    from spade.training.publish import publish_lora_adapter
+async def _publish_to_server(
+    cfg: CampaignConfig, campaign_id: str, round: int, weights: WeightsRef
+) -> str:
+    """An external OpenAI-compatible server, possibly on another machine.
 
-    server = shared_vllm_server(cfg)
-    assert weights.checkpoint is not None
-    if weights.kind == "lora":
-        await publish_lora_adapter(server.client, weights.checkpoint, weights.version)
-    else:
-        await server.publish_checkpoint(weights.checkpoint)
-
-
-async def _publish_to_server(cfg: CampaignConfig, weights: WeightsRef) -> str:
-    """An external OpenAI-compatible server: LoRA adapters load at runtime (the folder must be
-    readable by the server); full weights need the server restarted on them by its owner."""
+    LoRA: the adapter loads at runtime from the checkpoint folder's path on this machine, so the
+    store must be a filesystem the server sees at the same path (a local or network-mounted
+    ``storage.root``); a checkpoint on a remote store (``s3://``) is a ConfigError, as vLLM
+    reads adapters from its own filesystem only (use ``inference.backend: vllm``, whose server
+    on this machine gets a local copy). The adapter the previous round published is unloaded
+    once the new one is loaded. Full weights: the server's owner restarts it on them (noted).
+    """
     from spade.inference.openai import OpenAIBackend
-    from spade.training.publish import publish_lora_adapter
+    from spade.pipeline.state import published_weights
+    from spade.training.checkpoint import local_checkpoint_path
 
     assert weights.checkpoint is not None
     if weights.kind != "lora":
         log.warning("external server: restart it on %s to serve these weights", weights.checkpoint)
         return f"full weights: restart the external server on {weights.checkpoint}"
-    client = OpenAIBackend(cfg.inference, cfg.inference.served_model or cfg.model.name_or_path)
+    folder = local_checkpoint_path(weights.checkpoint, cfg.storage.storage_options)
+    if folder is None:
+        raise ConfigError(
+            f"cannot publish LoRA adapter {weights.checkpoint} to the external server at"
+            f" {cfg.inference.base_url}: vLLM loads adapters from its own filesystem, not from"
+            " a remote store. Put storage.root on a filesystem the server mounts at the same"
+            " path, or use inference.backend 'vllm' (a managed server here gets a local copy)"
+        )
+    previous = published_weights(cfg, campaign_id, round - 1) if round > 0 else None
+    old = previous.version if previous and previous.kind == "lora" and previous.checkpoint else None
+    client = OpenAIBackend(cfg.inference.model_copy(update={"served_model": None}), "admin")
     try:  # the client is closed whatever the server answers
-        await publish_lora_adapter(client, weights.checkpoint, weights.version)
+        await client.swap_lora_adapter(weights.version, str(folder), previous=old)
     finally:
         await client.aclose()
     return ""

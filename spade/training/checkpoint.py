@@ -7,9 +7,15 @@ fsspec)::
         model.safetensors          kind "full": every weight
         adapter_model.safetensors  kind "lora": the adapter tensors only (peft's / vLLM's name)
         adapter_config.json        optional (LoRA), so peft / vLLM can load the folder as is
+        config.json, tokenizer...  optional (full): the model files of ``hf_model_files``
         optimizer.pt               optional, ``torch.save`` of the optimizer state dict
         trainer.json               optional, JSON trainer state (step, RNG, sampler, metrics ...)
         manifest.json              written LAST: the commit marker
+
+With its model files (``config.json``, ``generation_config.json``, the tokenizer's files) a
+full checkpoint folder is a Hugging Face model folder: ``AutoModelForCausalLM.from_pretrained``
+and ``vllm serve`` load it as is (they ignore the optimizer, trainer and manifest files). The
+weights files carry safetensors' ``{"format": "pt"}`` metadata, which transformers checks.
 
 ``manifest.json`` is ``{"format": 1, "step", "kind", "config_hash", "parent", "created",
 "files": {name: {"bytes", "sha256"}}}``. A folder is a checkpoint only when its manifest exists
@@ -26,6 +32,9 @@ consistent, so writing the manifest as the last object suffices; a kill during a
 upload leaves an invisible incomplete upload (let a bucket lifecycle rule abort those). On other
 remote filesystems without rename, a torn file is still caught by its checksum. Files are
 serialised in memory one at a time: saving needs free RAM about the size of the largest file.
+
+A server that cannot read the store (vLLM loads weights and adapters from its own filesystem)
+gets a verified local copy from :func:`stage_checkpoint`.
 """
 
 from __future__ import annotations
@@ -36,9 +45,12 @@ import json
 import logging
 import random
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import fsspec
@@ -59,6 +71,7 @@ ADAPTER_CONFIG = "adapter_config.json"
 OPTIMIZER = "optimizer.pt"
 TRAINER = "trainer.json"
 _KNOWN_FILES = {*WEIGHTS_FILES.values(), ADAPTER_CONFIG, OPTIMIZER, TRAINER}
+_MODEL_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a plain name inside the folder
 _STEP_DIR = re.compile(r"step-(\d{8,})")
 _CHUNK = 16 * 2**20
 
@@ -140,6 +153,30 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
         np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
+def hf_model_files(model: Any, tokenizer: Any = None) -> dict[str, bytes]:
+    """``config.json``, ``generation_config.json`` (if the model has one) and the tokenizer's
+    files of a transformers causal LM, as ``save_pretrained`` writes them: with them and the
+    weights a full checkpoint folder loads as a Hugging Face model (transformers, vLLM).
+
+    The config names the model's class (``architectures``, which vLLM needs) and keeps the dtype
+    the model was loaded in (the trainer may hold fp32 master weights; servers cast on load).
+    """
+    import copy
+
+    config = copy.deepcopy(model.config)
+    config.architectures = [type(model).__name__]
+    if getattr(config, "dtype", None) is None:
+        config.dtype = model.dtype
+    with tempfile.TemporaryDirectory() as tmp:
+        config.save_pretrained(tmp)
+        generation = getattr(model, "generation_config", None)
+        if generation is not None:
+            generation.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        return {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir()) if f.is_file()}
+
+
 def _fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
     fs, path = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
     return fs, path.rstrip("/")
@@ -173,14 +210,21 @@ def save_checkpoint(
     config_hash: str = "",
     parent: str | None = None,
     adapter_config: Mapping[str, Any] | None = None,
+    model_files: Mapping[str, bytes] | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> str:
     """Write ``{root}/step-{step:08d}/`` (manifest last) and return its URI.
 
-    A folder already at that step (a crashed save, or a save being redone) is replaced.
+    ``model_files``: more files by plain name, e.g. :func:`hf_model_files`, written before the
+    manifest and covered by it like every other file. A folder already at that step (a crashed
+    save, or a save being redone) is replaced.
     """
     if kind not in WEIGHTS_FILES or step < 0:
         raise ValueError(f"need kind 'full' or 'lora' and step >= 0, not {kind!r} and {step}")
+    reserved = {*_KNOWN_FILES, MANIFEST}
+    clashing = [n for n in model_files or {} if n in reserved or not _MODEL_FILE.fullmatch(n)]
+    if clashing:
+        raise ValueError(f"model file names must be plain and new, not {clashing}")
     fs, root_path = _fs(root, storage_options)
     path = f"{root_path}/step-{step:08d}"
     if fs.exists(path):
@@ -190,9 +234,11 @@ def save_checkpoint(
         fs.makedirs(path, exist_ok=True)
 
     def payloads() -> Iterator[tuple[str, bytes]]:  # serialised one at a time: bounded memory
-        yield WEIGHTS_FILES[kind], safetensors.torch.save(_dedupe_storage(tensors))
+        weights = safetensors.torch.save(_dedupe_storage(tensors), metadata={"format": "pt"})
+        yield WEIGHTS_FILES[kind], weights
         if adapter_config is not None:
             yield ADAPTER_CONFIG, json.dumps(dict(adapter_config), indent=2).encode()
+        yield from (model_files or {}).items()
         if optimizer_state is not None:
             buf = io.BytesIO()
             torch.save(dict(optimizer_state), buf)
@@ -227,7 +273,8 @@ def _read_manifest(fs: Any, path: str) -> dict[str, Any]:
         or manifest.get("format") != FORMAT
         or manifest.get("kind") not in WEIGHTS_FILES
         or WEIGHTS_FILES[manifest["kind"]] not in files
-        or not set(files) <= _KNOWN_FILES
+        or not all(n in _KNOWN_FILES or _MODEL_FILE.fullmatch(n) for n in files)
+        or MANIFEST in files
         or not all(isinstance(m, dict) and {"bytes", "sha256"} <= set(m) for m in files.values())
     ):
         raise CheckpointError(f"{_uri(fs, path)}: {MANIFEST} is not a format-{FORMAT} manifest")
@@ -338,6 +385,61 @@ def load_checkpoint(
         trainer_state=json.loads(blobs[TRAINER]) if TRAINER in blobs else None,
         adapter_config=json.loads(blobs[ADAPTER_CONFIG]) if ADAPTER_CONFIG in blobs else None,
     )
+
+
+def local_checkpoint_path(
+    uri: str, storage_options: Mapping[str, Any] | None = None
+) -> Path | None:
+    """The checkpoint's folder on this machine's filesystem; None on a remote store."""
+    fs, path = _fs(uri, storage_options)
+    return Path(path) if isinstance(fs, LocalFileSystem) else None
+
+
+def stage_checkpoint(
+    uri: str,
+    dest: str | Path,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    skip: frozenset[str] = frozenset({OPTIMIZER, TRAINER}),
+) -> Path:
+    """A verified local copy of a complete checkpoint's files (less ``skip``) in folder ``dest``.
+
+    For servers that read weights from their own filesystem. The files are streamed into a
+    temporary sibling folder, each checked against the manifest's size and sha256, and the folder
+    is renamed to ``dest`` last: ``dest`` existing means a complete copy, which is reused as is
+    (give each checkpoint its own ``dest``). CheckpointError if the checkpoint is incomplete.
+    """
+    dest = Path(dest)
+    if dest.is_dir():
+        return dest
+    fs, path = _fs(uri, storage_options)
+    manifest = _read_manifest(fs, path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:  # the temporary folder goes whatever happens; only a finished copy is renamed
+        for name, meta in manifest["files"].items():
+            if name in skip:
+                continue
+            h, size = hashlib.sha256(), 0
+            try:  # listed in the manifest, gone from the store
+                with fs.open(f"{path}/{name}", "rb") as src, (tmp / name).open("wb") as out:
+                    while chunk := src.read(_CHUNK):
+                        h.update(chunk)
+                        size += len(chunk)
+                        out.write(chunk)
+            except FileNotFoundError as exc:
+                raise CheckpointError(f"{_uri(fs, f'{path}/{name}')}: missing") from exc
+            _check(_uri(fs, f"{path}/{name}"), size, h.hexdigest(), meta)
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide it from a server running as another user
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process staged it first: theirs is as good as ours
+            if not dest.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("staged checkpoint %s in %s", _uri(fs, path), dest)
+    return dest
 
 
 def prune_checkpoints(

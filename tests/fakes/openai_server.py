@@ -10,6 +10,9 @@ drive the real client code against it. It serves ``/v1/chat/completions``, ``/v1
 - ``logprobs``, ``return_token_ids`` and ``return_tokens_as_token_ids`` behave like vLLM's;
   ``max_tokens`` truncates (finish_reason ``"length"``), ``stop`` strings cut the text;
 - a request naming a model that is neither the base model nor a loaded adapter gets 404;
+- with ``check_lora_paths`` (``--check-lora-paths``), ``lora_path`` must be a folder on this
+  machine holding ``adapter_config.json`` and ``adapter_model.safetensors`` (or ``.bin``), as
+  vLLM reads it, else the load gets vLLM's 400;
 - fault injection for chat requests, one plan entry per request: ``"drop"`` (close the socket
   without an answer), ``"stall"`` (answer nothing until stopped, at most ``stall_s``),
   ``"malformed"`` (200 with invalid JSON), ``"nochoices"`` (200 with JSON lacking a choice),
@@ -114,8 +117,10 @@ class FakeOpenAIServer:
         max_context: int | None = None,
         allow_runtime_lora: bool = True,
         return_token_ids_supported: bool = True,
+        check_lora_paths: bool = False,
     ) -> None:
         self.model = model
+        self.check_lora_paths = check_lora_paths
         self.script = script
         self.latency_s = latency_s
         self.stall_s = stall_s
@@ -237,6 +242,9 @@ class FakeOpenAIServer:
         if not isinstance(name, str) or not isinstance(path, str):
             _error(h, 400, "lora_name and lora_path are required")
             return
+        if self.check_lora_paths and not _adapter_folder(path):
+            _error(h, 400, f"Loading lora {name} failed: No adapter found for {path}")
+            return
         with self._lock:
             known = name in self.adapters
             if not known:
@@ -338,6 +346,14 @@ class FakeOpenAIServer:
         }
 
 
+def _adapter_folder(path: str) -> bool:
+    folder = os.path.join(path, "")
+    weights = ("adapter_model.safetensors", "adapter_model.bin")
+    return os.path.isfile(folder + "adapter_config.json") and any(
+        os.path.isfile(folder + w) for w in weights
+    )
+
+
 def _truncate(text: str, stop: str | list[str], max_tokens: int) -> tuple[str, str]:
     for s in [stop] if isinstance(stop, str) else stop:
         if s and s in text:
@@ -397,6 +413,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--script", choices=sorted(SCRIPTS), default="echo")
+    parser.add_argument("--check-lora-paths", action="store_true")
     args, _ = parser.parse_known_args(argv)
     allow = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("true", "1")
     server = FakeOpenAIServer(
@@ -405,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         allow_runtime_lora=allow,
+        check_lora_paths=args.check_lora_paths,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -3,7 +3,8 @@
 The stand-in is a small script named ``vllm`` that parses ``serve MODEL --host H --port P ...``,
 leaves a child process behind in its group (as vLLM's engine workers do) and execs the scripted
 OpenAI-compatible server of :mod:`tests.fakes.openai_server`, which answers with the name of the
-model each request named.
+model each request named (``--served-model-name`` if given, else MODEL). A stand-in container
+runtime (``docker``) does the same from ``run ... IMAGE serve MODEL ...`` and records ``rm``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import pytest
 from spade.config import InferenceConfig, VllmServerConfig
 from spade.errors import InferenceError
 from spade.inference.base import Backend, ChatRequest
-from spade.inference.vllm_server import ManagedVllmBackend, VllmServer, group_alive
+from spade.inference.vllm_server import ManagedVllmBackend, VllmServer, group_alive, staging_root
+from tests.fakes.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,6 +35,7 @@ parser.add_argument("command")
 parser.add_argument("model")
 parser.add_argument("--host")
 parser.add_argument("--port")
+parser.add_argument("--served-model-name")
 args, rest = parser.parse_known_args()
 worker = subprocess.Popen(["sleep", "300"])  # stays in the group, like vLLM's engine core
 with open(os.environ["STUB_RECORD"], "a") as f:
@@ -41,7 +44,26 @@ with open(os.environ["STUB_RECORD"], "a") as f:
     f.write(json.dumps(record) + "\\n")
 os.environ["PYTHONPATH"] = REPO
 os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.openai_server", "--host", args.host,
-                          "--port", args.port, "--model", args.model, "--script", "model"])
+                          "--port", args.port, "--model", args.served_model_name or args.model,
+                          "--script", "model", *EXTRA])
+"""
+
+CONTAINER_STUB = """
+import json, os, sys
+argv = sys.argv[1:]
+with open(os.environ["STUB_RECORD"], "a") as f:
+    f.write(json.dumps({"runtime": argv}) + "\\n")
+if argv[0] == "rm":
+    sys.exit(0)
+assert argv[:2] == ["run", "--rm"], argv
+env = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
+serve = argv[argv.index("serve"):]
+named = "--served-model-name" in serve
+model = serve[serve.index("--served-model-name") + 1] if named else serve[1]
+os.environ.update(env, PYTHONPATH=REPO)
+os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.openai_server", "--host", "127.0.0.1",
+                          "--port", serve[serve.index("--port") + 1], "--model", model,
+                          "--script", "model"])
 """
 
 CRASHING_STUB = """
@@ -59,9 +81,10 @@ time.sleep(60)
 """
 
 
-def write_stub(folder: Path, body: str) -> Path:
-    path = folder / "vllm"
-    path.write_text(f"#!{sys.executable}\nREPO = {str(REPO)!r}\n{body}")
+def write_stub(folder: Path, body: str, *, name: str = "vllm", extra: tuple[str, ...] = ()) -> Path:
+    """An executable stand-in; ``extra``: more arguments for the OpenAI stand-in it runs."""
+    path = folder / name
+    path.write_text(f"#!{sys.executable}\nREPO = {str(REPO)!r}\nEXTRA = {list(extra)!r}\n{body}")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
 
@@ -217,3 +240,171 @@ def test_context_manager_stops_the_server(tmp_path: Path, monkeypatch: pytest.Mo
         assert server.running and pgid is not None
     assert not server.running and not group_alive(pgid)
     assert os.path.getsize(tmp_path / "v.log") > 0
+
+
+# ----------------------------------------------------------------------- weights versions, image
+
+
+def test_container_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    folder = (tmp_path / "ckpt").resolve()
+    folder.mkdir()
+    staged = staging_root().resolve()
+    config = VllmServerConfig.model_validate(
+        {
+            "port": 9001,
+            "max_lora_rank": 32,
+            "extra_args": ["--dtype", "bfloat16", "--served-model-name", "alias"],
+            "container": {"image": "vllm/vllm-openai:v0.11.0"},
+        }
+    )
+    server = VllmServer(config, str(folder), served_name="r0001-agent")
+    assert server.command() == [
+        "docker", "run", "--rm", "--name", f"spade-vllm-9001-{os.getpid()}",
+        "-p", "127.0.0.1:9001:9001", "--gpus", "all",
+        "-e", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
+        "-v", f"{folder}:{folder}:ro", "-v", f"{staged}:{staged}:ro",
+        "--ipc=host", "--entrypoint", "vllm", "vllm/vllm-openai:v0.11.0",
+        "serve", str(folder), "--host", "0.0.0.0", "--port", "9001",
+        "--enable-lora", "--max-lora-rank", "32",
+        "--dtype", "bfloat16", "--served-model-name", "r0001-agent",
+    ]  # fmt: skip
+
+    podman = config.model_copy(
+        update={
+            "enable_lora": False,
+            "host": "::1",
+            "extra_args": ["--served-model-name=alias"],
+            "container": config.container.model_copy(  # type: ignore[union-attr]
+                update={"runtime": "podman", "gpus": None, "extra_args": ["--shm-size=8g"]}
+            ),
+        }
+    )
+    hub = VllmServer(podman, "org/model")  # a hub id: nothing to mount, named as configured
+    assert hub.command() == [
+        "podman", "run", "--rm", "--name", f"spade-vllm-9001-{os.getpid()}",
+        "-p", "[::1]:9001:9001", "--shm-size=8g", "--entrypoint", "vllm",
+        "vllm/vllm-openai:v0.11.0", "serve", "org/model", "--host", "0.0.0.0", "--port", "9001",
+        "--served-model-name=alias",
+    ]  # fmt: skip
+    hub.served_name = "v2"
+    assert hub.command()[-2:] == ["--served-model-name", "v2"]
+    assert "--served-model-name=alias" not in hub.command()
+
+
+def test_a_server_from_an_image_starts_restarts_and_its_container_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = tmp_path / "runtime.jsonl"
+    monkeypatch.setenv("STUB_RECORD", str(record))
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    runtime = write_stub(tmp_path, CONTAINER_STUB, name="docker")
+    vllm = server_config(runtime, container={"runtime": str(runtime), "image": "img:1"})
+    config = InferenceConfig(backend="vllm", vllm=vllm, request_timeout_s=5.0)
+    ckpt = tmp_path / "ckpt-1"
+    ckpt.mkdir()
+    managed = ManagedVllmBackend(config, "base/model", log_path=tmp_path / "vllm.log")
+
+    async def scenario() -> list[str]:
+        await asyncio.to_thread(managed.start)
+        first = await managed.complete([ChatRequest([{"role": "user", "content": "hi"}])])
+        await managed.publish_checkpoint(ckpt, "r0001-agent")
+        second = await managed.complete([ChatRequest([{"role": "user", "content": "hi"}])])
+        await managed.aclose()
+        return [first[0].text, second[0].text, second[0].model]
+
+    try:  # never leave a server behind if an assertion fails mid-way
+        texts = asyncio.run(scenario())
+    finally:
+        managed.server.stop()
+    assert texts == ["base/model", "r0001-agent", "r0001-agent"]
+    calls = [json.loads(line)["runtime"] for line in record.read_text().splitlines()]
+    name = managed.server.container_name
+    assert [c[0] for c in calls] == ["run", "rm", "run", "rm"]
+    assert calls[1] == calls[3] == ["rm", "-f", name]
+    assert calls[2][calls[2].index("img:1") :][:2] == ["img:1", "serve"]
+    assert f"{ckpt.resolve()}:{ckpt.resolve()}:ro" in calls[2]
+    assert (tmp_path / "cache" / "published").is_dir()  # created before it is mounted
+
+
+def test_each_published_checkpoint_is_served_under_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = tmp_path / "launches.jsonl"
+    monkeypatch.setenv("STUB_RECORD", str(record))
+    vllm = server_config(
+        write_stub(tmp_path, SERVING_STUB), extra_args=["--served-model-name", "alias"]
+    )
+    config = InferenceConfig(backend="vllm", vllm=vllm, request_timeout_s=5.0)
+    managed = ManagedVllmBackend(config, "base/model", log_path=tmp_path / "vllm.log")
+    request = ChatRequest([{"role": "user", "content": "hi"}])
+
+    async def scenario() -> list[str]:
+        await asyncio.to_thread(managed.start)
+        names = [(await managed.complete([request]))[0].model]
+        for version in ("r0000-agent", "r0001-agent"):
+            await managed.publish_checkpoint(tmp_path / version, version)
+            (completion,) = await managed.complete([request])
+            assert completion.ok and completion.text == version
+            names.append(completion.model)
+        await managed.aclose()
+        return names
+
+    try:  # never leave a server behind if an assertion fails mid-way
+        names = asyncio.run(scenario())
+    finally:
+        managed.server.stop()
+    assert names == ["alias", "r0000-agent", "r0001-agent"]
+    argvs = [json.loads(line)["argv"] for line in record.read_text().splitlines()]
+    assert [a[1] for a in argvs] == ["base/model", *(str(tmp_path / v) for v in names[1:])]
+    for argv, name in zip(argvs, names, strict=True):
+        assert argv.count("--served-model-name") == 1
+        assert argv[argv.index("--served-model-name") + 1] == name
+
+
+def _adapter(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text("{}")
+    (folder / "adapter_model.safetensors").write_bytes(b"x")
+    return folder
+
+
+def test_a_new_adapter_replaces_the_previous_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FakeOpenAIServer(check_lora_paths=True) as fake:
+        vllm = VllmServerConfig(port=fake.port)
+        managed = ManagedVllmBackend(InferenceConfig(backend="vllm", vllm=vllm), fake.model)
+
+        async def scenario() -> None:
+            await managed.publish_adapter("v1", _adapter(tmp_path / "v1"))
+            assert fake.adapters == {"v1": str(tmp_path / "v1")} and managed.model_name == "v1"
+            await managed.publish_adapter("v2", _adapter(tmp_path / "v2"))
+            assert fake.adapters == {"v2": str(tmp_path / "v2")} and managed.model_name == "v2"
+            await managed.publish_adapter("v2", tmp_path / "v2")  # a retried publish
+            assert fake.adapters == {"v2": str(tmp_path / "v2")}
+            fake.adapters.clear()  # the server lost v2: its unload fails, the publish does not
+            with caplog.at_level("WARNING", logger="spade.inference.openai"):
+                await managed.publish_adapter("v3", _adapter(tmp_path / "v3"))
+            assert fake.adapters == {"v3": str(tmp_path / "v3")} and managed.model_name == "v3"
+            with pytest.raises(InferenceError, match="No adapter found"):
+                await managed.publish_adapter("v4", tmp_path / "nothing-here")
+            assert managed.adapter == "v3"
+            await managed.client.aclose()
+
+        asyncio.run(scenario())
+        unloads = [r.body for r in fake.requests if r.path == "/v1/unload_lora_adapter"]
+    assert unloads == [{"lora_name": "v1"}, {"lora_name": "v2"}]
+    assert "could not unload the previous adapter v2" in caplog.text
+
+
+def test_the_served_name_follows_the_version_else_the_configuration() -> None:
+    def managed(*args: str) -> ManagedVllmBackend:
+        vllm = VllmServerConfig(extra_args=list(args))
+        return ManagedVllmBackend(InferenceConfig(backend="vllm", vllm=vllm), "org/model")
+
+    assert managed().model_name == "org/model"
+    assert managed("--served-model-name=alias").model_name == "alias"
+    versioned = managed("--served-model-name", "alias")
+    versioned.server.served_name = "r0002-agent"
+    assert versioned.server_model_name == "r0002-agent"

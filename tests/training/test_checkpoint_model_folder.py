@@ -1,0 +1,127 @@
+"""A full checkpoint is a Hugging Face model folder (config, generation config, tokenizer,
+weights) covered by its manifest; checkpoints are staged to local folders for servers that
+read only their own disk (from a real S3 endpoint, moto)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers reads it: never the hub
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from spade.config import TrainingConfig
+from spade.errors import CheckpointError
+from spade.training.checkpoint import (
+    hf_model_files,
+    list_checkpoints,
+    load_checkpoint,
+    local_checkpoint_path,
+    save_checkpoint,
+    stage_checkpoint,
+)
+from spade.training.trainer import GRPOTrainer
+from tests.integration.scripted_designer import write_tiny_policy
+from tests.training.tiny_task import task_samples
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_policy(tmp_path_factory.mktemp("policy"))
+
+
+def _trained_checkpoint(policy: Path, root: str, **kw: object) -> tuple[str, GRPOTrainer]:
+    model = AutoModelForCausalLM.from_pretrained(policy)
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    files = hf_model_files(model, tokenizer)
+    trainer = GRPOTrainer(model, tokenizer.pad_token_id, TrainingConfig(lr=1e-2))
+    trainer.step(task_samples(trainer.model))
+    state = trainer.state_dict()
+    optimizer = state.pop("optimizer")
+    uri = save_checkpoint(
+        root,
+        trainer.global_step,
+        tensors=trainer.export_weights(merged=False),
+        kind="full",
+        optimizer_state=optimizer,
+        trainer_state=state,
+        model_files=files,
+        **kw,  # type: ignore[arg-type]
+    )
+    return uri, trainer
+
+
+def test_a_full_checkpoint_loads_as_a_transformers_model_with_the_trained_weights(
+    policy: Path, tmp_path: Path
+) -> None:
+    uri, trainer = _trained_checkpoint(policy, str(tmp_path / "ckpt"))
+    folder = Path(uri)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "model.safetensors"):
+        assert manifest["files"][name]["bytes"] == (folder / name).stat().st_size, name
+
+    loaded = AutoModelForCausalLM.from_pretrained(folder)
+    trained = trainer.export_weights()
+    base = AutoModelForCausalLM.from_pretrained(policy).state_dict()
+    assert type(loaded).__name__ == "LlamaForCausalLM"
+    assert set(loaded.state_dict()) == set(trained)
+    for key, value in loaded.state_dict().items():
+        assert torch.equal(value, trained[key]), key
+    assert any(not torch.equal(base[k], trained[k]) for k in trained)  # it did train
+    tokenizer, original = (
+        AutoTokenizer.from_pretrained(folder),
+        AutoTokenizer.from_pretrained(policy),
+    )
+    text = "Hello, world!"
+    assert tokenizer(text).input_ids == original(text).input_ids
+    messages = [{"role": "user", "content": "hi"}]
+    assert tokenizer.apply_chat_template(messages, tokenize=False) == (
+        original.apply_chat_template(messages, tokenize=False)
+    )
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    # the resume path still reads it, and the extra files are checked like every other
+    assert torch.equal(load_checkpoint(uri).tensors["lm_head.weight"], trained["lm_head.weight"])
+    (folder / "tokenizer.json").write_text("{}")
+    assert list_checkpoints(str(tmp_path / "ckpt")) == []
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json"):
+        load_checkpoint(uri)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "optimizer.pt", "../config.json", "a/b", ".x"])
+def test_model_files_must_be_plain_new_names(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError, match="plain and new"):
+        save_checkpoint(
+            str(tmp_path), 1, tensors={"w": torch.ones(2)}, kind="full", model_files={name: b"x"}
+        )
+    assert not (tmp_path / "step-00000001").exists()
+
+
+def test_a_checkpoint_on_s3_is_staged_verified_into_a_local_model_folder(
+    policy: Path, tmp_path: Path, s3_bucket
+) -> None:
+    b = s3_bucket
+    root = f"s3://{b.name}/runs"
+    uri, trainer = _trained_checkpoint(policy, root, storage_options=b.storage_options)
+    assert local_checkpoint_path(uri, b.storage_options) is None
+    assert local_checkpoint_path(str(tmp_path)) == tmp_path
+
+    staged = stage_checkpoint(uri, tmp_path / "staged" / "v1", storage_options=b.storage_options)
+    assert staged == tmp_path / "staged" / "v1"
+    names = sorted(p.name for p in staged.iterdir())
+    assert "optimizer.pt" not in names and "trainer.json" not in names
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(names)
+    assert sorted(p.name for p in staged.parent.iterdir()) == ["v1"]  # no temporary left
+    model = AutoModelForCausalLM.from_pretrained(staged)
+    for key, value in trainer.export_weights().items():
+        assert torch.equal(model.state_dict()[key], value), key
+    assert stage_checkpoint(uri, staged, storage_options=b.storage_options) == staged  # reused
+
+    key = f"runs/{uri.rsplit('/', 1)[-1]}/config.json"
+    b.client.put_object(Bucket=b.name, Key=key, Body=b"{}")  # damaged on the store
+    with pytest.raises(CheckpointError, match=r"config\.json"):
+        stage_checkpoint(uri, tmp_path / "staged" / "v2", storage_options=b.storage_options)
+    assert sorted(p.name for p in staged.parent.iterdir()) == ["v1"]  # nothing half-copied
