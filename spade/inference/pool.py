@@ -134,13 +134,16 @@ def _shared_transformers(cfg: CampaignConfig, weights: WeightsRef) -> Backend:
 
 
 def _shared_vllm(cfg: CampaignConfig) -> Any:
+    from spade.inference.factory import vllm_inference_config, vllm_model_source
     from spade.inference.vllm_server import ManagedVllmBackend
 
     key = _pool_key(cfg)
     with _entries_lock:
         entry = _entries.get(key)
         if entry is None:
-            managed = ManagedVllmBackend(cfg.inference, cfg.model.name_or_path).start()
+            # the model as vLLM can load it (the shipped GGUF alias: its converted folder)
+            source = vllm_model_source(cfg.model)
+            managed = ManagedVllmBackend(vllm_inference_config(cfg.inference), source).start()
             entry = _entries[key] = _Entry(managed)
     return entry
 
@@ -202,10 +205,11 @@ async def shared_backend(cfg: CampaignConfig, weights: WeightsRef = BASE) -> Asy
     if inf.backend == "transformers":
         yield await asyncio.to_thread(_shared_transformers, cfg, weights)
         return
+    from spade.inference.factory import served_model_name
     from spade.inference.openai import OpenAIBackend
 
     if inf.backend == "openai":
-        client_cfg, model = inf, inf.served_model or cfg.model.name_or_path
+        client_cfg, model = inf, served_model_name(cfg)
         if weights.kind == "lora" and weights.checkpoint is not None:
             model = weights.version  # the adapter's name on the server (published under it)
     else:
