@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install everything SPADE needs on a fresh Debian machine of this kind, idempotently:
 # system packages (nsjail's libnl, Debian's Python for the jail, Chromium for UI tests),
-# a Python 3.12 virtualenv in .venv with the project and its pinned dependencies.
-# Re-running is cheap.
+# a Python 3.12 virtualenv in .venv with the project and its pinned dependencies, and
+# DeepSpeed's compiled CPU op in the cache the trainer uses. Re-running is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,4 +47,26 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
     exit 1
   fi
   echo "$want" > "$stamp"
+fi
+
+# DeepSpeed JIT-compiles its CPU communication op (deepspeed_shm_comm) at every process-group
+# start on CPU (~1 min on 2 cores); build it once into the cache the trainer uses
+# (spade.training.engines.ensure_extensions_dir), so tests never compile and a CI cache of
+# ~/.cache/spade keeps it. DeepSpeed's own build_shm_op builds exactly what it will load (nothing
+# on GPU machines). The stamp holds the torch/DeepSpeed pins the build was made with.
+ext_dir=${TORCH_EXTENSIONS_DIR:-${SPADE_CACHE:-$HOME/.cache/spade}/torch_extensions}
+ext_stamp=$ext_dir/.spade-prebuilt
+ext_want=$({ grep -E '^(torch|deepspeed)==' constraints.txt || true; } | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$ext_stamp" 2>/dev/null)" != "$ext_want" ]; then
+  log "compiling DeepSpeed's ops into $ext_dir (once; 1-3 min on 2 cores)"
+  mkdir -p "$ext_dir"
+  started=$SECONDS
+  if ! TORCH_EXTENSIONS_DIR=$ext_dir .venv/bin/python -c \
+       'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >"$ext_dir/build.log" 2>&1; then
+    cat "$ext_dir/build.log" >&2
+    log "building DeepSpeed's ops failed (log above, also in $ext_dir/build.log)"
+    exit 1
+  fi
+  echo "$ext_want" > "$ext_stamp"
+  log "DeepSpeed's ops built in $((SECONDS - started)) s"
 fi

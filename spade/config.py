@@ -404,11 +404,12 @@ class DeepSpeedConfig(_Section):
         le=3,
         description="ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters.",
     )
-    bf16: bool | None = Field(
-        None,
-        description="bf16 mixed precision, DeepSpeed keeping fp32 master weights (None: on"
-        " exactly when the model's trainable weights are bf16, e.g. model.dtype 'auto' on GPU;"
-        " AdamW straight on bf16 weights would round small updates away).",
+    bf16: bool = Field(
+        False,
+        description="DeepSpeed's own bf16 mode: module in bf16, fp32 masters only inside its"
+        " optimizer, so checkpoints hold bf16 weights. Off: the trainer's mixed precision, as on"
+        " the torch engine: fp32 master weights (checkpointed as such) with bf16 autocast when"
+        " the model loads in bf16 (model.dtype 'auto' on GPU).",
     )
     offload_optimizer: bool = Field(False, description="Keep optimizer state in CPU memory.")
     offload_params: bool = Field(False, description="Keep parameters in CPU memory (stage 3).")

@@ -73,7 +73,7 @@ def test_training_defaults_are_the_reference_numbers():
     assert t.updates_per_batch == 1  # one on-policy step per batch unless asked for more
     assert t.engine == "torch"  # plain torch on one device; DeepSpeed at scale
     assert load_config(overrides={"training.engine": "deepspeed"}).training.engine == "deepspeed"
-    assert t.deepspeed.bf16 is None  # follows the model's dtype (fp32 masters for bf16 weights)
+    assert t.deepspeed.bf16 is False  # fp32 master weights, bf16 autocast for a bf16 model
 
 
 def test_default_config_equals_the_default_model():

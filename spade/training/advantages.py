@@ -9,7 +9,11 @@ name from :data:`ADVANTAGES`:
   ``n - 1`` in the denominator), as ``torch.std`` computes it and as GRPO implementations
   commonly do;
 - ``"centred"`` (``advantage_std=False``, and the designer's per-skill centring,
-  ``ScoringConfig.centre_per_skill``): ``r - mean_g``, no division.
+  ``ScoringConfig.centre_per_skill``): ``r - mean_g``, no division;
+- ``"batch_centred"`` (the designer with ``centre_per_skill=False``): ``r - mean`` over the
+  whole batch, group ids ignored: one GRPO group of all design attempts.
+
+:func:`designer_estimator` picks the designer's from ``ScoringConfig.centre_per_skill``.
 
 Degenerate groups carry no learning signal and get an advantage of exactly 0: a group whose
 rewards are all equal (even where floating-point rounding would make ``r - mean_g`` a tiny
@@ -30,7 +34,9 @@ from spade.registry import lookup
 __all__ = [
     "ADVANTAGES",
     "AdvantageFn",
+    "batch_centred",
     "centred",
+    "designer_estimator",
     "get_advantage_fn",
     "group_advantages",
     "zscore",
@@ -131,7 +137,24 @@ def centred(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return group_advantages(rewards, group_ids, scale_by_std=False)
 
 
-ADVANTAGES: dict[str, AdvantageFn] = {"zscore": zscore, "centred": centred}
+def batch_centred(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """``r - mean`` over the whole batch (``group_ids`` are checked, then ignored); shapes
+    ``(N,), (N,) -> (N,)``. Exactly 0 when every reward is equal."""
+    _check(rewards, group_ids)
+    return group_advantages(rewards, torch.zeros_like(group_ids), scale_by_std=False)
+
+
+def designer_estimator(centre_per_skill: bool) -> str:
+    """The designer's estimator: per-skill centring (``"centred"``, the samples' groups are
+    skills) with ``ScoringConfig.centre_per_skill``, else the whole batch as one group."""
+    return "centred" if centre_per_skill else "batch_centred"
+
+
+ADVANTAGES: dict[str, AdvantageFn] = {
+    "zscore": zscore,
+    "centred": centred,
+    "batch_centred": batch_centred,
+}
 """Advantage estimators by name: ``fn(rewards[N], group_ids[N]) -> advantages[N]``."""
 
 

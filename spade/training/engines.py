@@ -6,6 +6,24 @@ micro-batches, the optimizer state for checkpoints, and a few collectives (ident
 rank). The loss the trainer hands to ``backward`` is already scaled to its share of the step
 (see :mod:`spade.training.trainer`): engines never rescale it.
 
+Precision. Optimizers always update fp32 weights: AdamW straight on bf16 weights rounds an update
+below the weight's bf16 spacing (about |w| / 256) away, so at lr 1e-6 most weights never move.
+
+Both engines (DeepSpeed with ``deepspeed.bf16`` off, the default) cast trainable parameters
+that come in bf16 or fp16 to fp32 in place: they are the master weights, exported and
+checkpointed as fp32, so no precision is lost from one training stage to the next (each stage
+starts from its parent checkpoint's weights; the inference backend casts them to its own dtype
+on load). When they came in bf16, forward passes run under ``torch.autocast(bfloat16)``
+(:meth:`Engine.autocast`), so compute stays bf16. fp16 weights train in plain fp32 (fp16
+autocast would need loss scaling). Memory: fp32 weight, gradient and two Adam moments, 16 bytes
+per trained parameter, as in any mixed-precision training. LoRA adapters are fp32 already (peft
+upcasts them), so a LoRA model's frozen base is left as it is.
+
+``deepspeed.bf16: true`` instead runs DeepSpeed's own bf16 mode: the module in bf16, fp32 masters
+inside its optimizer (saved with the optimizer state, so a resume of the same role is exact), but
+exported and checkpointed weights are bf16, and a stage that starts from them (the other role's
+next update) starts from bf16-rounded masters.
+
 DeepSpeed specifics:
 
 - **Process group.** Launched by ``deepspeed`` / ``torchrun`` (``RANK``, ``WORLD_SIZE``,
@@ -17,7 +35,7 @@ DeepSpeed specifics:
   cores) and, when used, ``fused_adam`` (~85 s) / ``cpu_adam`` (~135 s). They are cached under
   ``TORCH_EXTENSIONS_DIR``, which is set to ``$SPADE_CACHE/torch_extensions`` (default
   ``~/.cache/spade/torch_extensions``) unless already set, so only the first run on a machine
-  pays for them.
+  pays for them; ``scripts/bootstrap.sh`` builds the communicator there ahead of time.
 - **Optimizer.** AdamW: torch's own on CPU without offload (nothing to compile, numerically the
   torch engine's), ``DeepSpeedCPUAdam`` when the optimizer state is offloaded, DeepSpeed's fused
   Adam on GPUs.
@@ -101,6 +119,15 @@ class Engine(ABC):
     def weights_loaded(self) -> None:  # noqa: B027 - optional hook
         """Called after weights were copied into ``module`` outside the optimizer."""
 
+    compute_dtype: torch.dtype | None = None  # autocast dtype of forward passes (None: off)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Around forward passes: bf16 compute over fp32 master weights (see the module
+        docstring), or nothing."""
+        if self.compute_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
+
     def full_parameters(self) -> contextlib.AbstractContextManager[None]:
         """Inside it every parameter is whole (ZeRO-3 gathers; writes by rank 0 are kept)."""
         return contextlib.nullcontext()
@@ -123,8 +150,19 @@ class Engine(ABC):
         pass
 
 
+def _fp32_masters(params: list[nn.Parameter]) -> torch.dtype | None:
+    """Cast bf16/fp16 parameters to fp32 in place (the Parameter objects stay, so tied weights
+    and peft's references stay valid); the autocast dtype: bf16 if any was bf16, else None."""
+    was_bf16 = any(p.dtype == torch.bfloat16 for p in params)
+    for p in params:
+        if p.dtype in (torch.bfloat16, torch.float16):
+            p.data = p.data.float()
+    return torch.bfloat16 if was_bf16 else None
+
+
 class TorchEngine(Engine):
-    """torch.optim.AdamW on the parameters as they are (one process, CPU or one GPU)."""
+    """torch.optim.AdamW on fp32 trainable parameters (one process, CPU or one GPU); bf16
+    compute under autocast when they came in bf16 (see the module docstring)."""
 
     name = "torch"
 
@@ -133,6 +171,7 @@ class TorchEngine(Engine):
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
+        self.compute_dtype = _fp32_masters(self.params)
         self.grad_clip = config.grad_clip
         self.optimizer = torch.optim.AdamW(
             self.params, lr=lr, betas=_ADAM_BETAS, eps=_ADAM_EPS, weight_decay=config.weight_decay
@@ -256,6 +295,8 @@ class DeepSpeedEngine(Engine):
             raise ValueError("the model has no trainable parameters")
         self.zero_stage = config.deepspeed.zero_stage
         self.ds_config = deepspeed_config(config, lr, on_cpu=on_cpu)
+        if not config.deepspeed.bf16:  # else DeepSpeed's bf16 mode keeps its own fp32 masters
+            self.compute_dtype = _fp32_masters(params)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, model_parameters=params, config=self.ds_config
         )

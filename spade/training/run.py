@@ -45,6 +45,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 def load_samples(cfg: CampaignConfig, role: Role, path: Path) -> list[Any]:
     """Training samples (with advantages) from ``trajectories.jsonl`` or scored attempts."""
+    from spade.training.advantages import designer_estimator
     from spade.training.samples import (
         assign_advantages,
         samples_from_design_attempts,
@@ -64,7 +65,7 @@ def load_samples(cfg: CampaignConfig, role: Role, path: Path) -> list[Any]:
         for r in rows
     ]
     samples = samples_from_design_attempts(attempts, rewards)
-    assign_advantages(samples, "centred")
+    assign_advantages(samples, designer_estimator(cfg.scoring.centre_per_skill))
     return list(samples)
 
 

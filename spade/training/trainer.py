@@ -1,25 +1,37 @@
-"""GRPO updates of the agent or the designer (DESIGN.md §2.8): one optimizer step per call.
+"""GRPO updates of the agent or the designer (DESIGN.md §2.8).
 
 :meth:`GRPOTrainer.step` takes samples whose advantages are set
-(:func:`spade.training.samples.assign_advantages`) and:
+(:func:`spade.training.samples.assign_advantages`) and takes ``updates_per_batch`` (``K``)
+optimizer steps on them:
 
-1. packs them into micro-batches of at most ``micro_batch_tokens`` padded tokens;
-2. computes ``old_logprobs`` once, without gradient, with the current weights (pi_old, before
-   this update; eval mode, so no dropout) and, with a KL penalty, the reference log-probs (the
-   ``ref_model``, or for LoRA the base model with the adapters switched off);
-3. per micro-batch: forward, the log-prob of each target token at the shifted position (see
-   :mod:`spade.training.samples`) and its entropy, :func:`~spade.training.loss.policy_loss`
-   (clipped ratio against pi_old, truncated importance weights ``min(exp(old - behaviour),
-   is_cap)`` against the sampler's log-probs, optional KL), and ``backward`` of the loss scaled
-   by the micro-batch's share of the step;
-4. clips the gradient norm and takes one optimizer step.
+1. splits them, in order, into ``K`` mini-batches of near-equal sample counts (samples of a
+   group are usually adjacent, so a mini-batch mostly holds whole groups; the advantages were
+   computed over the whole batch already), each packed into micro-batches of at most
+   ``micro_batch_tokens`` padded tokens;
+2. computes ``old_logprobs`` once for all of them, without gradient, with the current weights
+   (pi_old, before the first update; eval mode, so no dropout) and, with a KL penalty, the
+   reference log-probs (the ``ref_model``, or for LoRA the base model with the adapters off);
+3. per mini-batch, per micro-batch: forward, the log-prob of each target token at the shifted
+   position (see :mod:`spade.training.samples`) and its entropy,
+   :func:`~spade.training.loss.policy_loss` (clipped ratio against pi_old, truncated importance
+   weights ``min(exp(old - behaviour), is_cap)`` against the sampler's log-probs, optional KL),
+   and ``backward`` of the loss scaled by the micro-batch's share of its mini-batch;
+4. per mini-batch: clips the gradient norm and takes one optimizer step.
+
+With ``K = 1`` the one update is on-policy (ratio 1, nothing clipped); with ``K > 1`` the later
+updates see the weights the earlier ones moved, and the clipped ratio bounds how far they go
+(PPO's several updates per rollout batch). ``global_step`` counts optimizer steps.
 
 Shares. A micro-batch's loss is aggregated over its own tokens, so it is scaled by
 ``d_i / D``, where ``d_i`` is what its aggregation divides by and ``D`` the same over the whole
-step (all ranks): trained tokens for ``token_mean``, sequences with a trained token for
+mini-batch (all ranks): trained tokens for ``token_mean``, sequences with a trained token for
 ``sequence_mean``, sequences for ``token_sum``. The summed gradient is then exactly that of the
-whole step in one batch for every aggregation. DeepSpeed averages gradients over its ``W`` ranks,
-so there the scale is ``W * d_i / D``.
+whole mini-batch in one go for every aggregation. DeepSpeed averages gradients over its ``W``
+ranks, so there the scale is ``W * d_i / D``.
+
+Precision. Forward passes run inside ``engine.autocast()``: the torch engine keeps fp32
+trainable weights and computes in bf16 when the model came in bf16 (see
+:class:`~spade.training.engines.TorchEngine`).
 
 Several DeepSpeed ranks: each rank passes its own shard of the samples (advantages computed
 on the whole batch first); every rank must call :meth:`step`, :meth:`save`, :meth:`resume` and
@@ -31,7 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,13 +74,15 @@ _TOKEN_METRICS = ("kl", "clip_fraction", "ratio_mean", "is_weight_mean", "entrop
 
 @dataclass(frozen=True)
 class StepMetrics:
-    """One optimizer step, over all ranks.
+    """One optimizer step (``updates == 1``) or a batch of ``updates`` steps, over all ranks.
 
     ``loss`` is the step's loss (as one big batch); ``kl``, ``clip_fraction``, ``entropy``,
     ``ratio_mean`` and ``is_weight_mean`` are means over the trained tokens; ``tokens`` counts the
     tokens run through the model (padding excluded), ``trained_tokens`` those the loss is taken
-    on; ``tokens_per_s`` is ``tokens`` over the step's wall time (both forward passes included);
-    ``grad_norm`` is before clipping; ``lr`` is the rate the update used.
+    on; ``tokens_per_s`` is ``tokens`` over the wall time (the pi_old/reference pass included
+    in a batch's figure); ``grad_norm`` is before clipping; ``lr`` is the rate the update used.
+    For a batch of several updates: ``step`` is the last one's, ``loss`` and ``grad_norm`` are
+    means over the updates, counts are sums, token means are over all their trained tokens.
     """
 
     step: int
@@ -86,9 +100,20 @@ class StepMetrics:
     tokens_per_s: float
     seconds: float
     lr: float
+    updates: int = 1
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One optimizer step's micro-batches (padded to the ranks' common count) and shares."""
+
+    batches: list[Batch]
+    denoms: list[float]  # what each micro-batch's aggregation divides by (0: padding)
+    total: float  # the sum of denoms over all ranks
+    samples: int  # this rank's samples in it
 
 
 class GRPOTrainer:
@@ -134,15 +159,45 @@ class GRPOTrainer:
         self.ref_model = ref_model
         if ref_model is not None:
             ref_model.to(self.engine.device).eval().requires_grad_(False)
-        self.global_step = 0
+        self.global_step = 0  # optimizer steps taken
+        self.last_updates: list[StepMetrics] = []  # each update of the latest step()
 
     # ---------------------------------------------------------------------------------- step
 
     def step(self, samples: Sequence[TrainSample]) -> StepMetrics:
-        """One optimizer step on ``samples`` (this rank's shard); see the module docstring."""
+        """``updates_per_batch`` optimizer steps on ``samples`` (this rank's shard); see the
+        module docstring. Returns the batch's metrics; each update's are in
+        :attr:`last_updates`."""
         started = time.perf_counter()
         if any(s.advantage is None for s in samples):
             raise ValueError("every sample needs an advantage: call assign_advantages first")
+        plans = [self._plan(chunk) for chunk in self._split(samples)]
+        old, ref = self._reference_logprobs([b for plan in plans for b in plan.batches])
+        updates, at = [], 0
+        for plan in plans:  # pi_old stays the weights before the first update
+            n = len(plan.batches)
+            updates.append(self._update(plan, old[at : at + n], ref[at : at + n] if ref else None))
+            at += n
+        self.last_updates = updates
+        return self._summary(updates, started)
+
+    def _split(self, samples: Sequence[TrainSample]) -> list[Sequence[TrainSample]]:
+        """``updates_per_batch`` contiguous mini-batches of near-equal sample counts (fewer when
+        some rank has fewer samples than that: every rank must take as many optimizer steps)."""
+        k = self.config.updates_per_batch
+        if k > 1:
+            fillable = min(k, len(samples)) if samples else k  # an empty shard only pads
+            k = max(-self.engine.max_across_ranks(-fillable), 1)
+        size, extra = divmod(len(samples), k)
+        chunks, at = [], 0
+        for j in range(k):
+            n = size + (1 if j < extra else 0)
+            chunks.append(samples[at : at + n])
+            at += n
+        return chunks
+
+    def _plan(self, samples: Sequence[TrainSample]) -> _Plan:
+        """One optimizer step's micro-batches, on the device, and their shares' parts."""
         groups = micro_batches(samples, self.config.micro_batch_tokens)
         batches = [self._to_device(collate([samples[i] for i in g], self.pad_id)) for g in groups]
         denoms = [self._denominator(b) for b in batches]
@@ -154,15 +209,22 @@ class GRPOTrainer:
         total = self.engine.sum_across_ranks([sum(denoms)])[0]
         if total <= 0:
             raise ValueError("the step has no trained tokens (empty batch or all-zero masks)")
+        return _Plan(batches, denoms, total, len(samples))
 
-        old, ref = self._reference_logprobs(batches)
+    def _update(
+        self, plan: _Plan, old: list[torch.Tensor], ref: list[torch.Tensor] | None
+    ) -> StepMetrics:
+        """Forward and backward over the plan's micro-batches, then one optimizer step."""
+        started = time.perf_counter()
+        n_micro = len(plan.batches)
         self.engine.module.train()
         self.engine.begin_step(n_micro)
         sums = dict.fromkeys(("loss", "trained", "tokens", *_TOKEN_METRICS), 0.0)
-        sums["samples"] = float(len(samples))
-        for i, batch in enumerate(batches):
-            share = denoms[i] / total
-            lp, entropy = token_logprobs(self.engine.module, batch, entropy=True)
+        sums["samples"] = float(plan.samples)
+        for i, batch in enumerate(plan.batches):
+            share = plan.denoms[i] / plan.total
+            with self.engine.autocast():
+                lp, entropy = token_logprobs(self.engine.module, batch, entropy=True)
             out = self._loss(lp, old[i], ref[i] if ref is not None else None, batch)
             self.engine.backward(out.loss * (share * self.engine.world_size))
             if share > 0.0:  # else a padding micro-batch: it only keeps the ranks in step
@@ -170,6 +232,37 @@ class GRPOTrainer:
         grad_norm = self.engine.finish_step()
         self.global_step += 1
         return self._metrics(sums, grad_norm, n_micro, started)
+
+    def _summary(self, updates: list[StepMetrics], started: float) -> StepMetrics:
+        """The batch's metrics (see :class:`StepMetrics`), timed from ``started``."""
+        seconds = time.perf_counter() - started
+        tokens = sum(u.tokens for u in updates)
+        rate = tokens / seconds if seconds > 0 else 0.0
+        if len(updates) == 1:
+            return replace(updates[0], seconds=seconds, tokens_per_s=rate)
+        trained = sum(u.trained_tokens for u in updates)
+
+        def token_mean(key: str) -> float:
+            return sum(getattr(u, key) * u.trained_tokens for u in updates) / max(trained, 1)
+
+        return StepMetrics(
+            step=updates[-1].step,
+            loss=sum(u.loss for u in updates) / len(updates),
+            kl=token_mean("kl"),
+            clip_fraction=token_mean("clip_fraction"),
+            grad_norm=sum(u.grad_norm for u in updates) / len(updates),
+            entropy=token_mean("entropy"),
+            ratio_mean=token_mean("ratio_mean"),
+            is_weight_mean=token_mean("is_weight_mean"),
+            tokens=tokens,
+            trained_tokens=trained,
+            samples=sum(u.samples for u in updates),
+            micro_batches=sum(u.micro_batches for u in updates),
+            tokens_per_s=rate,
+            seconds=seconds,
+            lr=updates[-1].lr,
+            updates=len(updates),
+        )
 
     def _loss(
         self, lp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None, batch: Batch
@@ -197,7 +290,7 @@ class GRPOTrainer:
         module = self.engine.module
         module.eval()  # pi_old without dropout noise
         use_ref = self.ref_model is not None or (self.lora and self.config.kl_coef > 0)
-        with torch.no_grad():
+        with torch.no_grad(), self.engine.autocast():
             old = [token_logprobs(module, b)[0] for b in batches]
             if not use_ref:
                 return old, None
@@ -236,6 +329,7 @@ class GRPOTrainer:
     def _metrics(
         self, sums: dict[str, float], grad_norm: float, n_micro: int, t0: float
     ) -> StepMetrics:
+        """One update's metrics, summed over the ranks (collective)."""
         keys = list(sums)
         totals = dict(zip(keys, self.engine.sum_across_ranks([sums[k] for k in keys]), strict=True))
         n = max(totals["trained"], 1.0)

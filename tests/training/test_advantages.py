@@ -8,7 +8,9 @@ from torch.testing import assert_close
 
 from spade.training.advantages import (
     ADVANTAGES,
+    batch_centred,
     centred,
+    designer_estimator,
     get_advantage_fn,
     group_advantages,
     zscore,
@@ -113,6 +115,23 @@ def test_centred_subtracts_the_group_mean_only():
     assert_close(out, group_advantages(rewards, groups, scale_by_std=False))
 
 
+def test_batch_centred_ignores_the_groups():
+    # 1, 10, 2, 3: mean 4 over the batch, whatever the groups
+    out = batch_centred(r(1, 10, 2, 3), ids(0, 1, 0, 7))
+    assert_close(out, r(-3, 6, -2, -1))
+    assert torch.equal(batch_centred(r(0.1, 0.1, 0.1), ids(0, 1, 2)), torch.zeros(3, dtype=F64))
+    with pytest.raises(ValueError, match="2 rewards but 1 group ids"):
+        batch_centred(r(1, 2), ids(0))
+
+
+def test_designer_estimator_follows_centre_per_skill():
+    rewards, skills = r(1, 3, 10, 20), ids(0, 0, 1, 1)
+    per_skill = get_advantage_fn(designer_estimator(True))(rewards, skills)
+    assert_close(per_skill, r(-1, 1, -5, 5))
+    whole = get_advantage_fn(designer_estimator(False))(rewards, skills)
+    assert_close(whole, r(-7.5, -5.5, 1.5, 11.5))  # mean 8.5 over all four attempts
+
+
 # --------------------------------------------------------------------------- dtypes and edges
 
 
@@ -159,7 +178,7 @@ def test_negative_eps_raises():
 
 
 def test_registry_by_name():
-    assert set(ADVANTAGES) == {"zscore", "centred"}
+    assert set(ADVANTAGES) == {"zscore", "centred", "batch_centred"}
     assert get_advantage_fn("zscore") is zscore
     assert get_advantage_fn("centred") is centred
     assert_close(get_advantage_fn("centred")(r(1, 3), ids(0, 0)), r(-1, 1))
@@ -167,6 +186,7 @@ def test_registry_by_name():
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(
-        ValueError, match=r"unknown advantage estimator 'std'; valid: centred, zscore"
+        ValueError,
+        match=r"unknown advantage estimator 'std'; valid: batch_centred, centred, zscore",
     ):
         get_advantage_fn("std")

@@ -1,8 +1,9 @@
 """GRPOTrainer on DeepSpeed ZeRO, on CPU with gloo: learning signal, resume, and 2 ranks = 1.
 
-The first DeepSpeed run on a machine compiles its CPU communicator op (~50 s here), cached under
-``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/spade/torch_extensions``); later runs load it in
-well under a second. The in-process tests share one single-rank process group.
+DeepSpeed's CPU communicator op is compiled once (~1 min here) under ``TORCH_EXTENSIONS_DIR``
+(default ``~/.cache/spade/torch_extensions``), by ``scripts/bootstrap.sh`` before the tests run
+(else by the first test); loading it takes well under a second. The in-process tests share one
+single-rank process group.
 """
 
 from __future__ import annotations
@@ -23,7 +24,17 @@ from spade.training.engines import deepspeed_config
 from spade.training.samples import micro_batches
 from spade.training.trainer import GRPOTrainer
 from tests.training import ds_worker
-from tests.training.tiny_task import LORA, PAD, learn, tiny_llama, varied_samples
+from tests.training.tiny_task import (
+    GOOD,
+    LORA,
+    PAD,
+    PROMPT,
+    learn,
+    sequence_logprob,
+    task_samples,
+    tiny_llama,
+    varied_samples,
+)
 
 pytest.importorskip("deepspeed")
 
@@ -65,6 +76,34 @@ def test_zero3_lora_learns_with_a_kl_to_the_base():
     trainer = GRPOTrainer(tiny_llama(), PAD, _ds(3, lr=2e-2, lora=LORA, kl_coef=0.005))
     good, bad = learn(trainer, steps=6)
     assert good > 0.5 and bad < -0.5
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_bf16_weights_learn_at_a_small_learning_rate(stage):
+    """A bf16 model (model.dtype 'auto' on GPU) with deepspeed.bf16 off: fp32 master weights
+    under bf16 autocast, as on the torch engine; a 1e-5 step moves every weight and the export
+    is the fp32 masters (DeepSpeed's own bf16 mode would export bf16-rounded weights)."""
+    start = {k: v.float() for k, v in tiny_llama().to(torch.bfloat16).state_dict().items()}
+    trainer = GRPOTrainer(tiny_llama().to(torch.bfloat16), PAD, _ds(stage, lr=1e-5))
+    assert trainer.engine.compute_dtype == torch.bfloat16
+    for _ in range(3):
+        trainer.step(task_samples(trainer.model))
+    weights = trainer.export_weights()
+    assert weights["lm_head.weight"].dtype == torch.float32
+    dense = [k for k in weights if k.endswith("proj.weight") or k == "lm_head.weight"]
+    moved = sum(int((weights[k] != start[k]).sum()) for k in dense)
+    assert moved > 0.9 * sum(start[k].numel() for k in dense)
+    base = tiny_llama().to(torch.bfloat16).float()
+    with trainer.engine.full_parameters():
+        rise = sequence_logprob(trainer.model, PROMPT, GOOD) - sequence_logprob(base, PROMPT, GOOD)
+    assert rise > 0.05  # ~0.09 nats, as on the torch engine
+
+
+def test_several_updates_per_batch_keep_the_ranks_in_step():
+    trainer = GRPOTrainer(tiny_llama(), PAD, _ds(2, lr=1e-2, updates_per_batch=3, eps_low=0.01))
+    m = trainer.step(task_samples(trainer.model))
+    assert m.updates == 3 and trainer.global_step == 3 and m.clip_fraction > 0.0
+    assert trainer.last_updates[0].ratio_mean == pytest.approx(1.0, abs=1e-6)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])

@@ -11,7 +11,8 @@ from spade.config import TrainingConfig
 from spade.errors import CheckpointError, ConfigError
 from spade.inference.models import load_state_into
 from spade.training.checkpoint import load_checkpoint
-from spade.training.samples import TrainSample
+from spade.training.loss import policy_loss
+from spade.training.samples import TrainSample, collate, token_logprobs
 from spade.training.trainer import GRPOTrainer
 from tests.training.tiny_task import (
     BAD,
@@ -20,6 +21,7 @@ from tests.training.tiny_task import (
     PAD,
     PROMPT,
     learn,
+    sequence_logprob,
     task_samples,
     tiny_llama,
     varied_samples,
@@ -67,6 +69,114 @@ def test_step_metrics_and_designer_learning_rate():
         "micro_batches",
         "lr",
     }
+
+
+# ------------------------------------------------------------------------------- precision
+
+
+def _bf16_start() -> torch.nn.Module:
+    return tiny_llama().to(torch.bfloat16)  # as model.dtype "auto" loads it on a GPU
+
+
+def test_bf16_weights_learn_at_a_small_learning_rate():
+    """AdamW on bf16 weights rounds a 1e-5 update away (|w| ~ 0.2: bf16 spacing ~ 1e-3); the
+    engine keeps fp32 master weights, so the step lands as on an fp32 model from the same start."""
+    start = {k: v.float() for k, v in _bf16_start().state_dict().items()}
+    runs = {}
+    for name, model in (("bf16", _bf16_start()), ("fp32", _bf16_start().float())):
+        trainer = GRPOTrainer(model, PAD, TrainingConfig(lr=1e-5))
+        for _ in range(3):
+            trainer.step(task_samples(trainer.model))
+        runs[name] = (trainer, trainer.export_weights())
+    trainer, weights = runs["bf16"]
+    dense = [k for k in weights if k.endswith("proj.weight") or k == "lm_head.weight"]
+    moved = sum(int((weights[k] != start[k]).sum()) for k in dense)
+    assert moved > 0.9 * sum(start[k].numel() for k in dense)  # was ~2% (only |w| < 5e-3)
+    assert all(w.dtype == torch.float32 for w in weights.values())  # the masters are exported
+    base = _bf16_start().float()
+    rise = {
+        name: sequence_logprob(t.model, PROMPT, GOOD) - sequence_logprob(base, PROMPT, GOOD)
+        for name, (t, _) in runs.items()
+    }
+    print(
+        f"\nlog p(GOOD) rise at lr 1e-5: bf16 start {rise['bf16']:+.4f}, fp32 {rise['fp32']:+.4f}"
+    )
+    assert rise["bf16"] > 0.05 and rise["bf16"] == pytest.approx(rise["fp32"], rel=0.2)
+    serving = _bf16_start()  # an inference model in bf16 takes the fp32 export
+    load_state_into(serving, weights)
+    assert serving.lm_head.weight.dtype == torch.bfloat16
+    torch.testing.assert_close(
+        serving.lm_head.weight.float(), weights["lm_head.weight"].bfloat16().float()
+    )
+
+
+def test_lora_on_a_bf16_base_keeps_the_base_and_trains_fp32_adapters():
+    trainer = GRPOTrainer(_bf16_start(), PAD, TrainingConfig(lr=1e-5, lora=LORA))
+    params = dict(trainer.model.named_parameters())
+    trainable = {n: p for n, p in params.items() if p.requires_grad}
+    assert all(p.dtype == torch.float32 for p in trainable.values())  # peft's upcast adapters
+    assert all(p.dtype == torch.bfloat16 for n, p in params.items() if n not in trainable)
+    assert trainer.engine.compute_dtype is None  # nothing was cast: no autocast either
+    before = {n: p.detach().clone() for n, p in trainable.items() if "lora_B" in n}
+    trainer.step(task_samples(trainer.model))  # lora_B starts at 0, so only it moves at first
+    assert all(not torch.equal(b, params[n]) for n, b in before.items())
+
+
+# ------------------------------------------------------------------------ updates per batch
+
+
+def test_several_updates_per_batch_clip_the_later_ones():
+    """K = 4 optimizer steps on one batch: pi_old is taken once, so from the second update on
+    the ratio moves off 1 and, with a tight clip, some tokens are clipped."""
+    config = TrainingConfig(lr=1e-2, eps_low=0.01, eps_high=0.01, updates_per_batch=4)
+    trainer = GRPOTrainer(tiny_llama(), PAD, config)
+    samples = task_samples(trainer.model)
+    m = trainer.step(samples)
+    first, *later = trainer.last_updates
+    assert len(trainer.last_updates) == 4 and trainer.global_step == 4
+    assert [u.step for u in trainer.last_updates] == [1, 2, 3, 4]
+    assert m.updates == 4 and m.step == 4 and m.samples == 8 == sum(u.samples for u in later) + 2
+    assert first.clip_fraction == 0.0 and first.ratio_mean == pytest.approx(1.0, abs=1e-6)
+    assert all(abs(u.ratio_mean - 1.0) > 1e-4 for u in later)
+    assert any(u.clip_fraction > 0.0 for u in later)
+    assert m.clip_fraction > 0.0 and m.trained_tokens == 8 * len(GOOD)
+    print(
+        f"\nclip fraction per update: {[round(u.clip_fraction, 3) for u in trainer.last_updates]}"
+    )
+
+
+def test_one_update_per_batch_is_one_on_policy_step():
+    """K = 1 (the default): one AdamW step on the gradient of the whole batch's loss, pi_old =
+    the current weights, written out by hand here."""
+    samples = varied_samples()
+    config = TrainingConfig(lr=1e-2, grad_clip=0.5)
+    trainer = GRPOTrainer(tiny_llama(), PAD, config)
+    m = trainer.step(samples)
+    [only] = trainer.last_updates
+    assert m.updates == 1 and m.step == 1 == trainer.global_step and m.micro_batches == 1
+    assert (m.loss, m.grad_norm, m.clip_fraction) == (only.loss, only.grad_norm, 0.0)
+    assert m.ratio_mean == pytest.approx(1.0) and m.samples == len(samples)
+
+    model = tiny_llama()
+    batch = collate(samples, PAD)
+    lp, _ = token_logprobs(model, batch)
+    out = policy_loss(lp, lp.detach(), batch["advantages"], batch["loss_mask"],
+                      behaviour_logprobs=batch["behaviour_logprobs"])  # fmt: skip
+    out.loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(list(model.parameters()), 0.5)
+    torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0).step()
+    assert m.loss == pytest.approx(out.loss.item(), rel=1e-6)
+    assert m.grad_norm == pytest.approx(float(norm), rel=1e-6)
+    got = trainer.export_weights()
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(got[name], value, rtol=1e-6, atol=1e-6)
+
+
+def test_updates_are_capped_by_the_samples():
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(updates_per_batch=64))
+    m = trainer.step(varied_samples(n=3))
+    assert m.updates == 3 and trainer.global_step == 3
+    assert [u.samples for u in trainer.last_updates] == [1, 1, 1]
 
 
 def test_importance_weights_use_the_behaviour_logprobs():
@@ -165,6 +275,24 @@ def test_resume_continues_bit_identically(ckpt_root, lora):
     assert got.keys() == expected.keys()
     assert all(torch.equal(got[k], expected[k]) for k in expected)
     assert fresh.global_step == 3
+
+
+def test_resume_counts_optimizer_steps_with_several_updates_per_batch(tmp_path):
+    config = TrainingConfig(lr=1e-2, updates_per_batch=2, eps_low=0.05, eps_high=0.05)
+    samples = varied_samples()
+    trainer = GRPOTrainer(tiny_llama(), PAD, config)
+    trainer.step(samples)
+    uri = trainer.save(str(tmp_path))
+    trainer.step(samples)
+    expected = trainer.export_weights()
+    assert trainer.global_step == 4
+
+    fresh = GRPOTrainer(tiny_llama(seed=7), PAD, config)
+    info = fresh.resume(str(tmp_path))
+    assert info is not None and info.uri == uri and info.step == 2 and fresh.global_step == 2
+    fresh.step(samples)
+    got = fresh.export_weights()
+    assert all(torch.equal(got[k], expected[k]) for k in expected) and fresh.global_step == 4
 
 
 def test_lora_checkpoint_holds_only_the_adapter_and_is_a_peft_folder(tmp_path):
