@@ -97,8 +97,10 @@ class ImportPolicy(BaseModel):
     allow: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALLOWED_MODULES),
         description=(
-            "Importable modules; a dotted name allows its submodules. '*' allows everything:"
-            " only for testing the jail's own containment."
+            "Importable modules; a dotted name allows its submodules. Private names of these"
+            " modules and attributes holding a module not listed here (random._os, typing.sys)"
+            " are denied too. '*' allows everything: only for testing the jail's own"
+            " containment."
         ),
     )
     forbidden_names: list[str] = Field(

@@ -9,7 +9,8 @@ Every request carries an ``id`` that its reply echoes. Requests:
 ``{"op": "load", "path", "allow", "kwargs"}`` first, then ``reset`` (seed, options,
 hint), ``step`` (action), ``solution``, ``tools``, ``close``. Replies:
 ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {type, errno, message, traceback}}``,
-plus ``"denied": [...]`` whenever the environment tried imports outside the allow-list.
+plus ``"denied": [...]`` whenever the environment tried imports outside the allow-list
+(or reached a module outside it through an allowed one; see :func:`_make_guard`).
 """
 
 import builtins
@@ -35,27 +36,96 @@ class ImportDeniedError(ImportError):
     """An import the sandbox policy does not allow."""
 
 
+# Dunder names a design may read from an allowed module; every other name starting with "_"
+# is private (``random._os``, ``collections._sys``, ``x.__builtins__``) and never handed out.
+_PUBLIC_DUNDERS = frozenset({"__name__", "__doc__", "__all__", "__version__"})
+
+
+def _private(name):
+    return name.startswith("_") and name not in _PUBLIC_DUNDERS
+
+
 def _make_guard(allow):
+    """The design's ``__import__``. Defence in depth only: the jail (namespaces, seccomp,
+    rlimits, an explicit mount list) is the security boundary, and Python-level policy can be
+    sidestepped by enough introspection; this layer makes the easy routes fail loudly.
+
+    Besides the module name, it checks what the design takes from a module: ``from M import
+    x`` is denied when ``x`` is private or holds a module outside the allow-list (``from
+    typing import sys``), and ``import M`` binds a :func:`_view` of ``M`` that applies the same
+    rule to attribute access (``random._os``, ``typing.sys``)."""
     real_import = builtins.__import__
+    views = {}
 
     def allowed(name):
         return any(a == "*" or name == a or name.startswith(a + ".") for a in allow)
 
+    def deny(what, why="is not allowed in a design"):
+        _DENIED.append(what)
+        return ImportDeniedError(f"{what!r} {why}")
+
+    def check_value(owner, name, value):
+        if isinstance(value, types.ModuleType) and not allowed(value.__name__):
+            raise deny(f"{owner}.{name}", f"is the module {value.__name__!r}, not allowed")
+        return value
+
+    def view(module):
+        if module.__name__ not in views:
+            views[module.__name__] = _view(module, check_value, deny, view)
+        return views[module.__name__]
+
+    def star_names(module):
+        names = getattr(module, "__all__", None)
+        if names is None:
+            names = [n for n in vars(module) if not n.startswith("_")]
+        return [str(n) for n in names]
+
     def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
         # Only imports written in the design itself are checked; the standard library's own
         # internal imports (random importing os, say) go through untouched.
-        if globals is not None and globals.get("__name__") == _MODULE:
-            full = name if level == 0 else "." * level + name
-            if level != 0 or not allowed(name):
-                _DENIED.append(full)
-                raise ImportDeniedError(f"import of {full!r} is not allowed in a design")
-            for sub in fromlist or ():
-                if not allowed(name) and not allowed(name + "." + sub):
-                    _DENIED.append(name + "." + sub)
-                    raise ImportDeniedError(f"import of {name}.{sub} is not allowed")
-        return real_import(name, globals, locals, fromlist, level)
+        if globals is None or globals.get("__name__") != _MODULE or "*" in allow:
+            return real_import(name, globals, locals, fromlist, level)  # "*": jail-only tests
+        full = name if level == 0 else "." * level + name
+        if level != 0 or not allowed(name):
+            raise deny(full)
+        wanted = [str(sub) for sub in fromlist or ()]
+        for sub in wanted:
+            if sub != "*" and _private(sub):
+                raise deny(f"{name}.{sub}", "is private to its module")
+        module = real_import(name, globals, locals, fromlist, level)
+        if not wanted:  # ``import a.b`` binds the top package ``a``
+            return view(module)
+        if "*" in wanted:  # star import reads the real module's names: check them all
+            for sub in star_names(module):
+                if _private(sub):
+                    raise deny(f"{name}.{sub}", "is private to its module")
+                check_value(name, sub, getattr(module, sub, None))
+            return module
+        for sub in wanted:
+            check_value(name, sub, getattr(module, sub, None))
+        return view(module)
 
     return guarded_import
+
+
+def _view(module, check_value, deny, view):
+    """A design's handle on an allowed module: its public attributes only, and none that holds
+    a module outside the allow-list (submodules come back as views too). The real module lives
+    only in this closure."""
+
+    class ModuleView(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__") and name.endswith("__") and name not in _PUBLIC_DUNDERS:
+                raise AttributeError(name)  # protocol probes (copy, pickle) must see "absent"
+            if _private(name):
+                raise deny(f"{module.__name__}.{name}", "is private to its module")
+            value = check_value(module.__name__, name, getattr(module, name))
+            if isinstance(value, types.ModuleType):
+                value = view(value)
+            setattr(self, name, value)  # cached: later reads are plain attribute reads
+            return value
+
+    return ModuleView(module.__name__, module.__doc__)
 
 
 def _error_payload(exc):

@@ -19,7 +19,7 @@ from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.session import JailedSession, SessionInfo
 from spade.verify.config import VerifyConfig
 from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
-from spade.verify.static import import_violations, name_violations, parse_source
+from spade.verify.static import import_violations, module_table, name_violations, parse_source
 
 
 @dataclass
@@ -82,7 +82,7 @@ def check_parse(ctx: Context) -> str:
 
 def check_import_policy(ctx: Context) -> str:
     assert ctx.tree is not None
-    if bad := import_violations(ctx.tree, ctx.policy.imports):
+    if bad := import_violations(ctx.tree, ctx.policy.imports, module_table(ctx.policy)):
         raise _fail(FailureKind.IMPORT_DENIED, "imports outside the allow-list: " + "; ".join(bad))
     if bad := name_violations(ctx.tree, ctx.policy.imports):
         raise _fail(FailureKind.POLICY_DENIED, "forbidden: " + "; ".join(bad))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_GARBAGE_ACTIONS = [
     "",
@@ -27,16 +29,28 @@ class VerifyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = Field(
-        1234, ge=0, description="Seed of the instance the checks play (and of the random actions)."
+        1234,
+        ge=0,
+        le=2**32 - 1,
+        description="Seed of the instance the checks play (and of the random actions).",
     )
     max_turns: int = Field(
         25,
         ge=1,
         le=1000,
-        description="Turn bound every episode must respect; passed to the constructor.",
+        description=(
+            "Turn bound every episode must respect; passed to the constructor. A campaign plays"
+            " designs with evaluation.max_turns instead (the game is built and cut off with"
+            " that bound): with a smaller evaluation bound, a design whose solution needs more"
+            " turns is accepted here but cannot be won in evaluation (it scores as too hard)."
+        ),
     )
-    reward_min: float = Field(-1.0, le=0.0, description="Lowest reward a step may return.")
-    reward_max: float = Field(1.0, ge=0.0, description="Highest reward a step may return.")
+    reward_min: float = Field(
+        -1.0, ge=-1e6, le=0.0, description="Lowest reward a step may return (finite)."
+    )
+    reward_max: float = Field(
+        1.0, ge=0.0, le=1e6, description="Highest reward a step may return (finite)."
+    )
     success_threshold: float = Field(
         1.0,
         gt=0.0,
@@ -50,10 +64,14 @@ class VerifyConfig(BaseModel):
         description="Episodes of random actions played by the non-triviality check.",
     )
     max_random_win_rate: float = Field(
-        0.25,
+        0.0,
         ge=0.0,
         le=1.0,
-        description="Largest share of random episodes allowed to reach the goal.",
+        description=(
+            "Largest share of random episodes allowed to reach the goal. 0: one random win"
+            " rejects the design (no bundled example is won by random play, over 12 seeds x 8"
+            " episodes). Empty actions never may, whatever this says."
+        ),
     )
     max_code_bytes: int = Field(
         200_000, ge=100, le=10_000_000, description="Largest source accepted (bytes)."
@@ -62,3 +80,11 @@ class VerifyConfig(BaseModel):
         default_factory=lambda: list(DEFAULT_GARBAGE_ACTIONS),
         description="Malformed actions every environment must survive.",
     )
+
+    @model_validator(mode="after")
+    def _reward_range(self) -> Self:
+        if not self.reward_min < self.reward_max:
+            raise ValueError("reward_min must be below reward_max")
+        if self.success_threshold > self.reward_max:  # no design could ever reach the goal
+            raise ValueError("success_threshold must not exceed reward_max")
+        return self

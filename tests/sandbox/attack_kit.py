@@ -106,17 +106,41 @@ ATTACKS = [
     Attack("print_flood", "print_flood", K.OUTPUT_LIMIT, "step_contract", "log limit", K.OUTPUT_LIMIT, op="step"),
     Attack("huge_observation", "huge_observation", K.OUTPUT_LIMIT, "reset_contract", "reply larger", K.OUTPUT_LIMIT),
     Attack("os_exit", "os_exit", K.IMPORT_DENIED, "import_policy", "os (line", K.EXITED, op="step"),
-    Attack("self_kill", "self_kill", K.IMPORT_DENIED, "import_policy", "signal (line", K.CONTRACT),
+    Attack("abort", "abort", K.IMPORT_DENIED, "import_policy", "os (line", K.EXITED, op="step"),
+    Attack("self_kill", "self_kill", K.IMPORT_DENIED, "import_policy", "signal (line", K.CONTRACT, subs={"signal": "SIGKILL"}),
+    Attack("self_term", "self_kill", K.IMPORT_DENIED, "import_policy", "signal (line", K.CONTRACT, subs={"signal": "SIGTERM"}),
+    Attack("self_segv", "self_kill", K.IMPORT_DENIED, "import_policy", "signal (line", K.CONTRACT, subs={"signal": "SIGSEGV"}),
     Attack("segfault", "segfault", K.IMPORT_DENIED, "import_policy", "ctypes (line", K.EXITED),
     Attack("daemon", "daemon", K.IMPORT_DENIED, "import_policy", "os (line", None),
     Attack("ctypes_system", "ctypes_system", K.IMPORT_DENIED, "import_policy", "ctypes (line", None, subs={"marker": "spade-ctypes-marker"}),
     Attack("subprocess_sh", "subprocess_sh", K.IMPORT_DENIED, "import_policy", "subprocess (line", K.FS_DENIED),
     Attack("import_pickle", "import_pickle", K.IMPORT_DENIED, "import_policy", "pickle (line", K.IMPORT_DENIED, op="start", default_policy=True),
+    # Modules outside the allow-list reached through allowed ones (the runtime guard alone).
+    Attack("reach_from_private", "reach_from_import", K.IMPORT_DENIED, "import_policy", "random._os (line 4): private", K.IMPORT_DENIED, op="start", subs={"module": "random", "taken": "_os"}, default_policy=True),
+    Attack("reach_from_module", "reach_from_import", K.IMPORT_DENIED, "import_policy", "typing.sys (line 4): the module 'sys'", K.IMPORT_DENIED, op="start", subs={"module": "typing", "taken": "sys"}, default_policy=True),
+    Attack("reach_from_builtins", "reach_from_import", K.IMPORT_DENIED, "import_policy", "random.__builtins__ (line 4): private", K.IMPORT_DENIED, op="start", subs={"module": "random", "taken": "__builtins__"}, default_policy=True),
+    Attack("reach_attr_private_sys", "reach_attribute", K.IMPORT_DENIED, "import_policy", "collections._sys (line 12): private", K.IMPORT_DENIED, subs={"module": "collections", "attr": "_sys"}, default_policy=True),
+    Attack("reach_attr_private_os", "reach_attribute", K.IMPORT_DENIED, "import_policy", "random._os (line 12): private", K.IMPORT_DENIED, subs={"module": "random", "attr": "_os"}, default_policy=True),
+    Attack("reach_attr_module_sys", "reach_attribute", K.IMPORT_DENIED, "import_policy", "typing.sys (line 12): the module 'sys'", K.IMPORT_DENIED, subs={"module": "typing", "attr": "sys"}, default_policy=True),
+    Attack("reach_attr_module_builtins", "reach_attribute", K.IMPORT_DENIED, "import_policy", "dataclasses.builtins (line 12): the module 'builtins'", K.IMPORT_DENIED, subs={"module": "dataclasses", "attr": "builtins"}, default_policy=True),
     Attack("wrong_step_types", "wrong_step_types", K.CONTRACT, "step_contract", "5-tuple", K.CONTRACT, op="step"),
     Attack("infeasible", "infeasible", K.INFEASIBLE, "feasibility", "below the goal", None, op=None),
     Attack("trivial", "trivial", K.TRIVIAL, "non_triviality", "empty actions", None, op=None),
     Attack("nondeterministic", "nondeterministic", K.NONDETERMINISTIC, "determinism", "differ at step", None, op=None),
 ]  # fmt: skip
+
+
+# What each reach_* attack gets back in a jail whose guard is open (allow: ["*"]): proof that
+# the route is real and that the guard is what stops it under the checked-in policy.
+REACHED = {
+    "reach_from_private": "<module 'os'",
+    "reach_from_module": "<module 'sys'",
+    "reach_from_builtins": "{'__name__': 'builtins'",
+    "reach_attr_private_sys": "<module 'sys'",
+    "reach_attr_private_os": "<module 'os'",
+    "reach_attr_module_sys": "<module 'sys'",
+    "reach_attr_module_builtins": "<module 'builtins'",
+}
 
 
 # -- host-side observation helpers ----------------------------------------------------------

@@ -8,7 +8,10 @@ Two layers are tested separately for each attack:
     runtime check the attack meets);
 (b) where the static layer would catch it, the jail alone (import guard opened with
     ``allow: ["*"]``; sessions never run the static checks) contains it: the expected kind, and
-    a fact observed on the host that nothing escaped.
+    a fact observed on the host that nothing escaped. Attacks that stay inside Python (modules
+    reached through allowed ones, ``reach_*``) meet the runtime import guard instead, with the
+    checked-in policy. That guard and the static checks are defence in depth; the jail is the
+    security boundary.
 
 After every test the caller must still be healthy: a fresh session plays code_breaker.
 
@@ -53,6 +56,7 @@ from tests.sandbox.attack_kit import (
     JAIL_CALL_TIMEOUT_S,
     MOVE,
     OPEN_POLICY,
+    REACHED,
     REPO,
     SLACK_S,
     Attack,
@@ -76,6 +80,7 @@ pytestmark = pytest.mark.sandbox
 
 def test_attack_table_covers_every_attack_file():
     assert {a.file for a in ATTACKS} == {p.stem for p in ATTACK_DIR.glob("*.py")}
+    assert set(REACHED) == {a.id for a in ATTACKS if a.file.startswith("reach_")}
 
 
 # -- fixtures ---------------------------------------------------------------------------------
@@ -424,17 +429,35 @@ def test_os_exit_ends_the_session():
     assert "exited with status 3" in exc.failure.reason
 
 
-def test_sigkill_to_self_is_ignored_as_pid_1():
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGSEGV"])
+def test_deadly_signal_to_self_is_ignored_as_pid_1(sig: str):
     """The interpreter is pid 1 of the jail's pid namespace, and the kernel drops signals a
     namespace's init sends itself without a handler: os.kill returns None, which is no valid
     reset() result, and the jail keeps serving."""
-    with jailed(attack("self_kill")) as s:
+    with jailed(attack("self_kill", signal=sig)) as s:
         exc = expect_failure(s.reset, 1)
         alive = s.alive
         after = s.step(MOVE)
     assert exc.failure.kind is K.CONTRACT and not exc.fatal
     assert "got None" in exc.failure.reason
     assert alive and after == ("ok", 1.0, True, False, {})
+
+
+def test_abort_kills_the_interpreter_for_real():
+    """os.abort() raises SIGABRT (dropped, as above), then glibc's abort() faults, and a fault
+    is delivered even to a namespace's init: the interpreter really dies mid-call. The caller
+    gets a classified failure, the jail's processes are gone, and (the autouse fixture) a fresh
+    session still plays."""
+    with jailed(attack("abort")) as s:
+        s.reset(1)
+        ns = jail_pidns(s)
+        exc = expect_failure(s.step, MOVE)
+        alive = s.alive
+        again = expect_failure(s.step, MOVE)
+    assert exc.failure.kind is K.EXITED and exc.fatal and not alive
+    assert exc.failure.reason.startswith("interpreter killed by SIG")  # SIGSEGV here, or SIGABRT
+    assert again.failure == exc.failure and again.fatal
+    assert wait_for(lambda: not procs_in_ns(ns), 2), procs_in_ns(ns)
 
 
 def test_segfault_ends_the_session():
@@ -454,11 +477,13 @@ def test_daemon_does_not_outlive_the_session(private_tmpdir: Path):
         assert s._proc is not None
         (interpreter,) = child_pids(s._proc.pid)
         daemons = [pid for pid in procs_in_ns(ns) if pid != interpreter]
+        # The child calls setsid() after fork() returned in the parent: give it a moment.
+        detached = wait_for(lambda: all(_session_id(d) == d for d in daemons), 2)
         sessions = {pid: _session_id(pid) for pid in (interpreter, *daemons)}
         uids = {_uid(pid) for pid in (interpreter, *daemons)}
     assert obs == "spawned daemon 2" and info == {"daemon": 2}  # the interpreter is pid 1
     assert after == ("ok", 1.0, True, False, {})
-    assert len(daemons) == 1 and uids == {OPEN_POLICY.uid}
+    assert len(daemons) == 1 and uids == {OPEN_POLICY.uid} and detached
     assert sessions[daemons[0]] == daemons[0] != sessions[interpreter]  # setsid() worked
     assert wait_for(lambda: not procs_in_ns(ns), 2), procs_in_ns(ns)
     assert not (leaks := wait_no_own_leaks(before, private_tmpdir, 2)), leaks
@@ -500,6 +525,31 @@ def test_disallowed_import_is_denied_by_the_runtime_guard():
         session.close()
     assert exc.failure.kind is K.IMPORT_DENIED and exc.fatal and not alive
     assert "pickle" in exc.failure.reason
+
+
+REACH_ATTACKS = [a for a in ATTACKS if a.id in REACHED]
+
+
+@pytest.mark.parametrize("atk", REACH_ATTACKS, ids=lambda a: a.id)
+def test_modules_reached_through_allowed_ones_are_denied_by_the_runtime_guard(atk: Attack):
+    """Without static checks, the checked-in policy's import guard stops every route from an
+    allowed module to one outside the allow-list; with the guard open, each route works."""
+    code = attack(atk.file, **atk.subs)
+    with jailed(code) as s:  # positive control: the route is real
+        obs, _ = s.reset(1)
+    assert obs.startswith("reached " + REACHED[atk.id]), obs
+    name = f"{atk.subs['module']}.{atk.subs.get('taken', atk.subs.get('attr'))}"
+    session = JailedSession(code, policy=DEFAULT_POLICY)
+    try:
+        exc = expect_failure(session.start) if atk.op == "start" else None
+        if exc is None:
+            session.start()
+            exc = expect_failure(session.reset, 1)
+        alive = session.alive
+    finally:
+        session.close()
+    assert exc.failure.kind is K.IMPORT_DENIED and exc.fatal and not alive
+    assert exc.failure.reason == f"imports outside the allow-list: {name}"
 
 
 def test_failed_start_in_a_with_block_leaves_no_folder(private_tmpdir: Path):

@@ -3,8 +3,8 @@ import ast
 import pytest
 
 from spade.sandbox.failures import Failure, FailureKind
-from spade.sandbox.policy import ImportPolicy
-from spade.verify.static import import_violations, name_violations, parse_source
+from spade.sandbox.policy import ImportPolicy, load_policy
+from spade.verify.static import import_violations, module_table, name_violations, parse_source
 
 POLICY = ImportPolicy()
 
@@ -60,7 +60,6 @@ def test_allowed_imports(code):
         "eval('1')",
         "__import__('os')",
         "().__class__.__bases__[0].__subclasses__()",
-        "import random\nrandom._os.system('id')",
         "f.__globals__",
         "getattr(x, '__globals__')",
         "g = globals()",
@@ -73,3 +72,78 @@ def test_forbidden_names(code):
 def test_ordinary_code_has_no_name_violations():
     code = "class AEnv:\n    def f(self):\n        self._x = getattr(self, 'tool_' + 'a')\n        return type(self).__name__\n"
     assert name_violations(_tree(code), POLICY) == []
+
+
+# -- modules reached through allowed modules (needs the jail's interpreter for the table) ------
+
+
+@pytest.fixture(scope="module")
+def table():
+    return module_table(load_policy())
+
+
+@pytest.mark.sandbox
+def test_module_table_comes_from_the_jails_interpreter(table):
+    assert table["random"].attrs["_os"] == "os"
+    assert table["typing"].attrs["sys"] == "sys"
+    assert table["collections"].attrs["_sys"] == "sys"
+    assert table["dataclasses"].attrs["builtins"] == "builtins"
+    assert table["spade.envs.base"].attrs["inspect"] == "inspect"  # our runtime, as jailed
+    assert "sys" not in table["typing"].star  # typing.__all__ leaves it out
+    assert "os" not in table and "sys" not in table  # only allowed modules are walked
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("from random import _os", "random._os (line 1): private to its module"),
+        ("from typing import sys as s\ns.modules", "typing.sys (line 1): the module 'sys'"),
+        ("import collections\ncollections._sys", "collections._sys (line 2): private"),
+        ("import random\nrandom._os.system('id')", "random._os (line 2): private"),
+        ("import random as r\nr._inst", "random._inst (line 2): private"),
+        ("import typing\ntyping.sys.modules", "typing.sys (line 2): the module 'sys'"),
+        ("import dataclasses\ndataclasses.builtins.open", "dataclasses.builtins (line 2)"),
+        ("import typing\ngetattr(typing, 'sys')", "typing.sys (line 2): the module 'sys'"),
+        ("from random import __builtins__ as b", "random.__builtins__ (line 1): private"),
+        ("from spade.envs.base import inspect", "spade.envs.base.inspect (line 1): the module"),
+        ("from spade.envs import base\nbase.inspect", "spade.envs.base.inspect (line 2)"),
+        ("import spade.envs\nspade.envs.base.inspect", "spade.envs.base.inspect (line 2)"),
+        ("import calendar\ncalendar.datetime.sys", "datetime.sys (line 2): the module 'sys'"),
+        ("import collections.abc as c\nc._x", "collections.abc._x (line 2): private"),
+        ("from spade.envs.base import *", "spade.envs.base.inspect (line 1): the module"),
+        ("from calendar import *", None),  # calendar.__all__ holds no module: allowed
+        ("import json\njson.codecs", "json.codecs (line 2): the module 'codecs'"),
+    ],
+)
+def test_modules_reached_through_allowed_ones_are_violations(table, code, says):
+    found = import_violations(_tree(code), POLICY, table)
+    if says is None:
+        assert found == []
+    else:
+        assert any(says in v for v in found), found
+        assert import_violations(_tree(code), POLICY) == []  # the import statements alone pass
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import collections.abc\nisinstance(1, collections.abc.Mapping)",
+        "from collections import abc, Counter\nabc.Sequence",
+        "from typing import *\nfrom math import *",
+        "import math\nmath.__name__, math.__doc__",
+        "import json\njson.decoder.JSONDecodeError",
+        "from spade.envs import base, TextEnv\nbase.TextEnv",
+        "import re, random\nclass AEnv:\n    def f(self):\n        return self._x, random.Random",
+        "import datetime\ndatetime.datetime.strptime('2020', '%Y')",
+    ],
+)
+def test_ordinary_module_use_is_no_violation(table, code):
+    assert import_violations(_tree(code), POLICY, table) == []
+
+
+@pytest.mark.sandbox
+def test_an_open_allow_list_checks_no_attributes(table):
+    everything = ImportPolicy(allow=["*"])
+    assert import_violations(_tree("import random\nrandom._os"), everything, table) == []

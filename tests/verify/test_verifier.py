@@ -73,3 +73,60 @@ def test_missing_turn_bound_is_no_termination():
     )
     verdict = verify(endless)
     assert verdict.failure.kind == "no_termination" and verdict.failed_check == "termination"
+
+
+LUCKY = """
+from spade.envs import TextEnv
+
+class LuckyEnv(TextEnv):
+    def setup(self):
+        return "Say any number in \\\\boxed{} to win; anything else loses the turn."
+
+    def play(self, move):
+        if move.strip().isdigit():
+            return "You win!", 1.0, True
+        return "Not a number.", 0.0, False
+
+    def solution(self):
+        return ["\\\\boxed{7}"]
+"""
+
+EMPTY_WINS = """
+class EmptyWinsEnv:
+    def __init__(self, max_turns=25, **kwargs):
+        self.max_turns, self.turn = max_turns, 0
+
+    def reset(self, seed=None):
+        self.turn = 0
+        return "Say nothing at all to win.", {}
+
+    def step(self, action):
+        self.turn += 1
+        if action.strip() == "":
+            return "Silence wins.", 1.0, True, False, {}
+        return "Too loud.", 0.0, False, self.turn >= self.max_turns, {}
+
+    def solution(self):
+        return [""]
+"""
+
+
+def test_random_play_may_not_win_at_all_by_default():
+    assert VerifyConfig().max_random_win_rate == 0.0
+    verdict = verify(LUCKY)
+    assert verdict.failure is not None and verdict.failure.kind == "trivial", verdict.to_dict()
+    assert verdict.failed_check == "non_triviality"
+    assert verdict.failure.reason == "random actions reach the goal in 4/4 episodes"
+
+
+def test_the_random_win_rate_bound_is_inclusive():
+    assert verify(LUCKY, config=VerifyConfig(max_random_win_rate=1.0)).accepted
+    rejected = verify(LUCKY, config=VerifyConfig(max_random_win_rate=0.75))
+    assert rejected.failed_check == "non_triviality"
+
+
+@pytest.mark.parametrize("config", [VerifyConfig(), VerifyConfig(max_random_win_rate=1.0)])
+def test_empty_actions_never_may_win(config):
+    verdict = verify(EMPTY_WINS, config=config)
+    assert verdict.failure is not None and verdict.failure.kind == "trivial", verdict.to_dict()
+    assert verdict.failure.reason.startswith("empty actions reach the goal")

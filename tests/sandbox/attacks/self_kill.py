@@ -1,4 +1,5 @@
-"""Attack: SIGKILL its own process in reset() (in a pid namespace it is pid 1)."""
+"""Attack: send a deadly signal (__SIGNAL__) to its own process in reset() (in a pid namespace
+it is pid 1, and the kernel drops signals a namespace's init sends itself without a handler)."""
 
 import os
 import signal
@@ -9,7 +10,7 @@ class SelfKillEnv:
         self.max_turns = max_turns
 
     def reset(self, seed=None):
-        return os.kill(os.getpid(), signal.SIGKILL)
+        return os.kill(os.getpid(), signal.__SIGNAL__)
 
     def step(self, action):
         return "ok", 1.0, True, False, {}
