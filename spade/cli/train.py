@@ -19,13 +19,22 @@ def train(
         typer.Option(
             "--trajectories",
             "-t",
-            help="trajectories.jsonl (agent) or scored attempts.jsonl (designer).",
+            help="trajectories.jsonl (agent) or attempts.jsonl from `spade design` (designer).",
             exists=True,
             dir_okay=False,
         ),
     ],
     config: ConfigOpt = None,
     role: Annotated[str, typer.Option(help="agent or designer.")] = "agent",
+    evaluations: Annotated[
+        Path | None,
+        typer.Option(
+            help="Designer: evaluations.jsonl from `spade evaluate` of the designed envs"
+            " (rewards by the configured scoring; not needed when attempts carry 'reward').",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
     checkpoints: Annotated[
         str | None,
         typer.Option(
@@ -42,7 +51,7 @@ def train(
     cfg = _config(config)
     the_role: Literal["agent", "designer"] = "agent" if role == "agent" else "designer"
     try:
-        result = train_once(cfg, the_role, trajectories, checkpoints)
+        result = train_once(cfg, the_role, trajectories, checkpoints, evaluations)
     except SpadeError as exc:
         raise _fail(exc) from None
     table = Table(title=f"{role} update on {result.samples} samples", title_justify="left")

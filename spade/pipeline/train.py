@@ -34,6 +34,7 @@ class TrainOutcome:
 
 
 def _samples(cfg: CampaignConfig, role: Role, data: Any) -> list[Any]:
+    from spade.training.advantages import designer_estimator
     from spade.training.samples import (
         assign_advantages,
         samples_from_design_attempts,
@@ -47,7 +48,7 @@ def _samples(cfg: CampaignConfig, role: Role, data: Any) -> list[Any]:
     else:
         attempts, rewards = data
         samples = samples_from_design_attempts(attempts, rewards)
-        assign_advantages(samples, "centred")
+        assign_advantages(samples, designer_estimator(cfg.scoring.centre_per_skill))
     return list(samples)
 
 
@@ -79,29 +80,6 @@ def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> tuple[Any, 
     return trainer, files
 
 
-def _save(
-    cfg: CampaignConfig, trainer: Any, root: str, parent: str | None, files: dict[str, bytes]
-) -> str:
-    """``trainer.save`` (one process: rank 0, nothing to broadcast) plus the model files."""
-    from spade.training import checkpoint as ckpt
-
-    state = trainer.state_dict()
-    optimizer = state.pop("optimizer")
-    return ckpt.save_checkpoint(
-        root,
-        trainer.global_step,
-        tensors=trainer.export_weights(merged=False),
-        kind=trainer.kind,
-        optimizer_state=optimizer,
-        trainer_state=state,
-        config_hash=ckpt.config_hash(trainer.config),
-        parent=parent,
-        adapter_config=trainer.adapter_config() if trainer.lora else None,
-        model_files=files or None,
-        storage_options=cfg.storage.storage_options,
-    )
-
-
 def train(
     cfg: CampaignConfig,
     campaign_id: str,
@@ -131,7 +109,12 @@ def train(
     trainer, files = _trainer(cfg, role, parent)
     metrics = trainer.step(samples).to_dict()
     root = rec.cs.store.url(rec.key("checkpoint"))
-    uri = _save(cfg, trainer, root, parent.checkpoint, files)
+    uri = trainer.save(
+        root,
+        storage_options=cfg.storage.storage_options,
+        parent=parent.checkpoint,
+        model_files=files or None,
+    )
     kind = trainer.kind
     weights = WeightsRef(f"r{round:04d}-{role}", uri, kind)
     rec.outputs["checkpoint"] = uri

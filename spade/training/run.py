@@ -43,8 +43,44 @@ def _rows(path: Path) -> list[dict[str, Any]]:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
 
 
-def load_samples(cfg: CampaignConfig, role: Role, path: Path) -> list[Any]:
-    """Training samples (with advantages) from ``trajectories.jsonl`` or scored attempts."""
+def _designer_rewards(
+    cfg: CampaignConfig, path: Path, rows: list[dict[str, Any]], evaluations: Path | None
+) -> list[float]:
+    """Each attempt's ``reward`` field, else the configured designer reward of the attempts
+    scored with ``evaluations`` (``spade evaluate``'s rows for the designed environments)."""
+    if all("reward" in r for r in rows):
+        return [float(r["reward"]) for r in rows]
+    if evaluations is None:
+        raise ConfigError(
+            f"{path}: designer training needs rewards: attempts with a 'reward' field, or"
+            " --evaluations with `spade evaluate`'s evaluations.jsonl of the designed envs"
+        )
+    from spade.agent.evaluate import EnvEvaluation
+    from spade.scoring import score
+
+    fields = set(EnvEvaluation.__dataclass_fields__) - {"trajectories"}
+    played = [
+        EnvEvaluation(**{k: v for k, v in r.items() if k in fields}) for r in _rows(evaluations)
+    ]
+    attempts = _attempts(rows)
+    missing = sorted({a.env_id or "" for a in attempts if a.accepted} - {e.env_id for e in played})
+    if missing:
+        raise ConfigError(f"{evaluations}: no evaluation of accepted design(s) {missing}")
+    scored, _ = score(attempts, played, cfg.scoring)
+    return [s.reward for s in scored]
+
+
+def _attempts(rows: list[dict[str, Any]]) -> list[DesignAttempt]:
+    fields = DesignAttempt.__dataclass_fields__
+    return [DesignAttempt(**{k: v for k, v in r.items() if k in fields}) for r in rows]
+
+
+def load_samples(
+    cfg: CampaignConfig, role: Role, path: Path, evaluations: Path | None = None
+) -> list[Any]:
+    """Training samples (with advantages) from ``trajectories.jsonl`` (agent) or design
+    attempts (designer: ``spade design``'s ``attempts.jsonl`` with ``evaluations``, or
+    attempts that carry a ``reward``)."""
     from spade.training.advantages import designer_estimator
     from spade.training.samples import (
         assign_advantages,
@@ -57,25 +93,24 @@ def load_samples(cfg: CampaignConfig, role: Role, path: Path) -> list[Any]:
         samples = samples_from_trajectories(Trajectory.from_dict(r) for r in rows)
         assign_advantages(samples, scale_by_std=cfg.training.advantage_std)
         return list(samples)
-    if any("reward" not in r for r in rows):
-        raise ConfigError(f"{path}: designer training needs attempts with a 'reward' field")
-    rewards = [float(r.pop("reward")) for r in rows]
-    attempts = [
-        DesignAttempt(**{k: v for k, v in r.items() if k in DesignAttempt.__dataclass_fields__})
-        for r in rows
-    ]
-    samples = samples_from_design_attempts(attempts, rewards)
+    rewards = _designer_rewards(cfg, path, rows, evaluations)
+    samples = samples_from_design_attempts(_attempts(rows), rewards)
     assign_advantages(samples, designer_estimator(cfg.scoring.centre_per_skill))
     return list(samples)
 
 
 def train_once(
-    cfg: CampaignConfig, role: Role, data: Path, checkpoints: str | None = None
+    cfg: CampaignConfig,
+    role: Role,
+    data: Path,
+    checkpoints: str | None = None,
+    evaluations: Path | None = None,
 ) -> TrainResult:
     from spade.inference.models import load_model_and_tokenizer, resolve_model
+    from spade.training.checkpoint import hf_model_files
     from spade.training.trainer import GRPOTrainer
 
-    samples = load_samples(cfg, role, data)
+    samples = load_samples(cfg, role, data, evaluations)
     if not samples:
         raise ConfigError(
             f"{data}: no trainable samples (hinted plays and empty turns are skipped)"
@@ -86,11 +121,16 @@ def train_once(
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     )
+    # a full fine-tune's checkpoints carry config and tokenizer: loadable model folders
+    files = None if cfg.training.lora.enabled else hf_model_files(model, tokenizer)
     trainer = GRPOTrainer(model, pad_id, cfg.training, role=role)
     root = checkpoints or checkpoint_root(cfg, role)
     previous = trainer.resume(root, storage_options=cfg.storage.storage_options)
     metrics = trainer.step(samples)
     uri = trainer.save(
-        root, storage_options=cfg.storage.storage_options, parent=previous.uri if previous else None
+        root,
+        storage_options=cfg.storage.storage_options,
+        parent=previous.uri if previous else None,
+        model_files=files,
     )
     return TrainResult(metrics.to_dict(), uri, previous.uri if previous else None, len(samples))

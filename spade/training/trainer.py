@@ -44,25 +44,19 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import nn
 
 from spade.config import TrainingConfig
-from spade.errors import CheckpointError, ConfigError
-from spade.training import checkpoint as ckpt
+from spade.errors import ConfigError
 from spade.training.engines import make_engine
 from spade.training.loss import LossOutput, policy_loss
 from spade.training.samples import Batch, TrainSample, collate, micro_batches, token_logprobs
+from spade.training.trainer_state import TrainerState
 from spade.training.weights import (
-    adapter_config,
-    adapter_tensors,
-    full_tensors,
     is_peft,
-    load_adapter_tensors,
-    load_full_tensors,
     wrap_lora,
 )
 
@@ -116,7 +110,7 @@ class _Plan:
     samples: int  # this rank's samples in it
 
 
-class GRPOTrainer:
+class GRPOTrainer(TrainerState):
     """GRPO on ``model`` (a causal LM): full fine-tune, or LoRA with ``config.lora.enabled``.
 
     The torch engine trains the model where it is (move it to the GPU first); DeepSpeed moves it
@@ -359,128 +353,3 @@ class GRPOTrainer:
         """A two-token, nothing-trained batch for a rank without samples."""
         pad = self.pad_id
         return collate([TrainSample([pad, pad], [0, 0], [0.0, 0.0], 0.0, "", 0.0)], pad)
-
-    # ------------------------------------------------------------------ state and checkpoints
-
-    @property
-    def kind(self) -> Literal["full", "lora"]:
-        return "lora" if self.lora else "full"
-
-    def state_dict(self) -> dict[str, Any]:
-        """Trainer state: step, role, RNG states (one per rank) and optimizer (collective)."""
-        return {
-            "step": self.global_step,
-            "role": self.role,
-            "engine": self.engine.name,
-            "world_size": self.engine.world_size,
-            "rng": self.engine.gather(ckpt.capture_rng_state()),
-            "optimizer": self.engine.optimizer_state(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (weights are loaded separately, before this)."""
-        if state.get("world_size", 1) != self.engine.world_size:
-            raise CheckpointError(
-                f"state saved by {state.get('world_size')} ranks, this run has"
-                f" {self.engine.world_size}: resume with the same world size"
-            )
-        self.global_step = int(state["step"])
-        rngs = state.get("rng") or []
-        if len(rngs) > self.engine.rank:
-            ckpt.restore_rng_state(rngs[self.engine.rank])
-        if state.get("optimizer"):
-            self.engine.load_optimizer_state(state["optimizer"])
-
-    def export_weights(self, *, merged: bool = True) -> dict[str, torch.Tensor]:
-        """Weights to publish, CPU copies (collective under ZeRO-3).
-
-        Full fine-tune, or LoRA with ``merged``: every weight under the model's own names (what
-        ``TransformersBackend.reload`` takes), adapters merged in. LoRA without ``merged``: the
-        adapter tensors under peft's names (see :meth:`adapter_config`).
-        """
-        with self.engine.full_parameters():
-            if self.lora and not merged:
-                return adapter_tensors(self.model)
-            return full_tensors(self.model)
-
-    def adapter_config(self) -> dict[str, Any]:
-        """``adapter_config.json`` of the LoRA adapter (ValueError for a full fine-tune)."""
-        if not self.lora:
-            raise ValueError("a full fine-tune has no adapter config")
-        return adapter_config(self.model)
-
-    def save_pretrained(self, folder: str | Path) -> None:
-        """A local folder: the LoRA adapter (peft's layout) or the full model (transformers')."""
-        with self.engine.full_parameters():
-            if self.engine.rank == 0:
-                self.model.save_pretrained(str(folder))  # type: ignore[operator]
-        self.engine.barrier()
-
-    def save(
-        self,
-        root: str,
-        *,
-        storage_options: dict[str, Any] | None = None,
-        parent: str | None = None,
-    ) -> str:
-        """A checkpoint ``{root}/step-{global_step:08d}`` (written by rank 0); its URI.
-
-        Kind ``"full"`` holds every weight; kind ``"lora"`` only the adapter tensors and
-        ``adapter_config.json`` (the folder is a peft adapter folder; resuming needs the same
-        base weights). The optimizer state and the trainer state (step, RNG) go along.
-        """
-        tensors = self.export_weights(merged=False)
-        state = self.state_dict()
-        optimizer = state.pop("optimizer")
-        uri = None
-        if self.engine.rank == 0:
-            uri = ckpt.save_checkpoint(
-                root,
-                self.global_step,
-                tensors=tensors,
-                kind=self.kind,
-                optimizer_state=optimizer,
-                trainer_state=state,
-                config_hash=ckpt.config_hash(self.config),
-                parent=parent,
-                adapter_config=self.adapter_config() if self.lora else None,
-                storage_options=storage_options,
-            )
-        uri = self.engine.broadcast(uri)
-        self.engine.barrier()
-        return str(uri)
-
-    def resume(
-        self, root: str, *, storage_options: dict[str, Any] | None = None
-    ) -> ckpt.CheckpointInfo | None:
-        """Load the newest complete checkpoint under ``root``; None when there is none."""
-        info = ckpt.latest_checkpoint(root, storage_options)
-        if info is None:
-            return None
-        loaded = ckpt.load_checkpoint(info.uri, storage_options=storage_options)
-        self.load_checkpoint(loaded)
-        return info
-
-    def load_checkpoint(self, loaded: ckpt.LoadedCheckpoint) -> None:
-        """Weights, optimizer and trainer state from a loaded checkpoint of the same kind."""
-        self.load_weights(loaded)
-        state = dict(loaded.trainer_state or {})
-        state["optimizer"] = loaded.optimizer_state
-        state.setdefault("step", loaded.step)
-        self.load_state_dict(state)
-
-    def load_weights(self, loaded: ckpt.LoadedCheckpoint) -> None:
-        """Only the weights (full or adapter) of a loaded checkpoint of the same kind."""
-        kind = loaded.manifest.get("kind")
-        if kind != self.kind:
-            raise CheckpointError(
-                f"{loaded.info.uri} is a {kind!r} checkpoint, training is {self.kind!r}"
-            )
-        if loaded.info.config_hash and loaded.info.config_hash != ckpt.config_hash(self.config):
-            log.warning("resuming %s under a changed training config", loaded.info.uri)
-        with self.engine.full_parameters():
-            if self.lora:
-                load_adapter_tensors(self.model, loaded.tensors)
-            else:
-                load_full_tensors(self.model, loaded.tensors)
-        self.engine.weights_loaded()

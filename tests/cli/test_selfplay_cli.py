@@ -14,7 +14,7 @@ import yaml
 
 from spade.config import load_config
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.scripted_designer import METAL, SKY, write_corpus
+from tests.integration.scripted_designer import METAL, SKY, write_corpus, write_tiny_policy
 
 pytestmark = pytest.mark.sandbox
 
@@ -43,7 +43,10 @@ def config(tmp_path, scripted_server):
     return path
 
 
-def test_design_then_evaluate(config, tmp_path):
+def test_design_evaluate_then_train_both_roles(config, tmp_path):
+    """The commands chained as a user would: a batch designed, its environments played, and
+    one GRPO update of each role from those files (a tiny random policy stands in for the
+    served model: its vocabulary covers the stand-in's token ids)."""
     out = tmp_path / "batch"
     run = spade("design", "--config", str(config), "--out", str(out))
     assert run.returncode == 0, run.stderr
@@ -63,6 +66,36 @@ def test_design_then_evaluate(config, tmp_path):
     ]
     assert sorted(r["regret"] for r in rows) == [0.0, 0.5, 1.0]
     assert len((tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()) == 3 * 4
+    _train_both_roles(config, out, tmp_path)
+
+
+def _train_both_roles(config, batch, tmp_path) -> None:
+    settings = yaml.safe_load(config.read_text()) | {
+        "model": {"name_or_path": str(write_tiny_policy(tmp_path / "tiny")), "dtype": "float32"},
+        "storage": {"root": str(tmp_path / "store")},
+        "scoring": {"centre_per_skill": False},  # one design per skill: centre over the batch
+        "training": {"lr": 1e-3, "designer_lr": 1e-3},
+    }
+    train_config = tmp_path / "train.yaml"
+    train_config.write_text(yaml.safe_dump(settings))
+    attempts, evals = batch / "attempts.jsonl", tmp_path / "eval" / "evaluations.jsonl"
+    base = ("train", "--config", str(train_config))
+    run = spade(*base, "--role", "designer", "--trajectories", str(attempts))
+    assert run.returncode == 2 and "--evaluations" in run.stderr  # rewards need the plays
+    run = spade(*base, "--role", "designer", "-t", str(attempts), "--evaluations", str(evals))
+    assert run.returncode == 0, run.stderr
+    assert "designer update on 3 samples" in run.stdout and "checkpoint:" in run.stdout
+    run = spade(*base, "--role", "agent", "-t", str(tmp_path / "eval" / "trajectories.jsonl"))
+    assert run.returncode == 0, run.stderr
+    again = spade(*base, "--role", "agent", "-t", str(tmp_path / "eval" / "trajectories.jsonl"))
+    assert again.returncode == 0 and "(parent " in again.stdout  # resumed the newest
+    (step1, step2) = sorted((tmp_path / "store" / "spade" / "checkpoints" / "agent").iterdir())
+    manifest = json.loads((step2 / "manifest.json").read_text())
+    assert manifest["parent"].endswith(step1.name) and manifest["kind"] == "full"
+    # a full fine-tune's checkpoint is a model folder (config and tokenizer beside the weights)
+    assert {"config.json", "tokenizer.json", "model.safetensors"} <= {
+        p.name for p in step2.iterdir()
+    }
 
 
 def test_bad_inputs_exit_2(tmp_path):
