@@ -58,10 +58,11 @@ def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> tuple[Any, 
     from spade.inference.models import load_model_and_tokenizer, resolve_model
     from spade.training import checkpoint as ckpt
     from spade.training.trainer import GRPOTrainer
+    from spade.training.weights import hf_model_files
 
     resolved = resolve_model(cfg.model)
     model, tokenizer = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)
-    files = {} if cfg.training.lora.enabled else ckpt.hf_model_files(model, tokenizer)
+    files = {} if cfg.training.lora.enabled else hf_model_files(model, tokenizer)
     ref = None
     if cfg.training.kl_coef > 0 and not cfg.training.lora.enabled:
         ref = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)[0]

@@ -7,7 +7,7 @@ fsspec)::
         model.safetensors          kind "full": every weight
         adapter_model.safetensors  kind "lora": the adapter tensors only (peft's / vLLM's name)
         adapter_config.json        optional (LoRA), so peft / vLLM can load the folder as is
-        config.json, tokenizer...  optional (full): the model files of ``hf_model_files``
+        config.json, tokenizer...  optional (full): ``spade.training.weights.hf_model_files``
         optimizer.pt               optional, ``torch.save`` of the optimizer state dict
         trainer.json               optional, JSON trainer state (step, RNG, sampler, metrics ...)
         manifest.json              written LAST: the commit marker
@@ -43,7 +43,6 @@ import hashlib
 import io
 import json
 import logging
-import random
 import re
 import shutil
 import tempfile
@@ -119,62 +118,6 @@ def config_hash(model: BaseModel) -> str:
         model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """Python, numpy (when installed), torch CPU and CUDA RNG states as JSON-ready lists."""
-    version, internal, gauss = random.getstate()
-    state: dict[str, Any] = {
-        "python": [version, list(internal), gauss],
-        "torch": torch.get_rng_state().tolist(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
-    try:
-        import numpy as np
-    except ImportError:  # numpy is optional: without it there is no numpy state to keep
-        return state
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    state["numpy"] = [name, keys.tolist(), int(pos), int(has_gauss), float(cached)]
-    return state
-
-
-def restore_rng_state(state: Mapping[str, Any]) -> None:
-    """Undo :func:`capture_rng_state`: the next draws repeat those made after the capture."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
-    if "numpy" in state:
-        import numpy as np
-
-        name, keys, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-
-
-def hf_model_files(model: Any, tokenizer: Any = None) -> dict[str, bytes]:
-    """``config.json``, ``generation_config.json`` (if the model has one) and the tokenizer's
-    files of a transformers causal LM, as ``save_pretrained`` writes them: with them and the
-    weights a full checkpoint folder loads as a Hugging Face model (transformers, vLLM).
-
-    The config names the model's class (``architectures``, which vLLM needs) and keeps the dtype
-    the model was loaded in (the trainer may hold fp32 master weights; servers cast on load).
-    """
-    import copy
-
-    config = copy.deepcopy(model.config)
-    config.architectures = [type(model).__name__]
-    if getattr(config, "dtype", None) is None:
-        config.dtype = model.dtype
-    with tempfile.TemporaryDirectory() as tmp:
-        config.save_pretrained(tmp)
-        generation = getattr(model, "generation_config", None)
-        if generation is not None:
-            generation.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        return {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir()) if f.is_file()}
 
 
 def _fs(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:

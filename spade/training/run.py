@@ -107,8 +107,8 @@ def train_once(
     evaluations: Path | None = None,
 ) -> TrainResult:
     from spade.inference.models import load_model_and_tokenizer, resolve_model
-    from spade.training.checkpoint import hf_model_files
     from spade.training.trainer import GRPOTrainer
+    from spade.training.weights import hf_model_files
 
     samples = load_samples(cfg, role, data, evaluations)
     if not samples:

@@ -14,6 +14,7 @@ from spade.config import TrainingConfig
 from spade.errors import CheckpointError
 from spade.training import checkpoint as ckpt
 from spade.training.engines import Engine
+from spade.training.rng import capture_rng_state, restore_rng_state
 from spade.training.weights import (
     adapter_config,
     adapter_tensors,
@@ -49,7 +50,7 @@ class TrainerState:
             "role": self.role,
             "engine": self.engine.name,
             "world_size": self.engine.world_size,
-            "rng": self.engine.gather(ckpt.capture_rng_state()),
+            "rng": self.engine.gather(capture_rng_state()),
             "optimizer": self.engine.optimizer_state(),
         }
 
@@ -63,7 +64,7 @@ class TrainerState:
         self.global_step = int(state["step"])
         rngs = state.get("rng") or []
         if len(rngs) > self.engine.rank:
-            ckpt.restore_rng_state(rngs[self.engine.rank])
+            restore_rng_state(rngs[self.engine.rank])
         if state.get("optimizer"):
             self.engine.load_optimizer_state(state["optimizer"])
 
@@ -103,7 +104,7 @@ class TrainerState:
         """A checkpoint ``{root}/step-{global_step:08d}`` (written by rank 0); its URI.
 
         Kind ``"full"`` holds every weight, and with ``model_files``
-        (:func:`~spade.training.checkpoint.hf_model_files`: config, tokenizer) it is a model
+        (:func:`~spade.training.weights.hf_model_files`: config, tokenizer) it is a model
         folder transformers and vLLM load; kind ``"lora"`` only the adapter tensors and
         ``adapter_config.json`` (the folder is a peft adapter folder; resuming needs the same
         base weights). The optimizer state and the trainer state (step, RNG) go along.

@@ -29,6 +29,7 @@ __all__ = [
     "adapter_config",
     "adapter_tensors",
     "full_tensors",
+    "hf_model_files",
     "is_peft",
     "load_adapter_tensors",
     "load_full_tensors",
@@ -138,3 +139,27 @@ def load_adapter_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) 
     unexpected = [k for k in getattr(result, "unexpected_keys", []) if ".lora_" in k]
     if unexpected:
         raise ValueError(f"adapter weights do not fit: unexpected {unexpected[:5]}")
+
+
+def hf_model_files(model: Any, tokenizer: Any = None) -> dict[str, bytes]:
+    """``config.json``, ``generation_config.json`` (if the model has one) and the tokenizer's
+    files of a transformers causal LM, as ``save_pretrained`` writes them: with them and the
+    weights a full checkpoint folder loads as a Hugging Face model (transformers, vLLM).
+
+    The config names the model's class (``architectures``, which vLLM needs) and keeps the dtype
+    the model was loaded in (the trainer may hold fp32 master weights; servers cast on load).
+    """
+    import copy
+
+    config = copy.deepcopy(model.config)
+    config.architectures = [type(model).__name__]
+    if getattr(config, "dtype", None) is None:
+        config.dtype = model.dtype
+    with tempfile.TemporaryDirectory() as tmp:
+        config.save_pretrained(tmp)
+        generation = getattr(model, "generation_config", None)
+        if generation is not None:
+            generation.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        return {f.name: f.read_bytes() for f in sorted(Path(tmp).iterdir()) if f.is_file()}

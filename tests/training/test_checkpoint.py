@@ -21,15 +21,14 @@ from torch.nn import functional as F
 from spade.config import TrainingConfig
 from spade.errors import CheckpointError
 from spade.training.checkpoint import (
-    capture_rng_state,
     config_hash,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     prune_checkpoints,
-    restore_rng_state,
 )
 from spade.training.checkpoint import save_checkpoint as _save
+from spade.training.rng import capture_rng_state, restore_rng_state
 
 REPO = Path(__file__).resolve().parents[2]
 

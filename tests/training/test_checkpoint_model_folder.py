@@ -17,7 +17,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from spade.config import TrainingConfig
 from spade.errors import CheckpointError
 from spade.training.checkpoint import (
-    hf_model_files,
     list_checkpoints,
     load_checkpoint,
     local_checkpoint_path,
@@ -25,6 +24,7 @@ from spade.training.checkpoint import (
     stage_checkpoint,
 )
 from spade.training.trainer import GRPOTrainer
+from spade.training.weights import hf_model_files
 from tests.integration.scripted_designer import write_tiny_policy
 from tests.training.tiny_task import task_samples
 
