@@ -66,8 +66,10 @@ def play(server, jobs, **settings):
     return asyncio.run(go())
 
 
-def test_episodes_batch_together_and_reuse_sessions(monkeypatch):
-    starts = []
+@pytest.fixture
+def session_starts(monkeypatch) -> list[int]:
+    """One entry per jailed session started while the test runs."""
+    starts: list[int] = []
     real_start = session_mod.JailedSession.start
 
     def counting_start(self):
@@ -75,6 +77,11 @@ def test_episodes_batch_together_and_reuse_sessions(monkeypatch):
         return real_start(self)
 
     monkeypatch.setattr(session_mod.JailedSession, "start", counting_start)
+    return starts
+
+
+def test_episodes_batch_together_and_reuse_sessions(session_starts):
+    starts = session_starts
     with FakeOpenAIServer(script=lambda r: "\\boxed{0123}", latency_s=0.05) as server:
         jobs = [EpisodeJob("cb", CODE_BREAKER, seed=i) for i in range(6)]
         trajs = play(server, jobs, max_parallel=2)
@@ -101,15 +108,8 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
     return most
 
 
-def test_steps_of_live_episodes_run_at_the_same_time(monkeypatch):
-    starts = []
-    real_start = session_mod.JailedSession.start
-
-    def counting_start(self):
-        starts.append(1)
-        return real_start(self)
-
-    monkeypatch.setattr(session_mod.JailedSession, "start", counting_start)
+def test_steps_of_live_episodes_run_at_the_same_time(session_starts):
+    starts = session_starts
     with FakeOpenAIServer(script=lambda r: "\\boxed{7}") as server:
         jobs = [EpisodeJob("slow", SLOW, seed=i) for i in range(6)]
         trajs = play(server, jobs, max_parallel=3)

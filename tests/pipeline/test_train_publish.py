@@ -16,8 +16,6 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers reads it: never the hub
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from spade.config import CampaignConfig, load_config
 from spade.designer.designer import DesignAttempt
@@ -36,6 +34,7 @@ from spade.training.checkpoint import load_checkpoint
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.inference.test_vllm_server import SERVING_STUB, free_port, write_stub
 from tests.integration.scripted_designer import write_tiny_policy
+from tests.training.model_folder import assert_model_folder
 
 LORA = {"training.lora.enabled": True, "training.lora.rank": 4, "training.lora.alpha": 8}
 
@@ -114,18 +113,7 @@ def test_a_full_checkpoint_is_a_model_folder_the_managed_server_restarts_on(
     assert weights.kind == "full" and weights.checkpoint is not None
     folder = Path(weights.checkpoint)
 
-    model = AutoModelForCausalLM.from_pretrained(folder)  # offline: config, weights, tokenizer
-    saved = load_checkpoint(str(folder)).tensors
-    base = AutoModelForCausalLM.from_pretrained(policy).state_dict()
-    for key, value in model.state_dict().items():
-        assert torch.equal(value, saved[key]), key
-    assert any(not torch.equal(base[k], saved[k]) for k in base)  # the trained weights
-    tokenizer, original = (
-        AutoTokenizer.from_pretrained(folder),
-        AutoTokenizer.from_pretrained(policy),
-    )
-    assert tokenizer("a game of 7 moves").input_ids == original("a game of 7 moves").input_ids
-    assert tokenizer.chat_template == original.chat_template
+    assert_model_folder(folder, load_checkpoint(str(folder)).tensors, policy)  # offline
 
     async def go() -> Completion:
         try:  # the managed server is stopped whatever happens

@@ -26,6 +26,7 @@ from spade.training.checkpoint import (
 from spade.training.trainer import GRPOTrainer
 from spade.training.weights import hf_model_files
 from tests.integration.scripted_designer import write_tiny_policy
+from tests.training.model_folder import assert_model_folder
 from tests.training.tiny_task import task_samples
 
 
@@ -64,24 +65,8 @@ def test_a_full_checkpoint_loads_as_a_transformers_model_with_the_trained_weight
     for name in ("config.json", "generation_config.json", "tokenizer.json", "model.safetensors"):
         assert manifest["files"][name]["bytes"] == (folder / name).stat().st_size, name
 
-    loaded = AutoModelForCausalLM.from_pretrained(folder)
     trained = trainer.export_weights()
-    base = AutoModelForCausalLM.from_pretrained(policy).state_dict()
-    assert type(loaded).__name__ == "LlamaForCausalLM"
-    assert set(loaded.state_dict()) == set(trained)
-    for key, value in loaded.state_dict().items():
-        assert torch.equal(value, trained[key]), key
-    assert any(not torch.equal(base[k], trained[k]) for k in trained)  # it did train
-    tokenizer, original = (
-        AutoTokenizer.from_pretrained(folder),
-        AutoTokenizer.from_pretrained(policy),
-    )
-    text = "Hello, world!"
-    assert tokenizer(text).input_ids == original(text).input_ids
-    messages = [{"role": "user", "content": "hi"}]
-    assert tokenizer.apply_chat_template(messages, tokenize=False) == (
-        original.apply_chat_template(messages, tokenize=False)
-    )
+    assert_model_folder(folder, trained, policy)
     assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     # the resume path still reads it, and the extra files are checked like every other
     assert torch.equal(load_checkpoint(uri).tensors["lm_head.weight"], trained["lm_head.weight"])
