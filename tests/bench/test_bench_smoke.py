@@ -1,4 +1,5 @@
-"""Smoke test of the sandbox benchmark: it runs end to end and writes its three sections."""
+"""Smoke tests of the sandbox, training and rollout benchmarks (``--quick``): each runs end to
+end and writes the figures its table shows."""
 
 from __future__ import annotations
 
@@ -14,16 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.sandbox
 def test_sandbox_bench_quick_writes_three_sections(tmp_path: Path) -> None:
-    out = tmp_path / "sandbox.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "sandbox.py"), "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    data = json.loads(out.read_text())
+    data = _run_bench("sandbox.py", tmp_path / "sandbox.json", 180)
     assert data["machine"]["nproc"] > 0 and data["machine"]["timestamp"]
 
     start = data["start_latency"]
@@ -39,3 +31,34 @@ def test_sandbox_bench_quick_writes_three_sections(tmp_path: Path) -> None:
     assert [r["workers"] for r in runs] == [1, 2, 4]
     for run in runs:
         assert run["verifications"] > 0 and run["per_second"] > 0 and run["speedup"] > 0
+
+
+def _run_bench(script: str, out: Path, timeout: float, *args: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), "--quick", "--out", str(out), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_train_bench_quick_compares_the_engines_on_one_batch(tmp_path: Path) -> None:
+    data = _run_bench("train.py", tmp_path / "train.json", 300)
+    torch_run, ds_run = data["results"]
+    assert torch_run["engine"] == "torch" and ds_run["engine"].startswith("deepspeed")
+    assert torch_run["tokens_per_step"] == ds_run["tokens_per_step"] > 0  # the same batch
+    assert all(r["tokens_per_s"] > 0 and r["step_seconds_median"] > 0 for r in data["results"])
+    assert data["deepspeed_over_torch"] == ds_run["tokens_per_s"] / torch_run["tokens_per_s"]
+
+
+@pytest.mark.sandbox
+def test_rollouts_bench_quick_plays_both_modes(tmp_path: Path, smol_env: Path) -> None:
+    data = _run_bench("rollouts.py", tmp_path / "rollouts.json", 600)
+    one, batched = data["one_at_a_time"], data["batched"]
+    assert (one["parallel"], batched["parallel"]) == (1, data["settings"]["episodes"])
+    assert one["episodes"] == batched["episodes"] == data["settings"]["episodes"]
+    assert one["generated_tokens"] > 0 and batched["generated_tokens"] > 0
+    assert data["ratio"]["episodes_per_s"] == batched["episodes_per_s"] / one["episodes_per_s"]

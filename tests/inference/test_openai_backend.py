@@ -317,6 +317,28 @@ def test_server_errors_exhaust_retries(server: FakeOpenAIServer) -> None:
     assert out.failure is not None and "injected 500" in out.failure.reason
 
 
+def test_retries_back_off_exponentially_up_to_the_cap(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spade.inference import openai as openai_mod
+
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recording_sleep(delay: float) -> None:
+        waits.append(delay)
+        await real_sleep(0)
+
+    monkeypatch.setattr(openai_mod.asyncio, "sleep", recording_sleep)
+    server.plan(*["500"] * 10)
+    cfg: dict[str, Any] = {"max_retries": 5, "backoff_initial_s": 0.5, "backoff_max_s": 3.0}
+    assert failure_of(one(server.url, **cfg)) == (InferenceFailureKind.SERVER_ERROR, 6)
+    base = [0.5, 1.0, 2.0, 3.0, 3.0]  # doubling from backoff_initial_s, capped at backoff_max_s
+    assert len(waits) == len(base)
+    for waited, delay in zip(waits, base, strict=True):
+        assert delay <= waited <= delay * 1.1  # plus up to 10 % jitter
+
+
 def test_rate_limits_are_retried(server: FakeOpenAIServer) -> None:
     server.plan("429", "429", "ok")
     assert one(server.url).ok and len(server.chat_requests) == 3
