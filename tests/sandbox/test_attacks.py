@@ -100,10 +100,22 @@ def private_tmpdir() -> Iterator[Path]:
     assert not left, f"left in the private TMPDIR: {left}"
 
 
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 @pytest.fixture(autouse=True)
 def caller_stays_healthy() -> Iterator[None]:
+    """After every attack the caller still plays, and holds no more file descriptors or threads
+    than before it (a session's pipes and reader threads end with the session)."""
+    fds, threads = _open_fds(), threading.active_count()
     yield
     assert_caller_healthy()
+    settled = wait_for(lambda: _open_fds() <= fds and threading.active_count() <= threads, 5)
+    assert settled, (
+        f"caller holds {_open_fds()} fds (had {fds}), {threading.active_count()} threads"
+        f" (had {threads})"
+    )
 
 
 @dataclass
