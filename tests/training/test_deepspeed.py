@@ -161,3 +161,26 @@ def test_two_processes_give_the_one_process_step(tmp_path):
     worst = max(float((one_weights[k] - two_weights[k]).abs().max()) for k in one_weights)
     print(f"1 vs 2 processes: largest weight difference {worst:.2e} (lr {ds_worker.LR})")
     assert worst <= 1e-3 * ds_worker.LR
+
+
+@pytest.mark.slow  # DeepSpeed compiles cpu_adam on first use (~135 s on 2 cores, then cached)
+@pytest.mark.parametrize(
+    "options",
+    [{"offload_optimizer": True}, {"offload_optimizer": True, "offload_params": True}],
+    ids=["zero2-offload-optimizer", "zero3-offload-all"],
+)
+def test_cpu_offload_learns_the_rewarded_completion(options):
+    stage = 3 if options.get("offload_params") else 2
+    trainer = GRPOTrainer(tiny_llama(), PAD, _ds(stage, lr=1e-2, deepspeed=options))
+    assert type(trainer.engine.engine.basic_optimizer).__name__ == "DeepSpeedCPUAdam"
+    good, bad = learn(trainer, steps=6)
+    assert good > 0.5 and bad < -0.5
+
+
+@pytest.mark.slow
+def test_deepspeeds_own_bf16_mode_trains():
+    """deepspeed.bf16 on: the module in bf16, fp32 masters inside DeepSpeed's optimizer."""
+    trainer = GRPOTrainer(tiny_llama(), PAD, _ds(2, lr=1e-2, deepspeed={"bf16": True}))
+    good, bad = learn(trainer, steps=6)
+    assert good > 0.5 and bad < -0.5
+    assert trainer.export_weights()["lm_head.weight"].dtype == torch.bfloat16
