@@ -615,6 +615,25 @@ class CampaignConfig(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _adapters_reach_the_server(self) -> CampaignConfig:
+        # An external server loads a LoRA adapter from its own disk, by the path this machine
+        # gives: a checkpoint in a remote store has none, and publishing would fail only after
+        # the first training step. (A managed vLLM server gets a local copy.)
+        remote = "://" in self.storage.root and not self.storage.root.startswith("file://")
+        if (
+            self.inference.backend == "openai"
+            and self.run.train
+            and self.training.lora.enabled
+            and remote
+        ):
+            raise ValueError(
+                f"LoRA training with an external server (inference.backend 'openai') needs"
+                f" storage.root on a filesystem the server mounts, not {self.storage.root!r}:"
+                " the server reads adapters from its own disk (or use inference.backend 'vllm')"
+            )
+        return self
+
     def resolved_yaml(self) -> str:
         """Every field, defaults included: what is saved with each run."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

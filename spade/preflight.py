@@ -245,8 +245,10 @@ def _check_hub(repo: str, field: str) -> None:
 def _check_openai(cfg: CampaignConfig) -> str:
     import httpx
 
+    from spade.inference.factory import served_model_name
+
     inf = cfg.inference
-    model = inf.served_model or cfg.model.name_or_path
+    model = served_model_name(cfg)  # the name requests will carry (ConfigError: none usable)
     model_field = "inference.served_model" if inf.served_model else "model.name_or_path"
     url = f"{inf.base_url.rstrip('/')}/models"
     key = os.environ.get(inf.api_key_env, "") if inf.api_key_env else ""
@@ -269,14 +271,20 @@ def _check_openai(cfg: CampaignConfig) -> str:
 
 
 def _check_vllm(cfg: CampaignConfig) -> str:
-    executable = cfg.inference.vllm.executable
+    from spade.inference.factory import vllm_inference_config, vllm_model_source
+
+    container = cfg.inference.vllm.container
+    executable = container.runtime if container is not None else cfg.inference.vllm.executable
     found = shutil.which(executable)
     if found is None:
+        what = "inference.vllm.container.runtime" if container else "inference.vllm.executable"
         raise InferenceError(
-            f"inference.vllm.executable {executable!r} is not an executable or a command on"
-            " PATH: point it at the `vllm` of vLLM's own environment"
+            f"{what} {executable!r} is not an executable or a command on PATH: point it at the"
+            " `vllm` of vLLM's own environment (or the container runtime)"
         )
-    return f"vllm at {found}"
+    vllm_inference_config(cfg.inference)  # served_model and extra_args agree
+    source = vllm_model_source(cfg.model)  # what `vllm serve` will load (GGUF: converted once)
+    return f"{found} will serve {source}"
 
 
 CHECKS: dict[str, Callable[[CampaignConfig], str]] = {

@@ -468,3 +468,13 @@ def test_heldout_suites_are_validated():
         load_config(overrides={"run.heldout_suites": [{"name": "humaneval", "size": 0}]})
     with pytest.raises(ConfigError, match="more than once: humaneval"):
         load_config(overrides={"run.heldout_suites": [{"name": "humaneval"}] * 2})
+
+
+def test_lora_for_an_external_server_needs_a_store_the_server_mounts():
+    lora = {"inference.backend": "openai", "training.lora.enabled": True}
+    with pytest.raises(ConfigError, match=r"storage\.root on a filesystem the server mounts"):
+        load_config(overrides={**lora, "storage.root": "s3://bucket/runs"})
+    assert load_config(overrides={**lora, "storage.root": "/mnt/shared/runs"})  # mounted path
+    assert load_config(overrides={**lora, "storage.root": "s3://b/r", "run.train": False})
+    managed = {**lora, "inference.backend": "vllm", "storage.root": "s3://bucket/runs"}
+    assert load_config(overrides=managed)  # a managed server here gets a local copy

@@ -261,7 +261,10 @@ def test_openai_server_passes(scripted_server):
 def test_openai_server_down_fails():
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(InferenceError) as err:
-        preflight(config(inference__backend="openai", inference__base_url=url), checks=["model"])
+        cfg = config(
+            inference__backend="openai", inference__base_url=url, inference__served_model="m"
+        )
+        preflight(cfg, checks=["model"])
     assert f"inference.base_url '{url}'" in str(err.value)
     assert "ConnectError" in str(err.value)
 
@@ -278,9 +281,17 @@ def test_openai_model_not_served_fails(scripted_server):
     assert scripted_server.model in str(err.value)
 
 
-def test_vllm_executable_passes():
+def test_openai_needs_a_served_name_for_the_shipped_alias():
+    # the alias names weights inside a Python package: no server serves a model by that name
+    with pytest.raises(ConfigError, match=r"inference\.served_model"):
+        preflight(config(inference__backend="openai"), checks=["model"])
+
+
+def test_vllm_executable_passes(smol_env):
     cfg = config(inference__backend="vllm", inference__vllm__executable=sys.executable)
-    assert sys.executable in only(cfg, "model").detail
+    detail = only(cfg, "model").detail
+    assert sys.executable in detail
+    assert str(smol_env) in detail  # vLLM will serve the shipped model's converted folder
 
 
 def test_vllm_missing_executable_fails():
