@@ -1,7 +1,8 @@
 """open_backend: which model each backend is given (vLLM with a stand-in ``vllm`` executable).
 
-The stand-in parses ``serve MODEL ... [--served-model-name NAME]``, records its argv, and
-execs the OpenAI stand-in serving the model under the name vLLM would use (NAME, else MODEL).
+The stand-in (``SERVING_STUB``) parses ``serve MODEL ... [--served-model-name NAME]``, records
+its argv, and execs the OpenAI stand-in serving the model under the name vLLM would use (NAME,
+else MODEL).
 """
 
 from __future__ import annotations
@@ -23,24 +24,7 @@ from spade.inference.factory import (
 )
 from spade.inference.models import converted_cache_dir, resolve_model
 from tests.fakes.openai_server import FakeOpenAIServer
-from tests.inference.test_vllm_server import free_port, write_stub
-
-NAMING_STUB = """
-import argparse, json, os, sys
-parser = argparse.ArgumentParser()
-parser.add_argument("command")
-parser.add_argument("model")
-parser.add_argument("--host")
-parser.add_argument("--port")
-parser.add_argument("--served-model-name")
-args, rest = parser.parse_known_args()
-with open(os.environ["STUB_RECORD"], "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\\n")
-os.environ["PYTHONPATH"] = REPO
-os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.openai_server", "--host", args.host,
-                          "--port", args.port, "--model", args.served_model_name or args.model,
-                          "--script", "model"])
-"""
+from tests.inference.test_vllm_server import SERVING_STUB, free_port, write_stub
 
 
 def vllm_config(tmp_path: Path, **overrides: object) -> CampaignConfig:
@@ -48,7 +32,7 @@ def vllm_config(tmp_path: Path, **overrides: object) -> CampaignConfig:
         "inference.backend": "vllm",
         "inference.request_timeout_s": 10.0,
         "inference.max_retries": 0,
-        "inference.vllm.executable": str(write_stub(tmp_path, NAMING_STUB)),
+        "inference.vllm.executable": str(write_stub(tmp_path, SERVING_STUB)),
         "inference.vllm.port": free_port(),
         "inference.vllm.startup_timeout_s": 30.0,
         "inference.vllm.shutdown_timeout_s": 5.0,
@@ -66,7 +50,7 @@ def launch_and_ask(cfg: CampaignConfig, record: Path) -> tuple[list[str], str, s
             return done.text, backend.model_name
 
     text, name = asyncio.run(go())
-    (argv,) = [json.loads(line) for line in record.read_text().splitlines()]
+    (argv,) = [json.loads(line)["argv"] for line in record.read_text().splitlines()]
     return argv, text, name
 
 
