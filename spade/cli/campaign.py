@@ -7,6 +7,7 @@ import sys
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +23,18 @@ StoreOpt = Annotated[
     str, typer.Option("--store", "-s", help="Object store root of the campaign (storage.root).")
 ]
 STATUS_COLUMNS = ("round", "stages_done", *SUMMARY_COLUMNS[1:])
+# Two-line headers keep the table within a terminal's 80 columns (the numbers are short).
+HEADERS = {
+    "stages_done": "stages",
+    "replay_of": "replay\nof",
+    "attempts": "designs\ntried",
+    "accepted": "\nok",
+    "win_rate": "win\nrate",
+    "hinted_win_rate": "hinted\nwin",
+    "designer_reward": "design\nreward",
+    "train_loss": "train\nloss",
+    "heldout_win_rate": "held-\nout",
+}
 
 
 def _store(root: str) -> ObjectStore:
@@ -49,12 +62,22 @@ def status(
     if as_json:
         print(json.dumps(info, indent=2))
         return
-    table = Table(title=f"campaign {campaign_id}")
-    for col in STATUS_COLUMNS:
-        table.add_column(col)
-    for row in info["rounds"]:
+    rows = info["rounds"]
+    replayed = any(row.get("replay_of") is not None for row in rows)
+    columns = [c for c in STATUS_COLUMNS if c != "replay_of" or replayed]
+    table = Table(
+        title=f"campaign {campaign_id}",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        collapse_padding=True,
+        pad_edge=False,
+        show_edge=False,
+    )
+    for col in columns:
+        table.add_column(HEADERS.get(col, col), justify="left" if col == "weights" else "right")
+    for row in rows:
         done = f"{row['stages_done']}/{row['stages_total']}"
-        table.add_row(*(done if c == "stages_done" else _cell(row.get(c)) for c in STATUS_COLUMNS))
+        table.add_row(*(done if c == "stages_done" else _cell(row.get(c)) for c in columns))
     console.print(table)
     console.print(f"artifacts: {info['store']}")
     if info["last_completed"]:

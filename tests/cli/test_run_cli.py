@@ -88,6 +88,9 @@ def test_run_status_resume_on_the_embedded_prefect(tmp_path, scripted_server):
 
     assert "spade resume cli1" in done.stdout and "Completed" in done.stdout
 
+    table = spade("status", "cli1", "--store", str(root), home=home)
+    assert table.returncode == 0 and "designs" in table.stdout and "regret" in table.stdout
+    assert "…" not in table.stdout  # fits an 80-column terminal (what a pipe gets) uncut
     status = spade("status", "cli1", "--store", str(root), "--json", home=home)
     info = json.loads(status.stdout)
     (round0,) = info["rounds"]
