@@ -58,6 +58,11 @@ class DesignAttempt:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DesignAttempt:
+        """Inverse of :meth:`to_dict`; other keys (a scored row's ``reward``, ...) are ignored."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
 
 def round_documents(corpus: Corpus, cfg: CampaignConfig, regeneration: int) -> list[Document]:
     """The grounding documents of one regeneration: one per possible attempt, seeded.

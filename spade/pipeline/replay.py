@@ -93,11 +93,10 @@ def replayed_attempts(cs: CampaignStore, source: int) -> list[DesignAttempt]:
     """The accepted designs of regeneration round ``source``, with the hints it gave them."""
     hints = {row["env_id"]: row for row in _environment_rows(cs, source)}
     rows = read_jsonl(cs, cs.layout.stage_key(source, "verify", "attempts.jsonl"))
-    fields = DesignAttempt.__dataclass_fields__
     out = []
     for row in rows:
         if row.get("accepted") and row.get("env_id") in hints:
-            attempt = DesignAttempt(**{k: v for k, v in row.items() if k in fields})
+            attempt = DesignAttempt.from_dict(row)
             attempt.hint = hints[attempt.env_id]["hint"]
             attempt.hint_note = hints[attempt.env_id].get("hint_note")
             out.append(attempt)

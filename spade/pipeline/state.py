@@ -70,8 +70,7 @@ def delayed_designer_batch(
     if not read_plan(cs, source).designs:
         return None
     rows = read_jsonl(cs, cs.layout.stage_key(source, "verify", "attempts.jsonl"))
-    fields = DesignAttempt.__dataclass_fields__
-    attempts = [DesignAttempt(**{k: v for k, v in r.items() if k in fields}) for r in rows]
+    attempts = [DesignAttempt.from_dict(r) for r in rows]
     scored = read_jsonl(cs, cs.layout.stage_key(source, "score", "scored.jsonl"))
     if len(scored) != len(attempts):
         raise StorageError(f"round {source}: {len(attempts)} attempts but {len(scored)} scores")

@@ -34,22 +34,12 @@ class TrainOutcome:
 
 
 def _samples(cfg: CampaignConfig, role: Role, data: Any) -> list[Any]:
-    from spade.training.advantages import designer_estimator
-    from spade.training.samples import (
-        assign_advantages,
-        samples_from_design_attempts,
-        samples_from_trajectories,
-    )
+    from spade.training.run import agent_samples, designer_samples
 
     if role == "agent":
-        trajectories = [t for e in data for t in e.trajectories]
-        samples = samples_from_trajectories(trajectories)
-        assign_advantages(samples, scale_by_std=cfg.training.advantage_std)
-    else:
-        attempts, rewards = data
-        samples = samples_from_design_attempts(attempts, rewards)
-        assign_advantages(samples, designer_estimator(cfg.scoring.centre_per_skill))
-    return list(samples)
+        return agent_samples(cfg, [t for e in data for t in e.trajectories])
+    attempts, rewards = data
+    return designer_samples(cfg, attempts, rewards)
 
 
 def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> tuple[Any, dict[str, bytes]]:

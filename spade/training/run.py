@@ -8,6 +8,7 @@ names its parent.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +45,11 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _designer_rewards(
-    cfg: CampaignConfig, path: Path, rows: list[dict[str, Any]], evaluations: Path | None
+    cfg: CampaignConfig,
+    path: Path,
+    rows: list[dict[str, Any]],
+    attempts: list[DesignAttempt],
+    evaluations: Path | None,
 ) -> list[float]:
     """Each attempt's ``reward`` field, else the configured designer reward of the attempts
     scored with ``evaluations`` (``spade evaluate``'s rows for the designed environments)."""
@@ -62,7 +67,6 @@ def _designer_rewards(
     played = [
         EnvEvaluation(**{k: v for k, v in r.items() if k in fields}) for r in _rows(evaluations)
     ]
-    attempts = _attempts(rows)
     missing = sorted({a.env_id or "" for a in attempts if a.accepted} - {e.env_id for e in played})
     if missing:
         raise ConfigError(f"{evaluations}: no evaluation of accepted design(s) {missing}")
@@ -70,9 +74,26 @@ def _designer_rewards(
     return [s.reward for s in scored]
 
 
-def _attempts(rows: list[dict[str, Any]]) -> list[DesignAttempt]:
-    fields = DesignAttempt.__dataclass_fields__
-    return [DesignAttempt(**{k: v for k, v in r.items() if k in fields}) for r in rows]
+def agent_samples(cfg: CampaignConfig, trajectories: Iterable[Trajectory]) -> list[Any]:
+    """The agent's samples of ``trajectories`` (unhinted plays), advantages z-scored within
+    each environment's plays."""
+    from spade.training.samples import assign_advantages, samples_from_trajectories
+
+    samples = samples_from_trajectories(trajectories)
+    assign_advantages(samples, scale_by_std=cfg.training.advantage_std)
+    return list(samples)
+
+
+def designer_samples(
+    cfg: CampaignConfig, attempts: Sequence[DesignAttempt], rewards: Sequence[float]
+) -> list[Any]:
+    """The designer's samples of ``attempts``, rewards centred as ``scoring`` says."""
+    from spade.training.advantages import designer_estimator
+    from spade.training.samples import assign_advantages, samples_from_design_attempts
+
+    samples = samples_from_design_attempts(attempts, rewards)
+    assign_advantages(samples, designer_estimator(cfg.scoring.centre_per_skill))
+    return list(samples)
 
 
 def load_samples(
@@ -81,22 +102,12 @@ def load_samples(
     """Training samples (with advantages) from ``trajectories.jsonl`` (agent) or design
     attempts (designer: ``spade design``'s ``attempts.jsonl`` with ``evaluations``, or
     attempts that carry a ``reward``)."""
-    from spade.training.advantages import designer_estimator
-    from spade.training.samples import (
-        assign_advantages,
-        samples_from_design_attempts,
-        samples_from_trajectories,
-    )
-
     rows = _rows(path)
     if role == "agent":
-        samples = samples_from_trajectories(Trajectory.from_dict(r) for r in rows)
-        assign_advantages(samples, scale_by_std=cfg.training.advantage_std)
-        return list(samples)
-    rewards = _designer_rewards(cfg, path, rows, evaluations)
-    samples = samples_from_design_attempts(_attempts(rows), rewards)
-    assign_advantages(samples, designer_estimator(cfg.scoring.centre_per_skill))
-    return list(samples)
+        return agent_samples(cfg, (Trajectory.from_dict(r) for r in rows))
+    attempts = [DesignAttempt.from_dict(r) for r in rows]
+    rewards = _designer_rewards(cfg, path, rows, attempts, evaluations)
+    return designer_samples(cfg, attempts, rewards)
 
 
 def train_once(
