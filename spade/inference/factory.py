@@ -70,9 +70,11 @@ def vllm_inference_config(inf: InferenceConfig) -> InferenceConfig:
     """
     if not inf.served_model:
         return inf
+    from spade.inference.vllm_server import configured_served_name
+
     args = inf.vllm.extra_args
-    if _SERVED_NAME_FLAG in args[:-1]:
-        named = args[args.index(_SERVED_NAME_FLAG) + 1]
+    named = configured_served_name(args)
+    if named is not None:
         if named != inf.served_model:
             raise ConfigError(
                 f"inference.served_model {inf.served_model!r} and {_SERVED_NAME_FLAG} {named!r}"

@@ -293,11 +293,8 @@ class ManagedVllmBackend:
         else the model path."""
         if self.server.served_name is not None:
             return self.server.served_name
-        args = self.server.config.extra_args
-        if _SERVED_NAME in args[:-1]:
-            return args[args.index(_SERVED_NAME) + 1]
-        joined = [a.split("=", 1)[1] for a in args if a.startswith(f"{_SERVED_NAME}=")]
-        return joined[0] if joined else self.server.model_arg
+        configured = configured_served_name(self.server.config.extra_args)
+        return configured if configured is not None else self.server.model_arg
 
     def start(self) -> Self:
         self.server.start()
@@ -341,6 +338,14 @@ class ManagedVllmBackend:
     async def aclose(self) -> None:
         await self.client.aclose()
         await asyncio.to_thread(self.server.stop)
+
+
+def configured_served_name(args: Sequence[str]) -> str | None:
+    """The name ``--served-model-name NAME`` (or ``=NAME``) in ``args`` gives; None if absent."""
+    if _SERVED_NAME in args[:-1]:
+        return args[list(args).index(_SERVED_NAME) + 1]
+    joined = [a.split("=", 1)[1] for a in args if a.startswith(f"{_SERVED_NAME}=")]
+    return joined[0] if joined else None
 
 
 def _without_flag(args: Sequence[str], flag: str) -> list[str]:
