@@ -16,7 +16,6 @@ A regeneration that accepted nothing is not replayed: the next round designs aga
 
 from __future__ import annotations
 
-import copy
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -84,14 +83,12 @@ def plan_round(cfg: CampaignConfig, campaign_id: str, round: int) -> RoundPlan:
     return RoundPlan(prev.regeneration + 1)
 
 
-def is_replay(cfg: CampaignConfig, campaign_id: str, round: int) -> bool:
-    """Whether round ``round`` (committed up to its design phase) replayed environments."""
-    return not read_plan(campaign_store(cfg, campaign_id), round).designs
-
-
-def replayed_attempts(cs: CampaignStore, source: int) -> list[DesignAttempt]:
-    """The accepted designs of regeneration round ``source``, with the hints it gave them."""
-    hints = {row["env_id"]: row for row in _environment_rows(cs, source)}
+def _replayed_attempts(
+    cs: CampaignStore, source: int, environments: list[dict[str, Any]]
+) -> list[DesignAttempt]:
+    """The accepted designs of regeneration round ``source`` with the hints its hint stage gave
+    them (``environments``: that stage's rows)."""
+    hints = {row["env_id"]: row for row in environments}
     rows = read_jsonl(cs, cs.layout.stage_key(source, "verify", "attempts.jsonl"))
     out = []
     for row in rows:
@@ -118,15 +115,12 @@ def replay(
     for stage in ("design", "verify"):
         StageRecord(cfg, campaign_id, round, stage).commit("skipped", note)
     hint = StageRecord(cfg, campaign_id, round, "hint", {"replay_of": str(source)})
-    attempts = copy.deepcopy(replayed_attempts(hint.cs, source))
-    rows = []
-    for row in _environment_rows(hint.cs, source):
-        code = hint.cs.store.get_blob(row["code_sha256"])
-        hint.write_blob(f"code/{row['env_id']}", code)
-        rows.append(row)
-    hint.write_jsonl("environments.jsonl", rows)
+    environments = _environment_rows(hint.cs, source)
+    for row in environments:  # the code is content-addressed: already stored, only named here
+        hint.outputs[f"code/{row['env_id']}"] = row["code_sha256"]
+    hint.write_jsonl("environments.jsonl", environments)
     hint.commit(note=note)
-    return attempts
+    return _replayed_attempts(hint.cs, source, environments)
 
 
-__all__ = ["PLAN_FILE", "RoundPlan", "is_replay", "plan_round", "read_plan", "replay"]
+__all__ = ["PLAN_FILE", "RoundPlan", "plan_round", "read_plan", "replay"]
