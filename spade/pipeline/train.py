@@ -42,22 +42,15 @@ def _samples(cfg: CampaignConfig, role: Role, data: Any) -> list[Any]:
     return designer_samples(cfg, attempts, rewards)
 
 
-def _trainer(cfg: CampaignConfig, role: Role, parent: WeightsRef) -> tuple[Any, dict[str, bytes]]:
+def _trainer(
+    cfg: CampaignConfig, role: Role, parent: WeightsRef
+) -> tuple[Any, dict[str, bytes] | None]:
     """The trainer at ``parent``'s weights, and (full fine-tuning) the model files its
     checkpoints carry to be loadable model folders."""
-    from spade.inference.models import load_model_and_tokenizer, resolve_model
     from spade.training import checkpoint as ckpt
-    from spade.training.trainer import GRPOTrainer
-    from spade.training.weights import hf_model_files
+    from spade.training.run import build_trainer
 
-    resolved = resolve_model(cfg.model)
-    model, tokenizer = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)
-    files = {} if cfg.training.lora.enabled else hf_model_files(model, tokenizer)
-    ref = None
-    if cfg.training.kl_coef > 0 and not cfg.training.lora.enabled:
-        ref = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)[0]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    trainer = GRPOTrainer(model, pad, cfg.training, role=role, ref_model=ref)
+    trainer, files = build_trainer(cfg, role)
     if parent.checkpoint is None:
         return trainer, files
     loaded = ckpt.load_checkpoint(parent.checkpoint, storage_options=cfg.storage.storage_options)
@@ -104,7 +97,7 @@ def train(
         root,
         storage_options=cfg.storage.storage_options,
         parent=parent.checkpoint,
-        model_files=files or None,
+        model_files=files,
     )
     kind = trainer.kind
     weights = WeightsRef(f"r{round:04d}-{role}", uri, kind)

@@ -110,6 +110,25 @@ def load_samples(
     return designer_samples(cfg, attempts, rewards)
 
 
+def build_trainer(cfg: CampaignConfig, role: Role) -> tuple[Any, dict[str, bytes] | None]:
+    """A GRPO trainer on the configured model (with the KL's reference model when a full
+    fine-tune needs one), and the model files its full-weight checkpoints carry so that each
+    is a loadable model folder (None for LoRA)."""
+    from spade.inference.models import load_model_and_tokenizer, resolve_model
+    from spade.training.trainer import GRPOTrainer
+    from spade.training.weights import hf_model_files
+
+    resolved = resolve_model(cfg.model)
+    model, tokenizer = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)
+    lora = cfg.training.lora.enabled
+    files = None if lora else hf_model_files(model, tokenizer)
+    ref = None
+    if cfg.training.kl_coef > 0 and not lora:
+        ref = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)[0]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return GRPOTrainer(model, pad, cfg.training, role=role, ref_model=ref), files
+
+
 def train_once(
     cfg: CampaignConfig,
     role: Role,
@@ -117,24 +136,12 @@ def train_once(
     checkpoints: str | None = None,
     evaluations: Path | None = None,
 ) -> TrainResult:
-    from spade.inference.models import load_model_and_tokenizer, resolve_model
-    from spade.training.trainer import GRPOTrainer
-    from spade.training.weights import hf_model_files
-
     samples = load_samples(cfg, role, data, evaluations)
     if not samples:
         raise ConfigError(
             f"{data}: no trainable samples (hinted plays and empty turns are skipped)"
         )
-    model, tokenizer = load_model_and_tokenizer(
-        resolve_model(cfg.model), cfg.model.dtype, cfg.model.device
-    )
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
-    # a full fine-tune's checkpoints carry config and tokenizer: loadable model folders
-    files = None if cfg.training.lora.enabled else hf_model_files(model, tokenizer)
-    trainer = GRPOTrainer(model, pad_id, cfg.training, role=role)
+    trainer, files = build_trainer(cfg, role)
     root = checkpoints or checkpoint_root(cfg, role)
     previous = trainer.resume(root, storage_options=cfg.storage.storage_options)
     metrics = trainer.step(samples)
