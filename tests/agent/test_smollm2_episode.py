@@ -46,19 +46,12 @@ def test_trained_tokens_are_the_models_completions_across_turns(smol_env):
             assert earlier.observation.splitlines()[0] in prompt
 
     samples = samples_from_trajectories(trajectories)
-    completions = [
-        [tid for turn in t.turns for tid in turn.completion_token_ids] for t in trajectories
-    ]
+    expected = []  # per episode: one sample (prefix-stable template) or one per turn
+    for t in trajectories:
+        turns = [turn.completion_token_ids for turn in t.turns if turn.completion_token_ids]
+        expected += [[i for c in turns for i in c]] if t.token_view() is not None else turns
     trained = [[tid for tid, m in zip(s.input_ids, s.loss_mask, strict=True) if m] for s in samples]
-    if all(t.token_view() is not None for t in trajectories):  # one sample per episode
-        assert trained == completions
-    else:  # per turn: each sample trains on exactly one completion
-        assert trained == [
-            turn.completion_token_ids
-            for t in trajectories
-            for turn in t.turns
-            if turn.completion_token_ids
-        ]
+    assert trained == expected
     for s in samples:  # log-probs sit on trained tokens only
         assert all(
             lp == 0.0 for lp, m in zip(s.behaviour_logprobs, s.loss_mask, strict=True) if not m
