@@ -11,6 +11,7 @@ hint), ``step`` (action), ``solution``, ``tools``, ``close``. Replies:
 ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {type, errno, message, traceback}}``,
 plus ``"denied": [...]`` whenever the environment tried imports outside the allow-list
 (or reached a module outside it through an allowed one; see :func:`_make_guard`).
+Before the design's code runs, its module already holds the prelude (:func:`_bind_prelude`).
 """
 
 import builtins
@@ -128,6 +129,21 @@ def _view(module, check_value, deny, view):
     return ModuleView(module.__name__, module.__doc__)
 
 
+def _bind_prelude(namespace, guard, allow):
+    """Bind the prelude (:mod:`spade.envs.prelude`) in the design's namespace before its code
+    runs: each name is imported through the design's own guard, as if the design had written
+    the import, so a module arrives as a guarded view and the allow-list decides what is
+    bound. The design's own imports run later and win."""
+    from spade.envs.prelude import prelude_bindings
+
+    for name, (module, attr) in prelude_bindings(allow).items():
+        try:
+            value = guard(module, namespace, None, (attr,) if attr else (), 0)
+            namespace[name] = getattr(value, attr) if attr else value
+        except (ModuleNotFoundError, AttributeError):  # not in this interpreter: not promised
+            continue
+
+
 def _error_payload(exc):
     return {
         "type": type(exc).__name__,
@@ -170,10 +186,12 @@ class Server:
         code = compile(source, path, "exec")
         module = types.ModuleType(_MODULE)
         module.__file__ = path
+        guard = _make_guard(list(allow))
         guarded = dict(vars(builtins))
-        guarded["__import__"] = _make_guard(list(allow))
+        guarded["__import__"] = guard
         vars(module)["__builtins__"] = guarded
         sys.modules[_MODULE] = module
+        _bind_prelude(vars(module), guard, allow)
         exec(code, vars(module))
         cls = getattr(module, class_name) if class_name else _find_class(module)
         kwargs = dict(kwargs or {})

@@ -10,6 +10,7 @@ module through an allowed one. :func:`module_table` asks the jail's own interpre
 attributes of each allowed module are modules (they differ between Python versions), and
 :func:`import_violations` flags private names taken from a module and any from-import or
 attribute chain rooted at an imported name that yields a module outside the allow-list.
+Modules of the prelude (:mod:`spade.envs.prelude`) count as imported under their own names.
 Aliasing through assignments (``t = typing; t.sys``) is not followed here; the runtime guard
 hands the design views of modules that refuse those attributes too.
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import spade
+from spade.envs.prelude import prelude_bindings
 from spade.errors import SandboxError
 from spade.sandbox.failures import Failure, FailureKind
 from spade.sandbox.policy import ImportPolicy, SandboxPolicy
@@ -127,12 +129,42 @@ def _private(name: str) -> bool:
     return name.startswith("_") and name not in PUBLIC_DUNDERS
 
 
+_NAMED_BINDERS = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.ExceptHandler,
+    ast.MatchAs,
+    ast.MatchStar,
+)
+
+
+def own_names(tree: ast.Module) -> set[str]:
+    """Names the design binds itself, anywhere, other than by importing them."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, _NAMED_BINDERS) and node.name:  # def, class, except/match "as"
+            names.add(node.name)
+    return names
+
+
 class _Reach:
     """What a design takes out of modules: private names and module-valued attributes."""
 
     def __init__(self, tree: ast.Module, policy: ImportPolicy, table: ModuleTable) -> None:
         self.policy, self.table = policy, table
-        self.bound: dict[str, str] = {}  # a name bound by an import -> the module it denotes
+        # A name bound by an import (or by the prelude) -> the module it denotes. A prelude
+        # module counts unless the design binds that name itself (``random = ...``).
+        own = own_names(tree)
+        self.bound: dict[str, str] = {
+            name: module
+            for name, (module, attr) in prelude_bindings(policy.allow).items()
+            if attr is None and name not in own
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:  # ``import a.b`` binds ``a``; ``import a.b as c``, a.b

@@ -147,3 +147,25 @@ def test_ordinary_module_use_is_no_violation(table, code):
 def test_an_open_allow_list_checks_no_attributes(table):
     everything = ImportPolicy(allow=["*"])
     assert import_violations(_tree("import random\nrandom._os"), everything, table) == []
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("random._os", "random._os (line 1): private"),  # the prelude binds random, unimported
+        ("x = typing.sys", "typing.sys (line 1): the module 'sys'"),
+        ("def f(collections):\n    return collections._sys", None),  # the design's own name
+        ("for random in []:\n    random._os", None),
+        ("re._x", "re._x (line 1): private"),
+    ],
+)
+def test_prelude_modules_count_as_imported(table, code, says):
+    found = import_violations(_tree(code), POLICY, table)
+    assert (found == []) if says is None else any(says in v for v in found), found
+
+
+@pytest.mark.sandbox
+def test_a_policy_without_the_module_binds_no_prelude_name(table):
+    narrow = ImportPolicy(allow=[a for a in POLICY.allow if a != "random"])
+    assert import_violations(_tree("random._os"), narrow, table) == []  # a NameError, not a reach
