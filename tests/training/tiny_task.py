@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from spade.training.samples import TrainSample, assign_advantages
+from spade.training.loss import policy_loss
+from spade.training.samples import TrainSample, assign_advantages, collate, token_logprobs
 from spade.training.trainer import GRPOTrainer
 
 VOCAB = 64
@@ -21,6 +22,8 @@ PROMPT = [1, 5, 9, 13, 17]
 GOOD = [20, 21, 22]
 BAD = [30, 31, 32]
 LORA = {"enabled": True, "rank": 8, "alpha": 16}  # on the default q/k/v/o projections
+ADAM_EPS = 1e-8  # torch's AdamW default, the engines' too
+GRAD_REL = 1e-5  # float32 gradients summed in another order agree to ~1e-7 of a tensor's max
 
 
 def tiny_llama(seed: int = 0, *, hidden: int = 32, layers: int = 2) -> LlamaForCausalLM:
@@ -104,3 +107,26 @@ def learn(trainer: GRPOTrainer, steps: int) -> tuple[float, float]:
         f"\nlearning margin ({trainer.engine.name}, {trainer.kind}): {good:+.2f} good, {bad:+.2f} bad"
     )
     return good, bad
+
+
+def on_policy_step(samples: list[TrainSample]) -> tuple[float, dict[str, torch.Tensor]]:
+    """One on-policy GRPO step on ``samples`` written out by hand: the loss (token mean, pi_old
+    = the current weights) of ``tiny_llama()`` and its gradient by parameter name."""
+    model = tiny_llama()
+    batch = collate(samples, PAD)
+    lp, _ = token_logprobs(model, batch)
+    out = policy_loss(lp, lp.detach(), batch["advantages"], batch["loss_mask"],
+                      behaviour_logprobs=batch["behaviour_logprobs"])  # fmt: skip
+    out.loss.backward()
+    return out.loss.item(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def adam_first_step_slack(grad: torch.Tensor, lr: float) -> torch.Tensor:
+    """Per element: how far AdamW's first step, ``lr * g / (|g| + eps)``, can move when ``g`` is
+    only known to within ``GRAD_REL`` of the tensor's largest element (another summation order,
+    another CPU). The step's slope, ``eps / (|g| + eps)^2``, is steepest where |g| is smallest,
+    so a rounding-sized difference in a near-zero gradient moves a weight by up to 2 lr: such
+    weights cannot be compared tighter, the others can, to a tiny fraction of lr."""
+    delta = GRAD_REL * grad.abs().max()
+    nearest = (grad.abs() - delta).clamp_min(0.0)
+    return (lr * delta * ADAM_EPS / (nearest + ADAM_EPS) ** 2).clamp_max(2 * lr)
