@@ -120,10 +120,47 @@ class VllmServerConfig(_Section):
     )
 
 
+class LlamaCppServerConfig(_Section):
+    """A llama.cpp server (``xllamacpp``) this process launches in a process of its own.
+
+    It serves the model's GGUF file; trained weights reach it as a LoRA adapter converted to
+    GGUF (the server is restarted with it). Requests are sent as token ids rendered with the
+    model's own chat template, so prompts are exact.
+    """
+
+    threads: int | None = Field(
+        None, ge=1, le=1024, description="CPU threads of generation (None: every core here)."
+    )
+    parallel: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="Slots: requests generated together (continuous batching); also the"
+        " requests the client keeps in flight.",
+    )
+    context_tokens: int | None = Field(
+        None,
+        ge=256,
+        le=1_048_576,
+        description="Context of each slot, prompt + completion (None: model.max_context_tokens);"
+        " the KV cache holds parallel x this many tokens.",
+    )
+    host: str = Field("127.0.0.1", min_length=1, description="Address the server binds.")
+    port: int = Field(
+        0, ge=0, le=65535, description="Port the server binds (0: a free port, chosen at start)."
+    )
+    startup_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="How long to wait for the loaded, healthy server."
+    )
+    shutdown_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Grace period after SIGTERM before SIGKILL."
+    )
+
+
 class InferenceConfig(_Section):
     """How completions are produced."""
 
-    backend: Literal["transformers", "openai", "vllm"] = Field(
+    backend: Literal["transformers", "openai", "vllm", "llamacpp"] = Field(
         "transformers",
         description=(
             "In-process transformers, an existing OpenAI-compatible server, or a managed vLLM"
@@ -156,6 +193,7 @@ class InferenceConfig(_Section):
         8, ge=1, le=1024, description="Sequences generated together by the in-process backend."
     )
     vllm: VllmServerConfig = Field(default_factory=VllmServerConfig)
+    llamacpp: LlamaCppServerConfig = Field(default_factory=LlamaCppServerConfig)
 
 
 class CorpusConfig(_Section):
@@ -664,3 +702,19 @@ def load_config(
     except ValidationError as exc:  # every bad field, with its path
         where = f" in {path}" if path else ""
         raise ConfigError(f"invalid config{where}:\n{exc}") from exc
+    @model_validator(mode="after")
+    def _llamacpp_gets_adapters(self) -> CampaignConfig:
+        # Trained weights reach a llama.cpp server as a LoRA adapter converted to GGUF; full
+        # weights would need a whole GGUF conversion (and requantisation) per round.
+        if (
+            self.inference.backend == "llamacpp"
+            and self.run.train
+            and not self.training.lora.enabled
+        ):
+            raise ValueError(
+                "inference.backend 'llamacpp' with run.train on needs training.lora.enabled: the"
+                " trained weights reach llama.cpp as a LoRA adapter (converted to GGUF each"
+                " round); full fine-tuning is served by 'transformers' or 'vllm'"
+            )
+        return self
+

@@ -15,7 +15,7 @@ from spade.cli.report import print_traceback, summary_table, verdict_json, verdi
 from spade.errors import ConfigError, SandboxError
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy, load_policy
-from spade.verify import Verdict, VerifyConfig, verify_file
+from spade.verify import Reference, Verdict, VerifyConfig, verify_file
 
 env_app = typer.Typer(help="Check and play environment files.", no_args_is_help=True)
 USAGE_ERROR = 2
@@ -51,6 +51,15 @@ def expand_paths(paths: list[Path]) -> list[Path]:
     return out
 
 
+def load_references(paths: list[Path]) -> list[tuple[Path, Reference]]:
+    """Reference environments, each with its resolved path (a file is never its own
+    reference, so a folder can be checked against itself)."""
+    return [
+        (p.resolve(), Reference(str(p), p.read_text(encoding="utf-8", errors="replace")))
+        for p in paths
+    ]
+
+
 @env_app.command("check")
 def check(
     paths: Annotated[
@@ -68,9 +77,21 @@ def check(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show every check and tracebacks.")
     ] = False,
+    reference_paths: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--reference",
+            "-r",
+            help=(
+                "Reference environment file or folder (repeatable): a design that is a"
+                " near-verbatim copy of one, or plays exactly like one, is a duplicate."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Verify environment files in the sandbox. Exit 0 if all are accepted, 1 if any is rejected."""
     files = expand_paths(paths)
+    references = load_references(expand_paths(reference_paths) if reference_paths else [])
     policy = _policy(policy_path)
     config = VerifyConfig(seed=seed, max_turns=max_turns)
     console = Console(stderr=as_json, width=None if sys.stdout.isatty() else 120)
@@ -80,7 +101,16 @@ def check(
         Progress(console=console, transient=True, disable=as_json) as bar,
     ):
         task = bar.add_task("verifying", total=len(files))
-        futures = [pool.submit(verify_file, f, config=config, policy=policy) for f in files]
+        futures = [
+            pool.submit(
+                verify_file,
+                f,
+                config=config,
+                policy=policy,
+                references=[ref for path, ref in references if path != f.resolve()],
+            )
+            for f in files
+        ]
         for path, future in zip(files, futures, strict=True):
             try:
                 verdict = future.result()

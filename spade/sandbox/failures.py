@@ -34,6 +34,8 @@ class FailureKind(StrEnum):
     NO_TERMINATION = "no_termination"  # an episode did not end within max_turns
     INFEASIBLE = "infeasible"  # solution() replayed does not reach the goal
     TRIVIAL = "trivial"  # empty or random play reaches the goal
+    SEED_INDEPENDENT = "seed_independent"  # every seed gives the same instance
+    DUPLICATE = "duplicate"  # a near-verbatim copy of a reference, or plays exactly like one
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,15 @@
 
 from spade.verify.checks import CHECKS
 from spade.verify.config import VerifyConfig
+from spade.verify.novelty import Reference
 from spade.verify.verifier import CheckResult, Verdict, verify, verify_file
 
-__all__ = ["CHECKS", "CheckResult", "Verdict", "VerifyConfig", "verify", "verify_file"]
+__all__ = [
+    "CHECKS",
+    "CheckResult",
+    "Reference",
+    "Verdict",
+    "VerifyConfig",
+    "verify",
+    "verify_file",
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,13 @@ from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.session import JailedSession, SessionInfo
 from spade.verify.config import VerifyConfig
 from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
+from spade.verify.novelty import (
+    Reference,
+    open_reference,
+    plans,
+    play_side_by_side,
+    rank_references,
+)
 from spade.verify.static import import_violations, module_table, name_violations, parse_source
 
 
@@ -36,6 +43,8 @@ class Context:
     tools: list[dict[str, Any]] = field(default_factory=list)
     replay: Episode | None = None
     empty_play: Episode | None = None
+    references: Sequence[Reference] = ()
+    seed_solutions: dict[int, list[str]] = field(default_factory=dict)  # seed -> solution()
 
     def new_session(self) -> JailedSession:
         session = JailedSession(
@@ -238,6 +247,96 @@ def check_non_triviality(ctx: Context) -> str:
     return f"empty play fails; random play wins {wins}/{cfg.random_episodes}"
 
 
+def _clip(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_seed_dependence(ctx: Context) -> str:
+    """Different seeds must give different instances: a different first observation or a
+    different solution for at least one of the probe seeds."""
+    cfg, session = ctx.config, ctx.session
+    if cfg.seed_probe_count == 0:
+        ctx.seed_solutions = {cfg.seed: ctx.solution}
+        return "not checked (verify.seed_probe_count is 0)"
+    firsts: dict[int, str] = {}
+    for seed in cfg.probe_seeds:
+        firsts[seed], _ = session.reset(seed)
+        ctx.seed_solutions[seed] = session.solution()
+    observations = len(set(firsts.values()))
+    solutions = len({tuple(s) for s in ctx.seed_solutions.values()})
+    seeds = ", ".join(map(str, firsts))
+    if observations == 1 and solutions == 1:
+        raise _fail(
+            FailureKind.SEED_INDEPENDENT,
+            f"seeds {seeds} all give the same first observation "
+            f"{_clip(firsts[cfg.seed])} and the same solution {_clip(ctx.solution)}",
+        )
+    n = len(firsts)
+    return (
+        f"seeds {seeds}: distinct first observations {observations} of {n}, "
+        f"distinct solutions {solutions} of {n}"
+    )
+
+
+def check_novelty(ctx: Context) -> str:
+    """Not a near-verbatim copy of a reference (source similarity), and not playing exactly
+    like the references most similar by source (side-by-side play)."""
+    cfg = ctx.config
+    if not ctx.references:
+        return "no references to compare with"
+    ranking = rank_references(
+        ctx.code,
+        ctx.references,
+        keep=max(1, cfg.behaviour_references),
+        max_tokens=cfg.similarity_max_tokens,
+    )
+    notes = list(ranking.notes)
+    if ranking.top and ranking.top[0].similarity >= cfg.max_similarity:
+        top = ranking.top[0]
+        raise _fail(
+            FailureKind.DUPLICATE,
+            f"a near-verbatim copy of {top.reference.name!r}: source similarity "
+            f"{top.similarity:.3f} >= {cfg.max_similarity:g}",
+        )
+    differs = []
+    for scored in ranking.top[: cfg.behaviour_references]:
+        ref = scored.reference
+        session, note = open_reference(ref, ctx.policy, cfg.max_turns)
+        if session is None:
+            notes.append(note)
+            continue
+        plan_list = plans(
+            cfg.probe_seeds,
+            ctx.seed_solutions,
+            cfg.garbage_actions + bad_tool_calls(ctx.tools),
+            ctx.tool_names,
+            cfg.behaviour_random_episodes,
+            cfg.max_turns,
+        )
+        try:
+            outcome = play_side_by_side(ctx.session, session, list(plan_list))
+        finally:
+            session.close()
+        if outcome.identical:
+            raise _fail(
+                FailureKind.DUPLICATE,
+                f"plays exactly like {ref.name!r}: identical transcripts over {outcome.seeds}"
+                f" seeds x {outcome.actions} actions (source similarity {scored.similarity:.3f})",
+            )
+        differs.append(f"{ref.name!r} ({outcome.where})")
+    parts = ["no reference could be compared"]
+    if ranking.top:
+        top = ranking.top[0]
+        parts = [
+            f"closest of {ranking.compared}: {top.reference.name!r}, source similarity "
+            f"{top.similarity:.3f} < {cfg.max_similarity:g}"
+        ]
+    if differs:
+        parts.append("plays differently from " + ", ".join(differs))
+    return "; ".join(parts + notes)
+
+
 CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("parse", check_parse),
     ("import_policy", check_import_policy),
@@ -249,4 +348,6 @@ CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("termination", check_termination),
     ("feasibility", check_feasibility),
     ("non_triviality", check_non_triviality),
+    ("seed_dependence", check_seed_dependence),
+    ("novelty", check_novelty),
 ]

@@ -80,6 +80,54 @@ class VerifyConfig(BaseModel):
         default_factory=lambda: list(DEFAULT_GARBAGE_ACTIONS),
         description="Malformed actions every environment must survive.",
     )
+    seed_probe_count: int = Field(
+        3,
+        ge=0,
+        le=32,
+        description=(
+            "Seeds (seed, seed + 1, ...) the seed-dependence check resets with: an environment"
+            " whose first observation and solution() are the same for all of them is one fixed"
+            " instance, not an environment. The novelty check plays the same seeds. 0 turns the"
+            " seed-dependence check off (novelty then plays `seed` alone); 1 is not allowed."
+        ),
+    )
+    max_similarity: float = Field(
+        0.99,
+        ge=0.5,
+        le=1.0,
+        description=(
+            "A design whose normalised source (no comments, docstrings or layout; its own"
+            " identifiers made one placeholder) has at least this token similarity (difflib"
+            " ratio) with a reference is a duplicate: fewer than ~1 token in 100 differs"
+            " beyond renaming. Measured: renamed or re-commented copies of bundled examples"
+            " 0.998-1.000, small real variants 0.953-0.975, two bundled examples at most 0.59."
+        ),
+    )
+    similarity_max_tokens: int = Field(
+        6000,
+        ge=100,
+        le=100_000,
+        description=(
+            "Tokens of each source the similarity compares (the first ones): bounds difflib's"
+            " quadratic worst case. The bundled examples have 400-1,500 tokens."
+        ),
+    )
+    behaviour_references: int = Field(
+        2,
+        ge=0,
+        le=32,
+        description=(
+            "References, the most similar by source first, that the novelty check also plays"
+            " side by side with the design (same seeds, same actions); identical observations"
+            " throughout make the design a duplicate. 0: compare sources only."
+        ),
+    )
+    behaviour_random_episodes: int = Field(
+        2,
+        ge=0,
+        le=20,
+        description="Episodes of random actions per seed in that side-by-side play.",
+    )
 
     @model_validator(mode="after")
     def _reward_range(self) -> Self:
@@ -87,4 +135,11 @@ class VerifyConfig(BaseModel):
             raise ValueError("reward_min must be below reward_max")
         if self.success_threshold > self.reward_max:  # no design could ever reach the goal
             raise ValueError("success_threshold must not exceed reward_max")
+        if self.seed_probe_count == 1:  # one seed cannot show that the instance depends on it
+            raise ValueError("seed_probe_count must be 0 (off) or at least 2")
         return self
+
+    @property
+    def probe_seeds(self) -> list[int]:
+        """The seeds the seed-dependence and novelty checks play (``seed`` first)."""
+        return [(self.seed + i) % 2**32 for i in range(max(1, self.seed_probe_count))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from spade.sandbox.failures import EnvFailure, Failure
 from spade.sandbox.policy import SandboxPolicy, load_policy
 from spade.verify.checks import CHECKS, Context
 from spade.verify.config import VerifyConfig
+from spade.verify.novelty import Reference
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,20 @@ class Verdict:
 
 
 def verify(
-    code: str, *, config: VerifyConfig | None = None, policy: SandboxPolicy | None = None
+    code: str,
+    *,
+    config: VerifyConfig | None = None,
+    policy: SandboxPolicy | None = None,
+    references: Sequence[Reference] = (),
 ) -> Verdict:
-    """Run every check on ``code`` (in the sandbox where it executes anything)."""
-    ctx = Context(code=code, config=config or VerifyConfig(), policy=policy or load_policy())
+    """Run every check on ``code`` (in the sandbox where it executes anything). The novelty
+    check compares it with ``references`` (its parent, the examples its designer was shown)."""
+    ctx = Context(
+        code=code,
+        config=config or VerifyConfig(),
+        policy=policy or load_policy(),
+        references=tuple(references),
+    )
     verdict = Verdict()
     t_all = time.perf_counter()
     try:

@@ -41,9 +41,29 @@ def test_check_json_lines_shape_and_exit_1_on_rejection(tmp_path):
     }
 
 
+def test_check_against_references_rejects_copies_but_not_the_reference_itself(tmp_path):
+    copy = tmp_path / "copy.py"
+    copy.write_text("# my very own game\n" + (EXAMPLES / "code_breaker.py").read_text())
+    files = [str(EXAMPLES / "code_breaker.py"), str(copy)]
+    out = run("env", "check", "--json", *files, "--reference", str(EXAMPLES), "-r", str(copy))
+    assert out.returncode == 1, out.stdout + out.stderr
+    original, copied = (json.loads(line) for line in out.stdout.splitlines())
+    # Each file is compared with every reference but itself: the example meets its copy.
+    assert original["failure"]["kind"] == copied["failure"]["kind"] == "duplicate"
+    assert copied["failure"]["reason"] == (
+        f"a near-verbatim copy of {str(EXAMPLES / 'code_breaker.py')!r}: "
+        "source similarity 1.000 >= 0.99"
+    )
+    alone = run("env", "check", "--json", str(EXAMPLES / "code_breaker.py"), "-r", str(EXAMPLES))
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    checks = json.loads(alone.stdout)["checks"]
+    assert checks[-1]["name"] == "novelty" and checks[-1]["reason"].startswith("closest of 8: ")
+
+
 @pytest.mark.parametrize(
     "args",
     [
+        ("env", "check", "--reference", "/no/such/folder", str(EXAMPLES / "maze_walk.py")),
         ("env", "check", "/no/such/file.py"),
         ("env", "check"),
         ("env", "check", "--seed", "-1", "x.py"),

@@ -27,7 +27,8 @@ class SkyWordEnv(TextEnv):
 
     def setup(self):
         self.tries = 0
-        return "Name the secret word in \\\\boxed{}. You have 3 tries."
+        # The round number makes each seed its own instance (the verifier's seed_dependence).
+        return f"Name the secret word in \\\\boxed{{}}. You have 3 tries. Round {self.rng.randint(1, 999)}."
 
     def play(self, move):
         self.tries += 1

@@ -1,8 +1,10 @@
 """The verifier on the bundled examples and on small broken designs."""
 
 import pytest
+from pydantic import ValidationError
 
-from spade.verify import CHECKS, VerifyConfig, verify, verify_file
+from spade.envs.examples import example_paths
+from spade.verify import CHECKS, Reference, VerifyConfig, verify, verify_file
 
 pytestmark = pytest.mark.sandbox
 
@@ -10,9 +12,13 @@ CHECK_NAMES = [name for name, _ in CHECKS]
 
 
 def test_every_example_is_accepted_with_all_checks(example_path):
-    verdict = verify_file(example_path)
+    # The bundled examples are different games: each is novel against all the others.
+    others = [Reference(p.stem, p.read_text()) for p in example_paths() if p != example_path]
+    verdict = verify_file(example_path, references=others)
     assert verdict.accepted, verdict.to_dict()
     assert [c.name for c in verdict.checks] == CHECK_NAMES
+    novelty = verdict.checks[-1].reason
+    assert novelty.startswith(f"closest of {len(others)}: ") and "plays differently" in novelty
     assert verdict.skill and verdict.hint and verdict.solution_length >= 1
     data = verdict.to_dict()
     assert data["failure"] is None and all(c["reason"] for c in data["checks"])
@@ -120,7 +126,9 @@ def test_random_play_may_not_win_at_all_by_default():
 
 
 def test_the_random_win_rate_bound_is_inclusive():
-    assert verify(LUCKY, config=VerifyConfig(max_random_win_rate=1.0)).accepted
+    # LUCKY is one fixed instance too: the seed-dependence check is off to see this bound.
+    lenient = VerifyConfig(max_random_win_rate=1.0, seed_probe_count=0)
+    assert verify(LUCKY, config=lenient).accepted
     rejected = verify(LUCKY, config=VerifyConfig(max_random_win_rate=0.75))
     assert rejected.failed_check == "non_triviality"
 
@@ -130,3 +138,60 @@ def test_empty_actions_never_may_win(config):
     verdict = verify(EMPTY_WINS, config=config)
     assert verdict.failure is not None and verdict.failure.kind == "trivial", verdict.to_dict()
     assert verdict.failure.reason.startswith("empty actions reach the goal")
+
+
+def test_a_design_that_forgot_its_imports_is_accepted():
+    verdict = verify(GOOD.replace("from spade.envs import TextEnv\n", ""))
+    assert verdict.accepted, verdict.to_dict()
+
+
+QUIZ = """
+class QuizEnv(TextEnv):
+    def setup(self):
+        self.tries = 0
+        return "What is 17 * 23? Answer in \\\\boxed{}; three tries."
+
+    def play(self, move):
+        self.tries += 1
+        if move.strip() == "391":
+            return "correct", 1.0, True
+        if self.tries >= 3:
+            return "wrong, no tries left", 0.0, True
+        return "wrong", 0.0, False
+
+    def solution(self):
+        return ["\\\\boxed{391}"]
+"""
+
+
+def test_a_quiz_with_one_fixed_answer_is_seed_independent():
+    verdict = verify(QUIZ)
+    assert verdict.failure is not None and verdict.failure.kind == "seed_independent"
+    assert verdict.failed_check == "seed_dependence" and verdict.checks[-2].passed
+    assert verdict.failure.reason == (
+        "seeds 1234, 1235, 1236 all give the same first observation "
+        "'What is 17 * 23? Answer in \\\\boxed{}; three tries.' "
+        "and the same solution ['\\\\boxed{391}']"
+    )
+
+
+def test_a_game_whose_secret_ignores_the_seed_is_seed_independent():
+    fixed = GOOD.replace("self.secret = self.rng.randint(100, 999)", "self.secret = 437")
+    verdict = verify(fixed, config=VerifyConfig(seed=7, seed_probe_count=5))
+    assert verdict.failure is not None and verdict.failure.kind == "seed_independent"
+    assert verdict.failure.reason.startswith("seeds 7, 8, 9, 10, 11 all give the same")
+    assert verdict.failure.reason.endswith("the same solution ['\\\\boxed{437}']")
+
+
+def test_seed_dependence_can_be_turned_off_but_not_probed_with_one_seed():
+    verdict = verify(QUIZ, config=VerifyConfig(seed_probe_count=0))
+    assert verdict.accepted, verdict.to_dict()
+    with pytest.raises(ValidationError, match="seed_probe_count"):
+        VerifyConfig(seed_probe_count=1)
+
+
+def test_a_seed_dependent_design_passes_with_the_evidence():
+    reason = verify(GOOD).checks[CHECK_NAMES.index("seed_dependence")].reason
+    assert reason == (
+        "seeds 1234, 1235, 1236: distinct first observations 1 of 3, distinct solutions 3 of 3"
+    )

@@ -1,0 +1,247 @@
+"""Is a design new? Source similarity to reference environments, and side-by-side play.
+
+A reference is an environment the design must not merely repeat: its parent when it was an
+edit, the memory or pool examples the designer was shown. Two tests, the cheap one first:
+
+- **Source**: both sources are normalised and tokenised, and the similarity is difflib's
+  ratio (2 x matched / total) over the token lists. Normalising parses the code, drops
+  docstrings and unparses it (comments, blank lines, layout and quoting are gone), then
+  replaces every identifier the design binds itself (classes, functions, variables,
+  arguments, attributes it assigns) by one placeholder: renaming is the cheapest disguise of
+  a copy. Literals and everything else are kept: the strings and numbers are what a real
+  variant changes (a digit code made a letter code). Tokens rather than characters: a token is
+  a unit of meaning, the lists are ~4x shorter (difflib is quadratic in the worst case), and
+  popular tokens need no "junk" heuristic (``autojunk`` is off: it would silently skip
+  ``self`` and ``(``). Each list is cut at a size cap, and references are ranked by exact
+  ratio with difflib's cheap upper bound (``quick_ratio``) pruning those that cannot rank.
+- **Behaviour**: the design and a reference play in their own jailed sessions, in lockstep,
+  from the same seeds with the same actions (the design's solution, malformed actions, random
+  play); the same observations, rewards and ends throughout make the design a duplicate.
+
+References are untrusted code too: their sources are only parsed here, and they run only in
+the jail. A reference that cannot be parsed or loaded is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import difflib
+import io
+import random
+import tokenize
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from spade.sandbox.failures import EnvFailure
+from spade.sandbox.policy import SandboxPolicy
+from spade.sandbox.session import JailedSession
+from spade.verify.episodes import random_policy
+from spade.verify.static import own_names
+
+_DOC_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_DROPPED = {tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER}
+_MARKERS = {tokenize.NEWLINE: "<nl>", tokenize.INDENT: "<in>", tokenize.DEDENT: "<de>"}
+_PLACEHOLDER = "<id>"
+_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An environment a design is compared with: a name for reasons, and its source."""
+
+    name: str
+    code: str
+
+
+def source_tokens(code: str, max_tokens: int) -> list[str]:
+    """The normalised token list of ``code``, at most ``max_tokens`` long (see the module
+    docstring). Raises one of ``_UNPARSABLE`` for code that cannot be parsed."""
+    tree = ast.parse(code)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, _DOC_OWNERS)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+            and isinstance(node.body[0].value.value, str)
+        ):
+            node.body = node.body[1:] or [ast.Pass()]
+    own = own_names(tree) | {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load)
+    }
+    tokens: list[str] = []
+    for tok in tokenize.generate_tokens(io.StringIO(ast.unparse(tree)).readline):
+        if tok.type in _DROPPED:
+            continue
+        if tok.type == tokenize.NAME and tok.string in own:
+            tokens.append(_PLACEHOLDER)
+        else:
+            tokens.append(_MARKERS.get(tok.type, tok.string))
+        if len(tokens) >= max_tokens:
+            break
+    return tokens
+
+
+def similarity(design: Sequence[str], reference: Sequence[str]) -> float:
+    """difflib's ratio (2 x matched / total) of two token lists, in [0, 1]. The ratio is not
+    quite symmetric; this is the orientation :func:`rank_references` uses (the design is
+    difflib's indexed second sequence)."""
+    return difflib.SequenceMatcher(None, reference, design, autojunk=False).ratio()
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A reference with its source similarity to the design."""
+
+    reference: Reference
+    similarity: float
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The references most similar to a design by source, most similar first."""
+
+    top: list[Scored]
+    compared: int  # references whose source could be compared
+    notes: list[str]  # one per reference skipped
+
+
+def rank_references(
+    code: str, references: Sequence[Reference], *, keep: int, max_tokens: int
+) -> Ranking:
+    """The ``keep`` references most similar to ``code`` by source (exact ratios). References
+    are visited by difflib's upper bound (``quick_ratio``) and the visit stops when no bound
+    left can beat the ``keep``-th exact ratio found."""
+    matcher = difflib.SequenceMatcher(None, autojunk=False)
+    matcher.set_seq2(source_tokens(code, max_tokens))  # difflib caches its index of seq2
+    bounded, notes = [], []
+    for ref in references:
+        try:
+            theirs = source_tokens(ref.code, max_tokens)
+        except _UNPARSABLE as exc:  # unparsable: no design that parses is a verbatim copy
+            notes.append(f"reference {ref.name!r} skipped: its source does not parse ({exc})")
+            continue
+        matcher.set_seq1(theirs)
+        bounded.append((matcher.quick_ratio(), ref, theirs))
+    bounded.sort(key=lambda b: -b[0])
+    top: list[Scored] = []
+    for bound, ref, theirs in bounded:
+        if len(top) >= keep and bound <= top[-1].similarity:
+            break
+        matcher.set_seq1(theirs)
+        scored = Scored(ref, matcher.ratio())
+        bisect.insort(top, scored, key=lambda s: -s.similarity)
+        del top[keep:]
+    return Ranking(top, len(bounded), notes)
+
+
+Policy = Callable[[int, str], str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One action plan of the side-by-side play, for one seed."""
+
+    seed: int
+    label: str
+    policy: Policy
+    steps: int  # actions to play; the episode is reset (same seed) whenever it ends
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a side-by-side play ended: identical throughout, or where it first differed."""
+
+    identical: bool
+    seeds: int = 0
+    actions: int = 0
+    where: str = ""
+
+
+class _ReferenceFailed(Exception):
+    """Internal: the reference's session failed; the design's did not."""
+
+    def __init__(self, exc: EnvFailure) -> None:
+        self.why = f"{exc.failure.kind}: {exc.failure.reason}"
+
+
+def _cycle(actions: Sequence[str]) -> Policy:
+    return lambda turn, _obs: actions[turn % len(actions)]
+
+
+def plans(
+    seeds: Sequence[int],
+    solutions: dict[int, list[str]],
+    garbage: Sequence[str],
+    tool_names: Sequence[str],
+    random_episodes: int,
+    max_turns: int,
+) -> Iterator[Plan]:
+    """What both environments play, per seed: the design's solution for that seed, the
+    malformed actions, then random play. Random plans hold their own RNG, consumed as they
+    are played: make a fresh list for every side-by-side play."""
+    for seed in seeds:
+        solution = solutions.get(seed, [])
+        if solution:
+            yield Plan(seed, "solution", _cycle(solution), len(solution))
+        if garbage:
+            yield Plan(seed, "malformed", _cycle(garbage), len(garbage))
+        for i in range(random_episodes):
+            rng = random.Random(seed * 1000 + i)
+            yield Plan(seed, f"random {i}", random_policy(rng, tool_names), max_turns)
+
+
+def _reference_call[**P, T](fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    try:
+        return fn(*args, **kwargs)
+    except EnvFailure as exc:  # the reference broke where the design did not: they differ
+        raise _ReferenceFailed(exc) from None
+
+
+def play_side_by_side(
+    design: JailedSession, reference: JailedSession, plan_list: Sequence[Plan]
+) -> Comparison:
+    """Play every plan on both sessions in lockstep; stop at the first difference. A failure
+    of the design's session propagates (it is the design's failure); one of the reference's
+    counts as a difference."""
+    actions = 0
+    for plan in plan_list:
+        turn, obs = 0, None
+        while turn < plan.steps:
+            at = f"seed {plan.seed}, {plan.label} play"
+            try:
+                if obs is None:  # (re)start the episode from the plan's seed
+                    obs, _ = design.reset(plan.seed)
+                    theirs, _ = _reference_call(reference.reset, plan.seed)
+                    if obs != theirs:
+                        return Comparison(False, where=f"{at}: first observations differ")
+                action = plan.policy(turn, obs)
+                mine = design.step(action)
+                other = _reference_call(reference.step, action)
+            except _ReferenceFailed as ref:
+                return Comparison(
+                    False, where=f"{at}, turn {turn + 1}: the reference failed ({ref.why})"
+                )
+            actions += 1
+            turn += 1
+            if mine[:4] != other[:4]:
+                return Comparison(False, where=f"{at}, action {turn}: results differ")
+            obs = None if mine[2] or mine[3] else mine[0]
+    return Comparison(True, seeds=len({p.seed for p in plan_list}), actions=actions)
+
+
+def open_reference(
+    ref: Reference, policy: SandboxPolicy, max_turns: int
+) -> tuple[JailedSession | None, str]:
+    """A started jailed session of the reference, or None and the note why it is skipped."""
+    session = JailedSession(ref.code, policy=policy, env_kwargs={"max_turns": max_turns})
+    try:
+        session.start()
+    except EnvFailure as exc:  # a reference that does not load is skipped, never our failure
+        session.close()
+        why = f"{exc.failure.kind}: {exc.failure.reason}"
+        return None, f"reference {ref.name!r} skipped: it does not load ({why})"
+    return session, ""
