@@ -163,8 +163,8 @@ class InferenceConfig(_Section):
     backend: Literal["transformers", "openai", "vllm", "llamacpp"] = Field(
         "transformers",
         description=(
-            "In-process transformers, an existing OpenAI-compatible server, or a managed vLLM"
-            " server."
+            "In-process transformers, an existing OpenAI-compatible server, a managed vLLM"
+            " server, or a managed llama.cpp server (GGUF weights, fast on CPU)."
         ),
     )
     base_url: str = Field(

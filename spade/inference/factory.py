@@ -9,6 +9,8 @@ Which model each backend is given:
   cached, as the transformers backend uses); a Hugging Face id -> passed on (vLLM fetches it).
   vLLM names the model after that path; with ``inference.served_model`` set, it serves it under
   that name instead (``--served-model-name``), which is the name requests ask for.
+- ``llamacpp``: the resolved model's GGUF file, served by a llama.cpp server process started
+  here (:mod:`spade.inference.llamacpp`); a model without a GGUF file is a ConfigError.
 - ``openai`` (a server someone else runs): only a name is sent (:func:`served_model_name`):
   ``inference.served_model``, else ``model.name_or_path`` as written (how vLLM names a model it
   was started on). The alias names weights shipped in a Python package, which no server serves
@@ -98,6 +100,11 @@ async def open_backend(cfg: CampaignConfig) -> AsyncIterator[Backend]:
         from spade.inference.openai import OpenAIBackend
 
         backend = OpenAIBackend(inf, served_model_name(cfg))
+    elif inf.backend == "llamacpp":
+        from spade.inference.llamacpp import ManagedLlamaCppBackend
+
+        llamacpp = await asyncio.to_thread(ManagedLlamaCppBackend, cfg)  # tokenizer load
+        backend = await asyncio.to_thread(llamacpp.start)
     else:
         from spade.inference.vllm_server import ManagedVllmBackend
 

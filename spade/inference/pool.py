@@ -17,6 +17,10 @@ backend is brought to the weights a stage asks for before it is handed out:
   local store is handed over as its folder; one on a remote store (``s3://``) - and any adapter
   of a containerised server, which sees only its mounts - is first copied, verified, to
   ``$SPADE_CACHE/published/<version>-<hash>`` (:func:`serving_folder`);
+- a managed llama.cpp server: restarted with the LoRA checkpoint's adapter converted to GGUF
+  (cached by content, :mod:`spade.inference.llamacpp_lora`), or without adapters for the base;
+  completions record the version's name. It serves GGUF weights only: a full checkpoint is a
+  ConfigError (the config requires LoRA training with it). A server that died is restarted;
 - an external server: requests name the adapter (published by ``spade.pipeline.train``).
 
 Requests name the version (adapter or served model name), so completions record which weights
@@ -34,6 +38,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spade.config import CampaignConfig
@@ -193,17 +198,72 @@ async def serve_on_managed_vllm(cfg: CampaignConfig, weights: WeightsRef) -> str
     return await asyncio.to_thread(_serve_on_vllm, cfg, entry, weights)
 
 
+def _shared_llamacpp(cfg: CampaignConfig) -> _Entry:
+    from spade.inference.llamacpp import ManagedLlamaCppBackend
+
+    key = _pool_key(cfg)
+    with _entries_lock:
+        entry = _entries.get(key)
+        if entry is None:
+            entry = _entries[key] = _Entry(ManagedLlamaCppBackend(cfg).start())
+    return entry
+
+
+def llamacpp_adapter(cfg: CampaignConfig, weights: WeightsRef, files: Path) -> Path:
+    """The GGUF LoRA adapter of ``weights`` (a LoRA checkpoint) for the model whose Hugging Face
+    config is in ``files`` (converted once per checkpoint content, then cached)."""
+    from spade.inference.llamacpp_lora import BaseModelInfo, gguf_adapter
+
+    if weights.kind != "lora":
+        raise ConfigError(
+            f"weights {weights.version} are a full checkpoint: a llama.cpp server serves GGUF"
+            " weights plus LoRA adapters only (train with training.lora.enabled)"
+        )
+    base = BaseModelInfo.from_hf_config(json.loads((files / "config.json").read_text()))
+    return gguf_adapter(serving_folder(cfg, weights), base)
+
+
+def _serve_on_llamacpp(cfg: CampaignConfig, entry: _Entry, weights: WeightsRef) -> None:
+    """Restart the managed llama.cpp server with ``weights``' adapter (or none) unless it
+    already serves them; a server that died is restarted too."""
+    managed = entry.backend
+    with entry.lock:
+        if entry.version == weights.version and managed.server.running:
+            return
+        if weights.checkpoint is None:
+            managed.serve([], managed.base_name)
+        else:
+            managed.serve([llamacpp_adapter(cfg, weights, managed.files)], weights.version)
+        entry.version = weights.version
+        log.info("managed llama.cpp server now serves weights %s", weights.version)
+
+
+async def serve_on_managed_llamacpp(cfg: CampaignConfig, weights: WeightsRef) -> Any:
+    """Make the pooled managed llama.cpp server (started if needed) serve ``weights``; returns
+    the :class:`~spade.inference.llamacpp.ManagedLlamaCppBackend`."""
+    entry = await asyncio.to_thread(_shared_llamacpp, cfg)
+    await asyncio.to_thread(_serve_on_llamacpp, cfg, entry, weights)
+    return entry.backend
+
+
 @asynccontextmanager
 async def shared_backend(cfg: CampaignConfig, weights: WeightsRef = BASE) -> AsyncIterator[Backend]:
     """A backend serving ``weights``, kept open for later stages of this process.
 
-    In-process models are loaded once and reloaded on a new version; a managed vLLM server is
-    launched once and brought to the version (see the module docstring); clients to a server
-    are made per use. :func:`close_shared_backends` releases everything.
+    In-process models are loaded once and reloaded on a new version; a managed vLLM or llama.cpp
+    server is launched once and brought to the version (see the module docstring); clients to a
+    server are made per use. :func:`close_shared_backends` releases everything.
     """
     inf = cfg.inference
     if inf.backend == "transformers":
         yield await asyncio.to_thread(_shared_transformers, cfg, weights)
+        return
+    if inf.backend == "llamacpp":
+        llamacpp = (await serve_on_managed_llamacpp(cfg, weights)).client()
+        try:  # the client is closed whatever the stage does; the server stays for later ones
+            yield llamacpp
+        finally:
+            await llamacpp.aclose()
         return
     from spade.inference.factory import served_model_name
     from spade.inference.openai import OpenAIBackend

@@ -120,6 +120,8 @@ async def publish(
       checkpoint's folder, served under the version's name, or given a LoRA adapter at runtime
       under the version's name (the previous adapter unloaded). A checkpoint on a remote store
       is copied (verified) to ``$SPADE_CACHE/published`` first: vLLM reads only its own disk;
+    - a managed llama.cpp server (``inference.backend: llamacpp``): restarted with the LoRA
+      adapter converted to GGUF (cached by content), completions named after the version;
     - an external server (``openai``): see :func:`_publish_to_server`.
     """
     rec = StageRecord(cfg, campaign_id, round, "publish", {"weights": weights.version})
@@ -128,6 +130,10 @@ async def publish(
         from spade.inference.pool import serve_on_managed_vllm
 
         await serve_on_managed_vllm(cfg, weights)
+    elif weights.checkpoint is not None and cfg.inference.backend == "llamacpp":
+        from spade.inference.pool import serve_on_managed_llamacpp
+
+        await serve_on_managed_llamacpp(cfg, weights)
     elif weights.checkpoint is not None and cfg.inference.backend == "openai":
         note = await _publish_to_server(cfg, campaign_id, round, weights)
     rec.write_json("weights.json", weights.to_dict())
