@@ -4,44 +4,20 @@ import itertools
 
 import pytest
 
-from spade.envs.examples import example_paths
 from spade.verify import Reference, VerifyConfig, verify
 from spade.verify.novelty import rank_references, similarity, source_tokens
+from tests.verify.lookalikes import COPIES, EXAMPLES, VARIANTS
 from tests.verify.test_verifier import GOOD
 
-EXAMPLES = {p.stem: p.read_text() for p in example_paths()}
 CODE_BREAKER = EXAMPLES["code_breaker"]
+RENAMED = COPIES["renamed code_breaker"][1]
+LETTERS = VARIANTS["letter code_breaker"][1]
+MAX_TOKENS = VerifyConfig().similarity_max_tokens
 
 
-def edited(code: str, *changes: tuple[str, str]) -> str:
-    for old, new in changes:
-        assert old in code, f"the example changed: {old!r} is gone"
-        code = code.replace(old, new)
-    return code
+def source_similarity(code: str, origin: str) -> float:
+    return similarity(source_tokens(code, MAX_TOKENS), source_tokens(EXAMPLES[origin], MAX_TOKENS))
 
-
-# A renamed copy: the class, attributes and prose renamed, comments added, code untouched.
-RENAMED = edited(
-    CODE_BREAKER,
-    ("CodeBreakerEnv", "VaultCrackerEnv"),
-    ("self.code", "self.combination"),
-    ("self.best", "self.top"),
-    ("self.used", "self.tries_so_far"),
-    ("Code breaker (logical deduction)", "Vault cracker"),
-    ("        self.length = length\n", "        self.length = length  # digits in the code\n\n"),
-)
-# A small real variant: a code of letters A-H instead of digits.
-LETTERS = edited(
-    CODE_BREAKER,
-    ("CodeBreakerEnv", "LetterLockEnv"),
-    ('"0123456789"', '"ABCDEFGH"'),
-    ("distinct digits (0-9)", "distinct letters (A-H)"),
-    ("\\\\boxed{{0123}}", "\\\\boxed{{ABCD}}"),
-    ("not guess.isdigit()", 'not set(guess) <= set("ABCDEFGH")'),
-    ('guess = move.replace(" ", "")', 'guess = move.replace(" ", "").upper()'),
-    ("give {self.length} distinct digits", "give {self.length} distinct letters A-H"),
-    ("how many digits", "how many letters"),
-)
 
 # GOOD's game written another way: other names, structure and constants, the same play.
 CLONE = """
@@ -73,18 +49,29 @@ class HigherLowerEnv(TextEnv):
 
 
 def test_layout_comments_docstrings_and_renames_are_normalised_away():
-    tokens = source_tokens(CODE_BREAKER, 10_000)
-    assert similarity(tokens, source_tokens(RENAMED, 10_000)) == 1.0
-    assert similarity(tokens, source_tokens(LETTERS, 10_000)) < 1.0
-    assert source_tokens(CODE_BREAKER, 50) == tokens[:50]
+    code = COPIES["re-commented code_breaker"][1]
+    assert code != CODE_BREAKER and source_similarity(code, "code_breaker") == 1.0
+    assert source_similarity(LETTERS, "code_breaker") < 1.0
+    assert source_tokens(CODE_BREAKER, 50) == source_tokens(CODE_BREAKER, 10_000)[:50]
 
 
-def test_bundled_examples_are_far_apart_and_copies_are_not():
-    cfg = VerifyConfig()
-    tokens = {k: source_tokens(v, cfg.similarity_max_tokens) for k, v in EXAMPLES.items()}
-    closest = max(similarity(tokens[a], tokens[b]) for a, b in itertools.permutations(tokens, 2))
-    letters = similarity(source_tokens(LETTERS, cfg.similarity_max_tokens), tokens["code_breaker"])
-    assert closest < letters < cfg.max_similarity
+@pytest.mark.parametrize("name", COPIES)
+def test_copies_in_disguise_reach_the_threshold(name):
+    origin, code = COPIES[name]
+    assert source_similarity(code, origin) >= VerifyConfig().max_similarity
+
+
+@pytest.fixture(scope="module")
+def closest_examples() -> float:
+    """The highest similarity between two different bundled examples."""
+    tokens = {k: source_tokens(v, MAX_TOKENS) for k, v in EXAMPLES.items()}
+    return max(similarity(tokens[a], tokens[b]) for a, b in itertools.permutations(tokens, 2))
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_small_real_variants_stay_below_it_and_above_different_games(name, closest_examples):
+    origin, code = VARIANTS[name]
+    assert closest_examples < source_similarity(code, origin) < VerifyConfig().max_similarity
 
 
 def test_ranking_keeps_the_exact_top_references():
@@ -97,25 +84,31 @@ def test_ranking_keeps_the_exact_top_references():
     assert [s.similarity for s in full.top] == sorted(exact, reverse=True)
 
 
+ALL_EXAMPLES = [Reference(k, v) for k, v in EXAMPLES.items()]
+
+
 @pytest.mark.sandbox
-def test_a_renamed_copy_is_a_duplicate():
-    refs = [Reference(k, v) for k, v in EXAMPLES.items()]
-    verdict = verify(RENAMED, references=refs)
+@pytest.mark.parametrize("name", COPIES)
+def test_a_copy_in_disguise_is_a_duplicate(name):
+    origin, code = COPIES[name]
+    verdict = verify(code, references=ALL_EXAMPLES)
     assert verdict.failure is not None and verdict.failure.kind == "duplicate"
     assert verdict.failed_check == "novelty"
+    similar = source_similarity(code, origin)
     assert verdict.failure.reason == (
-        "a near-verbatim copy of 'code_breaker': source similarity 1.000 >= 0.99"
+        f"a near-verbatim copy of {origin!r}: source similarity {similar:.3f} >= 0.99"
     )
 
 
 @pytest.mark.sandbox
-def test_a_small_real_variant_is_novel():
-    refs = [Reference(k, v) for k, v in EXAMPLES.items()]
-    verdict = verify(LETTERS, references=refs)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_small_real_variant_is_novel(name):
+    origin, code = VARIANTS[name]
+    verdict = verify(code, references=ALL_EXAMPLES)
     assert verdict.accepted, verdict.to_dict()
     reason = verdict.checks[-1].reason
-    assert reason.startswith("closest of 9: 'code_breaker', source similarity 0.9")
-    assert "plays differently from 'code_breaker' (seed 1234, solution play: first" in reason
+    assert reason.startswith(f"closest of 9: {origin!r}, source similarity 0.9")
+    assert f"plays differently from {origin!r} (seed 1234, solution play: first" in reason
 
 
 @pytest.mark.sandbox
