@@ -53,7 +53,8 @@ def failure_text(failure: Any) -> str:
 
 def env_label(env: dict[str, Any]) -> str:
     what = f"regret {fmt(env.get('regret'))}" if env.get("accepted") else env.get("failure")
-    return f"{env.get('env_id')} · {env.get('skill')} · {what or 'rejected'}"
+    pool = " · pool" if env.get("source") == "pool" else ""
+    return f"{env.get('env_id')} · {env.get('skill')}{pool} · {what or 'rejected'}"
 
 
 @st.fragment
@@ -65,12 +66,17 @@ def gallery_tab(data: CampaignData, ov: Overview) -> None:
     left, right = st.columns([1, 3])
     which = left.selectbox("Round", [r.round for r in rounds], index=len(rounds) - 1)
     every = (ov.round(which) or rounds[-1]).envs
-    accepted = sum(1 for e in every if e.get("accepted"))
-    left.caption(f"{accepted} accepted, {len(every) - accepted} rejected")
+    pool = [e for e in every if e.get("source") == "pool"]  # played, not designed
+    designs = [e for e in every if e.get("source", "designed") == "designed"]
+    accepted = sum(1 for e in designs if e.get("accepted"))
+    left.caption(f"{accepted} accepted, {len(designs) - accepted} rejected, {len(pool)} pool")
     # A round with no accepted design (a small model's usual round) opens on its rejections.
-    options = ["accepted", "rejected", "all"]
+    options = ["accepted", "rejected", "pool", "all"]
     pick = left.radio("Designs", options, index=0 if accepted else 1, horizontal=True)
-    envs = [e for e in every if pick == "all" or bool(e.get("accepted")) == (pick == "accepted")]
+    if pick in ("all", "pool"):
+        envs = every if pick == "all" else pool
+    else:
+        envs = [e for e in designs if bool(e.get("accepted")) == (pick == "accepted")]
     if not envs:
         right.info(f"No {pick} designs in round {which}.")
         return

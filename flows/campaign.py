@@ -38,7 +38,8 @@ def artifact_key(campaign_id: str) -> str:
 
 async def _report(cs: CampaignStore) -> dict[str, Any]:
     status = campaign_status(cs)
-    rows = [{c: r.get(c) for c in SUMMARY_COLUMNS} for r in status["rounds"]]
+    columns = (*SUMMARY_COLUMNS, "agent_skipped", "designer_skipped")  # why a loss is missing
+    rows = [{c: r.get(c) for c in columns} for r in status["rounds"]]
     key = artifact_key(cs.layout.campaign_id)
     await acreate_table_artifact(rows, key=f"{key}-rounds", description="SPADE rounds so far")
     links = "\n".join(

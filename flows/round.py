@@ -5,6 +5,12 @@ sample_documents -> (design -> verify, mapped -> settle) per attempt -> hint -> 
 (``run.regen_interval``, :mod:`spade.pipeline.replay`) carries the last regeneration's
 environments instead of designing, then evaluates, scores and trains as any round.
 
+The ``pool`` stage (:mod:`spade.pipeline.pool`; verify_pool, mapped -> fill_pool) sits between
+hint and evaluate and adds environments from a fixed pool: all of them in pool mode
+(``run.env_source: pool``, the fixed-environment baseline: the design-side stages and
+``train_designer`` are committed as skipped), or enough to reach ``run.min_envs`` when too few
+designs were accepted, so every round plays, trains and publishes.
+
 Each task is a thin wrapper over a ``spade.pipeline`` function, which writes the stage's
 artifacts and manifest to the object store. Task results persist to the campaign's Prefect
 result storage and are cached on a key of (the task's data inputs, the config sections the stage
@@ -38,15 +44,18 @@ from spade.metrics.prom import start_metrics_server
 from spade.pipeline import design as design_stages
 from spade.pipeline import evaluate as evaluate_stages
 from spade.pipeline import heldout as heldout_stage
+from spade.pipeline import pool as pool_stage
 from spade.pipeline import replay as replay_stage
 from spade.pipeline import score as score_stages
 from spade.pipeline import train as train_stages
 from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.keys import config_hash, stage_code_version
+from spade.pipeline.pool import PoolEnv
 from spade.pipeline.replay import RoundPlan, plan_round
 from spade.pipeline.score import RoundScores
 from spade.pipeline.state import carried_state, delayed_designer_batch
 from spade.pipeline.summary import round_summary
+from spade.pipeline.train import Role
 from spade.verify import Verdict
 
 # Timeouts (seconds): they stop a hung stage, not a slow one.
@@ -193,6 +202,66 @@ async def hint(
         return await design_stages.hint(config, campaign_id, round_index, attempts, backend)
 
 
+@task(name="skip_design", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
+async def skip_design(
+    config: CampaignConfig, campaign_id: str, round_index: int, plan: RoundPlan
+) -> list[DesignAttempt]:
+    """Pool mode: record the plan, commit the design-side stages as skipped; no attempt."""
+    return await asyncio.to_thread(pool_stage.skip_design, config, campaign_id, round_index, plan)
+
+
+@task(
+    name="verify_pool",
+    retries=1,
+    timeout_seconds=VERIFY_TIMEOUT_S,
+    cache_policy=_cached("verify"),
+    **_PERSIST,
+)
+async def verify_pool(config: CampaignConfig, code: str) -> Verdict:
+    """The verifier's checks on one pool environment, in nsjail; cached by code (and the
+    sandbox config and verifier source), so a pool file is verified once, not every round."""
+    return await asyncio.to_thread(pool_stage.verify_pool_env, config, code)
+
+
+@task(
+    name="fill_pool",
+    task_run_name="pool-r{round_index}",
+    cache_policy=_cached("pool"),
+    **_INFERENCE,
+)
+async def fill_pool(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    need: int,
+    chosen: list[tuple[PoolEnv, Verdict]],
+    rejected: list[tuple[PoolEnv, Verdict]],
+    weights: WeightsRef,
+) -> list[EnvSpec]:
+    """Hints for the verified pool environments (declared, else the model's); commit ``pool``."""
+    args = (config, campaign_id, round_index, need, chosen, rejected)
+    if not pool_stage.needs_model(chosen):  # every hint declared: no model to load
+        return await pool_stage.fill(*args, None)
+    async with shared_backend(config, weights) as backend:
+        return await pool_stage.fill(*args, backend)
+
+
+@task(name="replay_pool", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("pool"), **_PERSIST)
+async def replay_pool(
+    config: CampaignConfig, campaign_id: str, round_index: int, plan: RoundPlan
+) -> list[EnvSpec]:
+    """A replay round's pool stage: the replayed regeneration's pool environments."""
+    return await asyncio.to_thread(pool_stage.replay, config, campaign_id, round_index, plan)
+
+
+@task(name="skip_pool", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
+async def skip_pool(
+    config: CampaignConfig, campaign_id: str, round_index: int, reason: str
+) -> list[EnvSpec]:
+    """Commit the pool stage as skipped (enough designs, or no fill configured)."""
+    return await asyncio.to_thread(pool_stage.skip, config, campaign_id, round_index, reason)
+
+
 @task(
     name="evaluate",
     task_run_name="evaluate-r{round_index}-{env.env_id}",
@@ -289,6 +358,14 @@ async def skip_training(config: CampaignConfig, campaign_id: str, round_index: i
     await asyncio.to_thread(train_stages.skip_training, config, campaign_id, round_index)
 
 
+@task(name="skip_role", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
+async def skip_role(
+    config: CampaignConfig, campaign_id: str, round_index: int, role: Role, reason: str
+) -> None:
+    """Commit one training stage as skipped, with the reason."""
+    await asyncio.to_thread(train_stages.skip_role, config, campaign_id, round_index, role, reason)
+
+
 @task(
     name="publish",
     retries=INFERENCE_RETRIES,
@@ -345,6 +422,32 @@ async def _design_phase(
     return list(await t.hint(config, cid, r, quote(attempts), weights))
 
 
+async def _pool_phase(
+    t: Any,
+    config: CampaignConfig,
+    cid: str,
+    r: int,
+    plan: RoundPlan,
+    designed: list[EnvSpec],
+    weights: WeightsRef,
+) -> list[EnvSpec]:
+    """The round's pool environments: replayed, drawn (verified in the jail, a rejected one
+    replaced by the next in the draw) and hinted, or none."""
+    if not plan.designs:
+        return list(await t.replay_pool(config, cid, r, plan))
+    need, candidates, why = pool_stage.candidates(config, plan, [s.env_id for s in designed])
+    if need == 0:
+        return list(await t.skip_pool(config, cid, r, why))
+    chosen: list[tuple[PoolEnv, Verdict]] = []
+    rejected: list[tuple[PoolEnv, Verdict]] = []
+    while candidates and len(chosen) < need:
+        batch, candidates = candidates[: need - len(chosen)], candidates[need - len(chosen) :]
+        verdicts = t.verify_pool.map(unmapped(config), [e.code for e in batch]).result()
+        ok, bad = pool_stage.take(need - len(chosen), batch, verdicts)
+        chosen, rejected = chosen + ok, rejected + bad
+    return list(await t.fill_pool(config, cid, r, need, quote(chosen), quote(rejected), weights))
+
+
 async def _train_phase(
     t: Any,
     config: CampaignConfig,
@@ -354,6 +457,10 @@ async def _train_phase(
     weights: WeightsRef,
 ) -> WeightsRef:
     agent = await t.train(config, cid, r, "agent", quote(evaluations), weights)
+    if config.run.env_source == "pool":
+        reason = "run.env_source is pool: nothing is designed, the designer is not trained"
+        await t.skip_role(config, cid, r, "designer", reason)
+        return WeightsRef(**agent.weights.to_dict())
     delayed = delayed_designer_batch(config, cid, r)
     data = (delayed[1], delayed[2]) if delayed else ([], [])
     designer = await t.train(config, cid, r, "designer", quote(data), agent.weights)
@@ -370,8 +477,13 @@ async def round_flow(
     t = _bound(await result_storage(config))
     ensure_campaign(config, cid)
     carried = carried_state(config, cid, r)
-    attempts = await _design_phase(t, config, cid, r, carried.memory, carried.weights)
-    specs = design_stages.accepted_specs(attempts)
+    plan = plan_round(config, cid, r)
+    if config.run.env_source == "pool" and plan.designs:
+        attempts = list(await t.skip_design(config, cid, r, plan))
+    else:
+        attempts = await _design_phase(t, config, cid, r, carried.memory, carried.weights)
+    designed = design_stages.accepted_specs(attempts)
+    specs = designed + await _pool_phase(t, config, cid, r, plan, designed, carried.weights)
     evaluations = (
         t.evaluate.map(unmapped(config), cid, r, specs, unmapped(carried.weights)).result()
         if specs
@@ -399,12 +511,18 @@ def _bound(storage: Any) -> Any:
         "verify": verify,
         "settle": settle,
         "hint": hint,
+        "skip_design": skip_design,
+        "verify_pool": verify_pool,
+        "fill_pool": fill_pool,
+        "replay_pool": replay_pool,
+        "skip_pool": skip_pool,
         "evaluate": evaluate,
         "commit_evaluate": commit_evaluate,
         "score": score,
         "remember": remember,
         "train": train,
         "skip_training": skip_training,
+        "skip_role": skip_role,
         "publish": publish,
         "heldout": heldout,
     }

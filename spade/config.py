@@ -368,6 +368,21 @@ class ScoringConfig(_Section):
     timeout_penalty: float = Field(
         -0.5, ge=-10.0, le=10.0, description="Reward of a design that failed by timing out."
     )
+    rejected_reward: Literal["flat", "graded"] = Field(
+        "flat",
+        description="Reward of a rejected design. flat (the reference): invalid_reward, or"
+        " timeout_penalty for a timeout. graded: by how far it got through the verifier (no"
+        " code < syntax/import/policy < contract < crash/limits < a verifier judgement such as"
+        " infeasible or trivial), evenly spaced from graded_floor up to graded_floor / 5, so"
+        " below every valid design's reward (>= 0): a signal when nothing passes"
+        " (spade.curriculum.rewards.REJECTED_TIERS).",
+    )
+    graded_floor: float = Field(
+        -1.0,
+        ge=-10.0,
+        lt=0.0,
+        description="graded: the reward of an attempt without code (the lowest tier).",
+    )
     ema_alpha: float = Field(
         0.1,
         gt=0.0,
@@ -589,6 +604,27 @@ class RunConfig(_Section):
     heldout_suites: list[HeldoutSuiteConfig] = Field(
         default_factory=list,
         description="Benchmark suites played unhinted after each round (held-out).",
+    )
+    env_source: Literal["designed", "pool"] = Field(
+        "designed",
+        description="Where a round's environments come from. designed: the designer writes"
+        " them (SPADE). pool: a seeded draw of designer.envs_per_round environments from"
+        " env_pool each regeneration, nothing designed and the designer not trained (the"
+        " reference's fixed-environment GRPO baseline).",
+    )
+    env_pool: str | None = Field(
+        None,
+        description="A folder (or one file) of environment .py files for env_source pool and"
+        " min_envs (None: the bundled spade/envs/examples). Environments of heldout_envs"
+        " (matched by path or by code) are always left out: they are never trained on.",
+    )
+    min_envs: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="A designed round that accepted fewer designs than this plays environments"
+        " drawn from env_pool (seeded per regeneration, none twice) up to this many, so every"
+        " round plays and trains (0: only the designs, as the reference).",
     )
 
     @field_validator("heldout_suites")

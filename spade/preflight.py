@@ -9,7 +9,9 @@ whose message names the config field, its value and what to do. The checks:
   fails in seconds, not minutes; the user's own ``config_kwargs`` win over these defaults.
 - ``sandbox``: the policy file loads, nsjail and the jail's interpreter exist, and a trivial
   environment starts in a jailed session and answers ``reset``.
-- ``corpus``: the corpus reads and holds at least one usable document.
+- ``corpus``: the corpus reads and holds at least one usable document (not read in pool mode).
+- ``pool``: with ``run.env_source: pool`` or ``run.min_envs``, the environment pool holds
+  environments that are not held out.
 - ``model``: transformers: the model resolves and its config and tokenizer load (never the
   weights; a GGUF file not yet converted only has its header checked); openai: the server's
   ``GET /models`` lists the served model; vllm: the ``vllm`` executable exists.
@@ -153,6 +155,8 @@ def check_corpus(cfg: CampaignConfig) -> str:
 
     from spade.designer.corpus import BUILTIN_WIKI, Corpus
 
+    if cfg.run.env_source == "pool":
+        return "not read: run.env_source is pool (nothing is designed)"
     corpus = cfg.corpus
     field = f"corpus.path {corpus.path!r}"
     if corpus.path != BUILTIN_WIKI and get_protocol(corpus.path) in ("file", "local"):
@@ -174,6 +178,17 @@ def check_corpus(cfg: CampaignConfig) -> str:
             " these fields"
         ) from exc
     return f"{len(loaded)} usable documents"
+
+
+def check_pool(cfg: CampaignConfig) -> str:
+    """The environment pool (``run.env_source: pool`` or ``run.min_envs``): it exists and holds
+    environments that are not held out (their verification runs in the round, cached)."""
+    if cfg.run.env_source != "pool" and cfg.run.min_envs == 0:
+        return "not used (run.env_source designed, run.min_envs 0)"
+    from spade.pipeline.pool import pool_envs, pool_folder
+
+    envs = pool_envs(cfg)  # ConfigError: missing, or nothing left once held-out ones are out
+    return f"{len(envs)} environments in {pool_folder(cfg)} (held-out ones left out)"
 
 
 def check_model(cfg: CampaignConfig) -> str:
@@ -291,6 +306,7 @@ CHECKS: dict[str, Callable[[CampaignConfig], str]] = {
     "storage": check_storage,
     "sandbox": check_sandbox,
     "corpus": check_corpus,
+    "pool": check_pool,
     "model": check_model,
 }
 PREFLIGHT_CHECKS: tuple[str, ...] = tuple(CHECKS)

@@ -12,17 +12,19 @@ from dataclasses import dataclass
 from spade.agent.evaluate import EnvEvaluation
 from spade.config import ScoringConfig
 from spade.curriculum.memory import MemoryRecord
-from spade.curriculum.rewards import DesignOutcome, designer_rewards
+from spade.curriculum.rewards import DesignOutcome, designer_rewards_with_raw
 from spade.designer.designer import DesignAttempt
 
 
 @dataclass(frozen=True)
 class ScoredAttempt:
-    """One design attempt with its outcome and designer reward."""
+    """One design attempt with its outcome and designer reward (``raw_reward`` before the
+    centring per skill, ``reward`` after it: what the designer trains on)."""
 
     attempt: DesignAttempt
     outcome: DesignOutcome
     reward: float
+    raw_reward: float
 
 
 def outcomes(
@@ -50,12 +52,32 @@ def score(
     config: ScoringConfig,
     ema: Mapping[str, float] | None = None,
 ) -> tuple[list[ScoredAttempt], dict[str, float]]:
-    """Designer rewards for every attempt (rejected ones included) and the updated EMA."""
+    """Designer rewards for every attempt (rejected ones included) and the updated EMA.
+
+    Only designs are scored: evaluations of pool environments (``source == "pool"``) in
+    ``evaluations`` are ignored here, so the designer is never rewarded for them and they do
+    not move the EMA."""
     outs = outcomes(attempts, evaluations)
-    rewards, new_ema = designer_rewards(outs, config, ema)
-    return [
-        ScoredAttempt(a, o, r) for a, o, r in zip(attempts, outs, rewards, strict=True)
-    ], new_ema
+    raw, rewards, new_ema = designer_rewards_with_raw(outs, config, ema)
+    scored = [
+        ScoredAttempt(a, o, r, w) for a, o, r, w in zip(attempts, outs, rewards, raw, strict=True)
+    ]
+    return scored, new_ema
+
+
+NOVELTY_CHECKS = ("novelty",)
+"""Names of the verifier checks that reject a copy of an earlier or pooled environment (failure
+kind ``duplicate``): an accepted design whose verdict passed one is *novel*."""
+
+
+def design_flags(att: DesignAttempt) -> dict[str, bool | None]:
+    """``novel``: accepted, and a novelty check passed (None when no such check ran: a verifier
+    without one cannot tell); ``repaired``: accepted after a repair turn (its first answer
+    failed; the designer is still scored on the final outcome)."""
+    checks = (att.verdict or {}).get("checks") or []
+    ran = [c for c in checks if c.get("name") in NOVELTY_CHECKS]
+    novel = (att.accepted and all(c.get("passed") for c in ran)) if ran else None
+    return {"novel": novel, "repaired": bool(getattr(att, "accepted_after_repair", False))}
 
 
 def memory_records(

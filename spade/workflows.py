@@ -10,7 +10,8 @@ from typing import Any
 
 from spade.agent.evaluate import EnvEvaluation, EnvSpec, evaluate_envs
 from spade.config import CampaignConfig
-from spade.curriculum.memory import EnvironmentMemory, import_pool, read_declarations
+from spade.curriculum.memory import EnvironmentMemory, read_declarations
+from spade.curriculum.pool import seed_records
 from spade.designer.corpus import Corpus
 from spade.designer.designer import DesignAttempt, design_batch, env_id_for, hint_designs
 from spade.inference.base import Backend
@@ -34,8 +35,7 @@ def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 def load_memory(cfg: CampaignConfig) -> EnvironmentMemory:
     memory = EnvironmentMemory(cfg.memory)
-    if cfg.memory.seed_pool:
-        memory.extend(import_pool(cfg.memory.seed_pool, cfg.memory))
+    memory.extend(seed_records(cfg))
     return memory
 
 

@@ -49,7 +49,9 @@ def test_defaults_are_the_reference_numbers():
     assert s.invalid_reward == 0.0
     assert s.timeout_penalty == -0.5
     # §2.7 remember
-    assert (m.capacity, m.code_head_chars) == (200, 2000)
+    assert (m.capacity, m.code_head_chars) == (200, 20_000)  # whole code (the reference: 2,000)
+    # the designer's help: whole examples within a budget, one repair turn, writing by default
+    assert (d.strategy, d.repair_turns, d.max_example_chars) == ("write", 1, 4000)
     # §2.1 corpus
     assert (c.max_words_games, c.max_words_tool_use) == (6000, 4000)
     assert c.text_fields == ["text", "orig_doc"]

@@ -7,7 +7,7 @@ the same instances (paired) as far as both groups reach.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from spade.agent.rollout import EpisodeJob, RolloutSettings, run_episodes
 from spade.agent.trajectory import Trajectory
@@ -15,6 +15,11 @@ from spade.config import CampaignConfig
 from spade.curriculum.regret import get_regret_estimator, win_rate
 from spade.inference.base import Backend
 from spade.sandbox.policy import SandboxPolicy
+
+EnvSource = Literal["designed", "pool"]
+"""Where an environment came from: the designer wrote it, or it was drawn from the fixed pool
+(``run.env_pool``); pool environments are played and trained on, never rewarded to the
+designer."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,7 @@ class EnvSpec:
     skill: str
     hint: str | None
     tool_use: bool = False
+    source: EnvSource = "designed"
 
 
 @dataclass
@@ -41,6 +47,7 @@ class EnvEvaluation:
     regret: float
     failed_plays: int
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
+    source: EnvSource = "designed"
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "trajectories"}
@@ -99,6 +106,7 @@ async def evaluate_envs(
                 regret=estimator(h_ret, u_ret),
                 failed_plays=sum(t.failure is not None for t in mine),
                 trajectories=mine,
+                source=env.source,
             )
         )
     return out

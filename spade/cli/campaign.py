@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -13,7 +13,7 @@ from rich.table import Table
 
 from spade.errors import SpadeError
 from spade.pipeline.campaign import list_campaigns, request_stop
-from spade.pipeline.summary import SUMMARY_COLUMNS, campaign_status
+from spade.pipeline.summary import campaign_status
 from spade.storage import CampaignStore, ObjectStore
 
 # soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
@@ -22,19 +22,54 @@ console = Console(file=sys.stdout, soft_wrap=True)
 StoreOpt = Annotated[
     str, typer.Option("--store", "-s", help="Object store root of the campaign (storage.root).")
 ]
-STATUS_COLUMNS = ("round", "stages_done", *SUMMARY_COLUMNS[1:])
-# Two-line headers keep the table within a terminal's 80 columns (the numbers are short).
+STATUS_COLUMNS = (
+    "round",
+    "replay_of",
+    "attempts",
+    "accepted",
+    "novel",
+    "duplicates",
+    "repaired",
+    "pool_envs",
+    "win_rate",
+    "hinted_win_rate",
+    "regret",
+    "designer_spread",
+    "train_loss",
+    "designer_loss",
+    "heldout_win_rate",
+    "weights",
+)
+"""The columns of ``spade status`` (the rest of ``SUMMARY_COLUMNS`` is in ``--json``)."""
+# Two-line headers and short numbers keep the table within a terminal's 80 columns.
 HEADERS = {
-    "stages_done": "stages",
-    "replay_of": "replay\nof",
-    "attempts": "designs\ntried",
+    "round": "rnd",
+    "replay_of": "re-\nof",
+    "attempts": "de-\nsign",
     "accepted": "\nok",
-    "win_rate": "win\nrate",
-    "hinted_win_rate": "hinted\nwin",
-    "designer_reward": "design\nreward",
-    "train_loss": "train\nloss",
-    "heldout_win_rate": "held-\nout",
+    "novel": "\nnov",
+    "duplicates": "\ndup",
+    "repaired": "\nrep",
+    "pool_envs": "\npool",
+    "win_rate": "\nwin",
+    "hinted_win_rate": "\nhint",
+    "regret": "re-\ngret",
+    "designer_spread": "adv\nsprd",
+    "train_loss": "loss\nagent",
+    "designer_loss": "loss\ndsgn",
+    "heldout_win_rate": "held\nout",
+    "weights": "\nwts",
 }
+LEGEND = (
+    "rnd: round (* not complete); re-of: the round it replays; design/ok: designs",
+    "tried/accepted; nov: novel; dup: rejected as copies; rep: accepted after a",
+    "repair turn; pool: pool environments played; win/hint: unhinted/hinted win",
+    "rate; adv sprd: max - min of the designer's rewards (0: no signal); wts",
+    "rNa/rNd: what round N published (after its agent/designer update), served by",
+    "the next round",
+)
+"""Printed under the table: each line fits 80 columns."""
+RATES = ("win_rate", "hinted_win_rate", "regret", "designer_spread", "heldout_win_rate")
 
 
 def _store(root: str) -> ObjectStore:
@@ -65,32 +100,66 @@ def status(
     rows = info["rounds"]
     replayed = any(row.get("replay_of") is not None for row in rows)
     columns = [c for c in STATUS_COLUMNS if c != "replay_of" or replayed]
-    table = Table(
-        title=f"campaign {campaign_id}",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        collapse_padding=True,
-        pad_edge=False,
-        show_edge=False,
-    )
-    for col in columns:
-        table.add_column(HEADERS.get(col, col), justify="left" if col == "weights" else "right")
-    for row in rows:
-        done = f"{row['stages_done']}/{row['stages_total']}"
-        table.add_row(*(done if c == "stages_done" else _cell(row.get(c)) for c in columns))
-    console.print(table)
+    console.print(round_table(rows, columns, f"campaign {campaign_id}"))
+    for line in (*LEGEND, *skip_notes(rows)):
+        console.print(line, style="dim")
     console.print(f"artifacts: {info['store']}")
     if info["last_completed"]:
         last = info["last_completed"]
         console.print(f"last committed stage: round {last['round']}, {last['stage']}")
 
 
-def _cell(value: object) -> str:
+def round_table(rows: list[dict[str, Any]], columns: list[str], title: str) -> Table:
+    """The per-round table of ``spade status`` (and the live view's finished rounds)."""
+    # A rule under the header and no padding: the box's blank divider is the one space
+    # between columns.
+    table = Table(
+        title=title,
+        box=box.Box("    \n    \n ── \n    \n    \n    \n    \n    \n", ascii=False),
+        padding=0,
+        pad_edge=False,
+        show_edge=False,
+    )
+    for col in columns:
+        table.add_column(HEADERS.get(col, col), justify="left" if col == "weights" else "right")
+    for row in rows:
+        table.add_row(*(cell(c, row) for c in columns))
+    return table
+
+
+def cell(column: str, row: dict[str, Any]) -> str:
+    """One short cell: rates with 2 decimals, losses with 3, weights as ``rNa``/``rNd``."""
+    value = row.get(column)
+    if column == "round":
+        return f"{value}" if row.get("complete") else f"{value}*"
+    if column == "weights":
+        return short_version(value)
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.3f}"
+        return f"{value:.2f}" if column in RATES else f"{value:.3f}"
     return str(value)
+
+
+def short_version(version: object) -> str:
+    """``r0003-designer`` -> ``r3d``, ``r0003-agent`` -> ``r3a``; others as they are."""
+    if not isinstance(version, str):
+        return "-"
+    head, _, role = version.partition("-")
+    if head[:1] == "r" and head[1:].isdigit() and role in ("agent", "designer"):
+        return f"r{int(head[1:])}{role[0]}"
+    return version
+
+
+def skip_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per training stage a round skipped, with the stage's reason (an agent whose
+    plays all scored the same gets zero advantages, and nothing to train: said plainly)."""
+    notes = []
+    for row in rows:
+        for role in ("agent", "designer"):
+            if row.get(f"{role}_skipped"):
+                notes.append(f"round {row['round']}: {role} not trained: {row[f'{role}_skipped']}")
+    return notes
 
 
 def stop(

@@ -1,9 +1,12 @@
 """A live view of a running campaign, read from its object store (no Prefect needed).
 
 The view polls the store at most once a second: committed stages, designs accepted and
-rejected so far (verdicts are written as each design is verified), and plays done (each
-environment's summary is written when its plays finish). It works for a campaign running in
-this process, in a worker elsewhere, or on a cluster, as long as the store is reachable.
+rejected so far (verdicts are written as each design is verified), pool environments taken, and
+plays done (each environment's summary is written when its plays finish); once a round's later
+stages commit, its numbers (:data:`spade.pipeline.summary.SUMMARY_COLUMNS`: win rates, regret,
+the designer's reward spread, both training losses, the published weights) fill in. It works
+for a campaign running in this process, in a worker elsewhere, or on a cluster, as long as the
+store is reachable. A complete round's row is read once.
 """
 
 from __future__ import annotations
@@ -12,13 +15,32 @@ import json
 import time
 from typing import Any
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from spade.cli.campaign import cell
+from spade.pipeline.replay import environment_rows
+from spade.pipeline.summary import summarize_round
 from spade.storage import CampaignStore
 
 _POLL_S = 1.0
+COLUMNS = (
+    ("round", "rnd"),
+    ("stage", "stage"),
+    ("designs", "designs\nok/rej"),
+    ("pool_envs", "\npool"),
+    ("plays", "\nplays"),
+    ("win_rate", "\nwin"),
+    ("hinted_win_rate", "\nhint"),
+    ("regret", "re-\ngret"),
+    ("designer_spread", "adv\nsprd"),
+    ("train_loss", "loss\nagent"),
+    ("designer_loss", "loss\ndsgn"),
+    ("weights", "\nwts"),
+)
+"""(field, two-line header) of the live table: it fits 80 columns."""
 
 
 def _verdicts(cs: CampaignStore, round: int) -> tuple[int, int]:
@@ -49,14 +71,14 @@ def _plays(cs: CampaignStore, round: int) -> tuple[int, int]:
 
 
 def round_progress(cs: CampaignStore, round: int) -> dict[str, Any]:
-    """What is done in ``round`` so far."""
+    """What is done in ``round`` so far, with the round's summary numbers committed so far."""
     accepted, rejected = _verdicts(cs, round)
     envs, plays = _plays(cs, round)
-    return {
-        "round": round,
+    return summarize_round(cs, round) | {
+        "pool_envs": len(environment_rows(cs, round, "pool")),
         "done": cs.completed_stages(round),
-        "accepted": accepted,
-        "rejected": rejected,
+        "designs_accepted": accepted,
+        "designs_rejected": rejected,
         "envs_played": envs,
         "plays": plays,
     }
@@ -68,32 +90,47 @@ class CampaignProgress:
     def __init__(self, cs: CampaignStore, rounds: int, title: str = "") -> None:
         self.cs, self.rounds, self.title = cs, rounds, title
         self._rows: list[dict[str, Any]] = []
+        self._complete: dict[int, dict[str, Any]] = {}
         self._polled = 0.0
         self.started = time.monotonic()
 
     def poll(self) -> list[dict[str, Any]]:
         if time.monotonic() - self._polled >= _POLL_S:
-            found = self.cs.rounds()
-            self._rows = [round_progress(self.cs, r) for r in found]
+            rows = []
+            for r in self.cs.rounds():
+                row = self._complete.get(r) or round_progress(self.cs, r)
+                if row["complete"]:
+                    self._complete[r] = row
+                rows.append(row)
+            self._rows = rows
             self._polled = time.monotonic()
         return self._rows
 
-    def __rich__(self) -> RenderableType:
-        stages = self.cs.layout.stages
-        table = Table(title=self.title or f"campaign {self.cs.layout.campaign_id}")
-        for col in ("round", "stage", "done", "designs ok/rejected", "envs played", "plays"):
-            table.add_column(col)
-        for row in self.poll():
+    def _cell(self, column: str, row: dict[str, Any]) -> str:
+        if column == "round":
+            return str(row["round"])
+        if column == "stage":
             done = row["done"]
-            current = next((s for s in stages if s not in done), "complete")
-            table.add_row(
-                str(row["round"]),
-                current,
-                f"{len(done)}/{len(stages)}",
-                f"[green]{row['accepted']}[/] / [red]{row['rejected']}[/]",
-                str(row["envs_played"]),
-                str(row["plays"]),
-            )
+            stages = self.cs.layout.stages
+            return next((s for s in stages if s not in done), "complete")
+        if column == "designs":
+            return f"[green]{row['designs_accepted']}[/]/[red]{row['designs_rejected']}[/]"
+        if column == "plays":
+            return str(row["plays"])
+        return cell(column, row)
+
+    def __rich__(self) -> RenderableType:
+        table = Table(
+            title=self.title or f"campaign {self.cs.layout.campaign_id}",
+            box=box.SIMPLE_HEAD,
+            padding=0,
+            pad_edge=False,
+            show_edge=False,
+        )
+        for column, header in COLUMNS:
+            table.add_column(header, justify="left" if column == "stage" else "right")
+        for row in self.poll():
+            table.add_row(*(self._cell(column, row) for column, _ in COLUMNS))
         elapsed = Text(f"elapsed {time.monotonic() - self.started:,.0f} s", style="dim")
         total = "until stopped" if self.rounds == 0 else str(self.rounds)
         return Group(table, Text(f"rounds planned: {total}", style="dim"), elapsed)

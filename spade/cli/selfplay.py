@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,6 +13,9 @@ from rich.table import Table
 
 from spade.config import CampaignConfig, load_config
 from spade.errors import ConfigError, SpadeError
+
+if TYPE_CHECKING:  # the CLI imports the designer only when a command runs
+    from spade.designer.designer import DesignAttempt
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Campaign YAML (default: built-in defaults).")
@@ -61,15 +65,40 @@ def design(
     except SpadeError as exc:
         raise _fail(exc) from None
     table = Table(title=f"Designs (regeneration {regeneration})", title_justify="left")
-    for col in ("slot", "try", "skill", "result", "env / reason"):
+    for col in ("slot", "try", "skill", "strategy", "result", "env / reason"):
         table.add_column(col, overflow="fold")
     for a in attempts:
-        result = "[green]accepted[/]" if a.accepted else f"[red]{a.failure_kind}[/]"
-        detail = a.env_id if a.accepted else (a.failure_reason or "")[:120]
-        table.add_row(str(a.slot), str(a.attempt), a.skill, result, detail)
+        table.add_row(
+            str(a.slot), str(a.attempt), a.skill, _strategy(a), _result(a),
+            a.env_id if a.accepted else (a.failure_reason or "")[:120],
+        )  # fmt: skip
     console.print(table)
+    console.print(design_summary(attempts) + f"; written to {out}")
+
+
+def _strategy(a: DesignAttempt) -> str:
+    return f"edit {a.parent_id}" if a.strategy == "edit" else a.strategy
+
+
+def _result(a: DesignAttempt) -> str:
+    """accepted / the failure kind, and the first answer's failure when a repair turn ran."""
+    result = "[green]accepted[/]" if a.accepted else f"[red]{a.failure_kind}[/]"
+    if a.repairs:
+        result += f" after {a.repairs} repair{'s' if a.repairs > 1 else ''}"
+        result += f" (first: {a.first_failure_kind})"
+    return result
+
+
+def design_summary(attempts: list[DesignAttempt]) -> str:
+    """ "A of N attempts accepted (R after a repair turn); strategy: ..." for a batch."""
     accepted = sum(a.accepted for a in attempts)
-    console.print(f"{accepted} of {len(attempts)} attempts accepted; written to {out}")
+    repaired = sum(a.accepted_after_repair for a in attempts)
+    strategies = Counter(a.strategy for a in attempts)
+    used = ", ".join(f"{n} {s}" for s, n in sorted(strategies.items()))
+    return (
+        f"{accepted} of {len(attempts)} attempts accepted ({repaired} after a repair turn);"
+        f" strategy: {used or 'none'}"
+    )
 
 
 def evaluate(

@@ -4,8 +4,9 @@ Pure, stdlib-only code: no torch, no Prefect, and the config models it receives 
 
 - :mod:`~spade.curriculum.regret`: regret estimators by name and the win rate;
 - :mod:`~spade.curriculum.rewards`: designer rewards by name, their centring per skill;
-- :mod:`~spade.curriculum.memory`: the bounded memory of designs, its prompt examples, and
-  seeding it from an existing environment pool.
+- :mod:`~spade.curriculum.memory`: the bounded memory of designs, its prompt examples and
+  edit parents;
+- :mod:`~spade.curriculum.pool`: seeding it from an existing environment pool.
 """
 
 from spade.curriculum.memory import (
@@ -14,10 +15,10 @@ from spade.curriculum.memory import (
     EnvironmentMemory,
     MemoryRecord,
     NegativeLabel,
-    import_pool,
     negative_label,
     read_declarations,
 )
+from spade.curriculum.pool import import_pool, seed_records
 from spade.curriculum.regret import (
     REGRET_ESTIMATORS,
     RegretEstimator,
@@ -62,6 +63,7 @@ __all__ = [
     "negative_label",
     "plateau",
     "read_declarations",
+    "seed_records",
     "update_ema",
     "win_rate",
 ]

@@ -1,39 +1,40 @@
 """The environment memory: a bounded FIFO of past designs that conditions the next ones.
 
-DESIGN.md §2.2 and §2.7. Each record keeps a design's id, skill, the head of its code, its
-unhinted win rate and regret and the round it came from. The designer's prompt shows examples
-from it (:meth:`EnvironmentMemory.examples_for`): *positives* of the same skill whose win rate
-lies in a band, drawn from the top by regret, and *negatives* that were too easy or too hard.
-Designs seeded from a pool have no win rate until played: they fill the positive slots that
-played designs of the skill leave empty, and are never negatives. The memory is persisted with
-:meth:`~EnvironmentMemory.state_dict` and restored on resume, and seeded from an existing
-environment pool with :func:`import_pool` (which reads the pool's code as text: it is untrusted
-and is never imported or executed here).
+DESIGN.md §2.2 and §2.7. Each record keeps a design's id, skill, its code (whole, up to
+``MemoryConfig.code_head_chars``), its unhinted win rate and regret and the round it came from.
+The designer's prompt shows examples from it (:meth:`EnvironmentMemory.examples_for`):
+*positives* of the same skill whose win rate lies in a band, drawn from the top by regret, and
+*negatives* that were too easy or too hard; the edit strategy takes a *parent* from it
+(:meth:`EnvironmentMemory.parent_for`). Only whole code that fits the prompt's budget
+(``DesignerConfig.max_example_chars``) is ever shown: a class cut in the middle is what a small
+model copies. Designs seeded from a pool have no win rate until played: they fill the positive
+slots that played designs of the skill leave empty, and are never negatives. The memory is
+persisted with :meth:`~EnvironmentMemory.state_dict` and restored on resume, and seeded from an
+existing environment pool by :mod:`spade.curriculum.pool`.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import math
 import random
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
     from spade.config import DesignerConfig, MemoryConfig
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""Version 2 added ``code_chars``; version-1 states still load (their records' code is of
+unknown completeness, so they are never shown in a prompt)."""
+READABLE_VERSIONS = (1, STATE_VERSION)
 SEED_ROUND = -1
 """``round`` of records imported from a pool: they come from before round 0."""
 UNKNOWN_SKILL = "unknown"
 """``skill`` of imported designs that name none (never a positive of a real skill)."""
-CODE_FIELDS = ("code", "env_code", "source")
-ID_FIELDS = ("env_id", "id")
 NegativeLabel = Literal["too easy", "too hard"]
 
 
@@ -44,13 +45,16 @@ class MemoryRecord:
     Attributes:
         env_id: the design's id.
         skill: the skill it was designed for.
-        code_head: the first ``MemoryConfig.code_head_chars`` characters of its code.
+        code_head: its code, cut to ``MemoryConfig.code_head_chars`` characters if longer.
         win_rate: unhinted win rate in [0, 1]; None if never evaluated (then at most a positive
             example, after the scored ones: see :meth:`EnvironmentMemory.examples_for`).
         regret: regret estimate ``>= 0``; None if never evaluated.
         round: the round that produced it (-1 for designs seeded from a pool).
         hint: the strategy hint written for it, if any.
         accepted: whether it passed verification.
+        code_chars: the length of the whole code: ``code_head`` is whole when they are equal.
+            None: not known (a record of a version-1 state; never shown in a prompt). A record
+            added to a memory without it is taken as whole (:meth:`EnvironmentMemory.add`).
     """
 
     env_id: str
@@ -61,12 +65,24 @@ class MemoryRecord:
     round: int = 0
     hint: str | None = None
     accepted: bool = True
+    code_chars: int | None = None
 
     def __post_init__(self) -> None:
         if self.win_rate is not None and not 0.0 <= self.win_rate <= 1.0:
             raise ValueError(f"record {self.env_id!r}: win_rate must be in [0, 1]")
         if self.regret is not None and not math.isfinite(self.regret):
             raise ValueError(f"record {self.env_id!r}: regret must be finite")
+        if self.code_chars is not None and self.code_chars < len(self.code_head):
+            raise ValueError(f"record {self.env_id!r}: code_chars is less than the code's length")
+
+    @property
+    def whole_code(self) -> str | None:
+        """The design's whole code, or None if the record holds only a cut (or unknown) head."""
+        return self.code_head if self.code_chars == len(self.code_head) else None
+
+    def shown_whole(self, max_chars: int) -> bool:
+        """Whether a prompt may show this design: accepted, whole, at most ``max_chars``."""
+        return self.accepted and self.whole_code is not None and len(self.code_head) <= max_chars
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MemoryRecord:
@@ -107,10 +123,16 @@ class EnvironmentMemory:
 
     def add(self, record: MemoryRecord) -> None:
         """Append ``record``, cutting its code to ``code_head_chars``; may evict the oldest.
-        A record of an environment already remembered replaces it (a replay round measures
-        the same environment again: the newest win rate and regret count, once)."""
+        A record without ``code_chars`` is a new design whose code is whole. A record of an
+        environment already remembered replaces it (a replay round measures the same
+        environment again: the newest win rate and regret count, once)."""
+        if record.code_chars is None:
+            record = replace(record, code_chars=len(record.code_head))
+        self._put(record)
+
+    def _put(self, record: MemoryRecord) -> None:
         head = record.code_head[: self.config.code_head_chars]
-        if head != record.code_head:
+        if head != record.code_head:  # code_chars keeps the whole length: marked as cut
             record = replace(record, code_head=head)
         if any(r.env_id == record.env_id for r in self._records):
             self._records = deque(
@@ -137,25 +159,27 @@ class EnvironmentMemory:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace the contents with ``state``'s records (the newest ``capacity`` if more)."""
-        if state.get("version") != STATE_VERSION:
+        if state.get("version") not in READABLE_VERSIONS:
             raise ValueError(
                 f"memory state version {state.get('version')!r} unsupported "
-                f"(expected {STATE_VERSION})"
+                f"(expected one of {READABLE_VERSIONS})"
             )
         records = state.get("records")
         if not isinstance(records, list):
             raise ValueError("memory state needs a 'records' list")
         self._records.clear()
-        self.extend(MemoryRecord.from_dict(r) for r in records)
+        for r in records:  # not add(): a record without code_chars stays of unknown length
+            self._put(MemoryRecord.from_dict(r))
 
     def examples_for(
         self, skill: str, rng: random.Random, designer: DesignerConfig
     ) -> tuple[list[MemoryRecord], list[MemoryRecord]]:
         """Prompt examples for a design of ``skill``: ``(positives, negatives)``.
 
-        Only accepted records take part. *Scored* records (with a win rate) are the examples of
-        DESIGN.md §2.2; *unscored* ones (no win rate: designs seeded from a pool by
-        :func:`import_pool` that nobody has played yet) only fill positive slots.
+        Only accepted records whose whole code fits ``designer.max_example_chars`` take part
+        (:meth:`MemoryRecord.shown_whole`: longer ones are skipped, never cut). *Scored*
+        records (with a win rate) are the examples of DESIGN.md §2.2; *unscored* ones (no win
+        rate: designs seeded from a pool that nobody has played yet) only fill positive slots.
 
         - positives: up to ``designer.positives`` (k) records of ``skill``. Scored records whose
           win rate is in ``designer.positive_win_rate`` (inclusive) come first: "drawn from the
@@ -172,7 +196,7 @@ class EnvironmentMemory:
           :func:`negative_label`. Unscored records are never negatives: nothing says they were
           too easy or too hard.
         """
-        newest_first = [r for r in reversed(self._records) if r.accepted]
+        newest_first = self._showable(designer)
         scored = [r for r in newest_first if r.win_rate is not None]
         unscored = [r for r in newest_first if r.win_rate is None and r.skill == skill]
         positives = self._positives(scored, skill, rng, designer)
@@ -181,6 +205,35 @@ class EnvironmentMemory:
         missing = designer.positives - len(positives)
         positives += rng.sample(unscored, min(missing, len(unscored)))
         return positives, negatives
+
+    def _showable(self, designer: DesignerConfig) -> list[MemoryRecord]:
+        """Records a prompt may show, newest first."""
+        return [r for r in reversed(self._records) if r.shown_whole(designer.max_example_chars)]
+
+    def parent_for(
+        self, skill: str, rng: random.Random, designer: DesignerConfig
+    ) -> MemoryRecord | None:
+        """The environment an edit-strategy design mutates (ACCEL's level editing), or None.
+
+        Candidates are the records a prompt may show (:meth:`_showable`) of the designer's mode
+        (a skill of ``designer.skills``; an imported design of unknown skill by its base class)
+        that are not negatives (unscored, or a win rate within the too-hard/too-easy bounds).
+        Records of ``skill`` are preferred; one is chosen with ``rng``.
+        """
+        tool_use = designer.mode == "tool_use"
+        easy, hard = designer.too_easy_win_rate, designer.too_hard_win_rate
+        pool = [
+            r
+            for r in self._showable(designer)
+            if (r.win_rate is None or hard <= r.win_rate <= easy)
+            and (
+                r.skill in designer.skills
+                or (r.skill == UNKNOWN_SKILL and ("ToolUseEnv" in r.code_head) == tool_use)
+            )
+        ]
+        same = [r for r in pool if r.skill == skill]
+        candidates = same or pool
+        return rng.choice(candidates) if candidates else None
 
     @staticmethod
     def _positives(
@@ -206,7 +259,7 @@ class EnvironmentMemory:
         return chosen + rng.sample(other, min(k - len(chosen), len(other)))
 
 
-# ---------------------------------------------------------------- seeding from a pool
+# ---------------------------------------------------------------- reading a design's declarations
 
 
 def _string_attrs(body: Iterable[ast.stmt]) -> dict[str, str]:
@@ -252,103 +305,3 @@ def read_declarations(code: str) -> dict[str, str]:
         for key, value in _string_attrs(body).items():
             found.setdefault(key, value)
     return {k: v for k, v in found.items() if k in ("skill", "hint")}
-
-
-def _record_from_code(
-    env_id: str, code: str, config: MemoryConfig, extra: dict[str, Any]
-) -> MemoryRecord:
-    declared = read_declarations(code)
-    return MemoryRecord(
-        env_id=env_id,
-        skill=extra.get("skill") or declared.get("skill") or UNKNOWN_SKILL,
-        code_head=code[: config.code_head_chars],
-        win_rate=extra.get("win_rate"),
-        regret=extra.get("regret"),
-        round=extra.get("round", SEED_ROUND),
-        hint=extra.get("hint") or declared.get("hint"),
-        accepted=extra.get("accepted", True),
-    )
-
-
-_OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
-    "skill": (str,),
-    "hint": (str,),
-    "win_rate": (int, float),
-    "regret": (int, float),
-    "round": (int,),
-    "accepted": (bool,),
-}
-
-
-def _jsonl_record(raw: object, where: str, config: MemoryConfig) -> MemoryRecord:
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: a record must be a JSON object, got {type(raw).__name__}")
-    code = next((raw[f] for f in CODE_FIELDS if isinstance(raw.get(f), str) and raw[f]), None)
-    if code is None:
-        raise ValueError(f"{where}: record has no code (a non-empty {' / '.join(CODE_FIELDS)})")
-    extra: dict[str, Any] = {}
-    for key, types in _OPTIONAL_TYPES.items():
-        value = raw.get(key)
-        if value is None:
-            continue
-        # bool is an int in Python: keep true/false out of the numeric fields and vice versa
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise ValueError(f"{where}: field {key!r} has the wrong type: {value!r}")
-        extra[key] = value
-    env_id = next((raw[f] for f in ID_FIELDS if isinstance(raw.get(f), str | int)), None)
-    try:
-        return _record_from_code(where if env_id is None else str(env_id), code, config, extra)
-    except ValueError as exc:  # the record's own checks: say which line
-        raise ValueError(f"{where}: {exc}") from exc
-
-
-def _read_jsonl(pool: Path, config: MemoryConfig) -> list[MemoryRecord]:
-    records = []
-    for lineno, line in enumerate(pool.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{pool.name}:{lineno}"
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: not valid JSON: {exc}") from exc
-        records.append(_jsonl_record(raw, where, config))
-    return records
-
-
-def import_pool(path: str | Path, config: MemoryConfig) -> list[MemoryRecord]:
-    """Memory records seeded from an existing environment pool (code read as text, never run).
-
-    Args:
-        path: a folder of ``.py`` files (``__init__.py`` skipped; ``env_id`` is the file stem),
-            a single ``.py`` file, or a JSONL file whose records hold the code in ``code``,
-            ``env_code`` or ``source`` and optionally ``skill``, ``win_rate``, ``regret``,
-            ``hint``, ``round``, ``accepted`` and ``env_id`` / ``id`` (default ``file:line``).
-        config: gives ``code_head_chars``.
-
-    Returns:
-        Records in file order (folders: sorted by name) with ``round`` = :data:`SEED_ROUND`
-        unless given. ``skill`` and ``hint`` missing from a record are read from the code's
-        ``skill = "..."`` / ``hint = "..."`` declarations (module or class level, via
-        :func:`read_declarations`), else ``skill`` is :data:`UNKNOWN_SKILL`. Records without a
-        ``win_rate`` (every ``.py`` one) are unscored: they fill positive prompt slots of their
-        skill until played designs take them (:meth:`EnvironmentMemory.examples_for`).
-
-    Raises:
-        ValueError: the path is missing, holds no environments, or a record is malformed.
-    """
-    pool = Path(path)
-    if not pool.exists():
-        raise ValueError(f"environment pool {pool} does not exist")
-    if pool.is_dir():
-        files = sorted(p for p in pool.glob("*.py") if p.name != "__init__.py")
-        records = [
-            _record_from_code(p.stem, p.read_text(encoding="utf-8"), config, {}) for p in files
-        ]
-    elif pool.suffix == ".py":
-        records = [_record_from_code(pool.stem, pool.read_text(encoding="utf-8"), config, {})]
-    else:
-        records = _read_jsonl(pool, config)
-    if not records:
-        raise ValueError(f"environment pool {pool} holds no environments")
-    return records

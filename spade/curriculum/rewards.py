@@ -1,10 +1,12 @@
 """Designer rewards: how good a design was for the curriculum, pure and chosen by name.
 
 DESIGN.md §2.6. A valid design is scored by the function ``ScoringConfig.designer_reward``
-names (:data:`DESIGNER_REWARDS`); a design that failed verification gets
-``config.invalid_reward``, or ``config.timeout_penalty`` when it failed by timing out. Then,
-with ``config.centre_per_skill``, the mean reward of each skill is subtracted (no division by
-the std), so the designer is compared with itself on the same skill.
+names (:data:`DESIGNER_REWARDS`); a design that failed verification by the one
+``ScoringConfig.rejected_reward`` names (:data:`REJECTED_REWARDS`): ``flat`` (the reference:
+``config.invalid_reward``, or ``config.timeout_penalty`` when it failed by timing out) or
+``graded`` (by how far it got through the verifier, :data:`REJECTED_TIERS`). Then, with
+``config.centre_per_skill``, the mean reward of each skill is subtracted (no division by the
+std), so the designer is compared with itself on the same skill.
 
 - ``blend``: ``w * plateau(win) + (1 - w) * clip(regret / scale, 0, 1)`` (the paper's launchers);
 - ``regret``: the regret itself;
@@ -163,6 +165,77 @@ def get_designer_reward(name: str) -> DesignerReward:
     return lookup(DESIGNER_REWARDS, name, "designer reward")
 
 
+REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
+    ("inference", "parse", "rejected"),  # no code: the model wrote nothing usable
+    ("syntax", "import_denied", "policy_denied"),  # code, refused before it runs
+    ("contract", "exited", "protocol"),  # it runs, but is not an environment of the contract
+    (  # an environment that broke while played: raised, or ran into a limit of the jail
+        "crash",
+        "timeout",
+        "memory",
+        "output_limit",
+        "fs_denied",
+        "net_denied",
+        "proc_limit",
+        "disk_limit",
+    ),
+    (  # a working environment the verifier judged unusable
+        "infeasible",
+        "trivial",
+        "nondeterministic",
+        "no_termination",
+        "seed_independent",
+        "duplicate",
+    ),
+)
+"""Failure kinds of rejected designs by how far through the verifier they got, lowest first.
+
+``inference``/``parse`` come from the designer (no code), ``rejected`` is a rejection without a
+named failure; the rest are :class:`spade.sandbox.failures.FailureKind` values (kept as strings,
+so this module needs no sandbox import; a test checks every kind is here). A design accepted
+after a repair turn is valid and scored as such: its final outcome counts, not its first answer.
+"""
+
+
+def rejected_tier(failure_kind: str) -> int:
+    """The index of ``failure_kind`` in :data:`REJECTED_TIERS`; ValueError for an unknown kind
+    (a kind nobody placed is a bug to fix here, not a reward to guess)."""
+    for tier, kinds in enumerate(REJECTED_TIERS):
+        if failure_kind in kinds:
+            return tier
+    raise ValueError(f"failure kind {failure_kind!r} has no place in REJECTED_TIERS")
+
+
+RejectedReward = Callable[[str, "ScoringConfig"], float]
+"""``(failure kind of a rejected design, config) -> reward``."""
+
+
+def flat_rejected(failure_kind: str, config: ScoringConfig) -> float:
+    """The reference's: ``timeout_penalty`` for a timeout, else ``invalid_reward``."""
+    return config.timeout_penalty if failure_kind == "timeout" else config.invalid_reward
+
+
+def graded_rejected(failure_kind: str, config: ScoringConfig) -> float:
+    """``graded_floor * (K - tier) / K`` with ``K = len(REJECTED_TIERS)`` (5) tiers.
+
+    With ``graded_floor = -1``: no code -1.0, syntax/import/policy -0.8, contract -0.6,
+    crash/limits -0.4, a verifier judgement (infeasible, trivial, ...) -0.2. Every value is
+    below 0, and every valid design's reward is >= 0 (:data:`DESIGNER_REWARDS`), so the
+    designer always prefers a valid design; after centring within a skill the order stays.
+    """
+    k = len(REJECTED_TIERS)
+    return config.graded_floor * (k - rejected_tier(failure_kind)) / k
+
+
+REJECTED_REWARDS: dict[str, RejectedReward] = {"flat": flat_rejected, "graded": graded_rejected}
+"""Rewards of rejected designs by the name ``ScoringConfig.rejected_reward`` uses."""
+
+
+def get_rejected_reward(name: str) -> RejectedReward:
+    """The rejected-design reward called ``name``; ValueError naming the valid ones otherwise."""
+    return lookup(REJECTED_REWARDS, name, "rejected-design reward")
+
+
 def centre_per_skill(rewards: Sequence[float], skills: Sequence[str]) -> list[float]:
     """Subtract from each reward the mean reward of its skill (no division by the std).
 
@@ -196,6 +269,25 @@ def update_ema(
     return new
 
 
+def raw_rewards(
+    outcomes: Sequence[DesignOutcome],
+    config: ScoringConfig,
+    ema: Mapping[str, float] | None = None,
+) -> list[float]:
+    """Each design's reward before any centring, shape ``(n,)`` in the order of ``outcomes``:
+    valid ones by ``config.designer_reward``, rejected ones by ``config.rejected_reward``
+    (a rejection without a failure kind counts as ``"rejected"``)."""
+    reward_of = get_designer_reward(config.designer_reward)
+    rejected_of = get_rejected_reward(config.rejected_reward)
+    previous = dict(ema or {})
+    return [
+        reward_of(o, config, previous)
+        if o.valid
+        else rejected_of(str(o.failure_kind or "rejected"), config)
+        for o in outcomes
+    ]
+
+
 def designer_rewards(
     outcomes: Sequence[DesignOutcome],
     config: ScoringConfig,
@@ -205,24 +297,29 @@ def designer_rewards(
 
     Args:
         outcomes: the batch, shape ``(n,)``.
-        config: names the reward and holds its parameters, penalties and ``centre_per_skill``.
+        config: names the rewards and holds their parameters, penalties and
+            ``centre_per_skill``.
         ema: slow EMA of past win rates by skill (None: no history yet).
 
     Returns:
-        ``(rewards, new_ema)``: rewards of shape ``(n,)`` in the order of ``outcomes``. Invalid
-        designs get ``invalid_reward`` (``timeout_penalty`` for ``failure_kind == "timeout"``).
-        Centring runs over *all* designs of a skill, invalid ones included, as the reference
-        does: a lone design of its skill is centred to 0. The EMA is updated whatever reward is
-        chosen, so switching to ``learning_potential`` mid-campaign finds it warm.
+        ``(rewards, new_ema)``: rewards of shape ``(n,)`` in the order of ``outcomes``: the
+        :func:`raw_rewards`, then centred. Centring runs over *all* designs of a skill, invalid
+        ones included, as the reference does: a lone design of its skill is centred to 0. The
+        EMA is updated whatever reward is chosen, so switching to ``learning_potential``
+        mid-campaign finds it warm.
     """
-    reward_of = get_designer_reward(config.designer_reward)
+    _, rewards, new_ema = designer_rewards_with_raw(outcomes, config, ema)
+    return rewards, new_ema
+
+
+def designer_rewards_with_raw(
+    outcomes: Sequence[DesignOutcome],
+    config: ScoringConfig,
+    ema: Mapping[str, float] | None = None,
+) -> tuple[list[float], list[float], dict[str, float]]:
+    """:func:`designer_rewards` with the rewards before centring: ``(raw, rewards, new_ema)``,
+    ``raw`` and ``rewards`` of shape ``(n,)``."""
     previous = dict(ema or {})
-    rewards = [
-        reward_of(o, config, previous)
-        if o.valid
-        else (config.timeout_penalty if o.failure_kind == "timeout" else config.invalid_reward)
-        for o in outcomes
-    ]
-    if config.centre_per_skill:
-        rewards = centre_per_skill(rewards, [o.skill for o in outcomes])
-    return rewards, update_ema(previous, outcomes, config.ema_alpha)
+    raw = raw_rewards(outcomes, config, previous)
+    rewards = centre_per_skill(raw, [o.skill for o in outcomes]) if config.centre_per_skill else raw
+    return raw, rewards, update_ema(previous, outcomes, config.ema_alpha)

@@ -298,15 +298,18 @@ class CampaignData:
         attempt = next((a for a in self.attempts(rnd) if same(a)), {})
         code, verdict = attempt.get("code"), attempt.get("verdict")
         layout = self.cs.layout
+        pool = scored.get("source") == "pool"  # a pool environment: its own stage's files
         if env_id.startswith("env-"):
             verdict = verdict or self._read(
-                layout.stage_key(rnd, "verify", f"verdicts/{env_id}.json"), json.loads
+                layout.stage_key(rnd, "pool" if pool else "verify", f"verdicts/{env_id}.json"),
+                json.loads,
             )
-            design = self._manifests.get(rnd, {}).get("design")
+            design = self._manifests.get(rnd, {}).get("pool" if pool else "design")
             digest = design.outputs.get(f"code/{env_id}") if design else None
             if code is None and digest:
                 code = self._read(blob_key(digest), bytes.decode)
         hints = self._stage_file(rnd, "hint", "environments.jsonl", parse_jsonl) or []
+        hints += self._stage_file(rnd, "pool", "environments.jsonl", parse_jsonl) or []
         hinted: dict[str, Any] = next((h for h in hints if h.get("env_id") == env_id), {})
         doc_id = attempt.get("doc_id") or hinted.get("doc_id")
         docs = self._stage_file(rnd, "sample_documents", "documents.jsonl", parse_jsonl) or []

@@ -30,6 +30,7 @@ ROW_FIELDS = (
     "replay_of",
     "attempts",
     "accepted",
+    "pool_envs",
     "acceptance_rate",
     "win_rate",
     "hinted_win_rate",
@@ -61,6 +62,7 @@ class RoundSummary:
     replay_of: int | None = None  # a replay round: the regeneration round it plays again
     attempts: int = 0
     accepted: int = 0
+    pool_envs: int = 0  # pool environments played (run.env_source pool, run.min_envs)
     acceptance_rate: float | None = None
     win_rate: float | None = None
     hinted_win_rate: float | None = None
@@ -99,14 +101,17 @@ def summarize(
 
     A replay round (``spade.pipeline.replay``; its ``sample_documents`` manifest names the
     round it replays) designed nothing: no attempts and no designer reward; its "accepted"
-    environments are the replayed ones."""
+    environments are the replayed ones. Pool environments (``source: pool`` in
+    ``scored.jsonl``) count in the win rates and regret, not as designs."""
     scored = parse_jsonl(files["scored"]) if "scored" in files else []
-    accepted = [s for s in scored if s.get("accepted")]
+    designs = [s for s in scored if s.get("source", "designed") == "designed"]
+    pool = [s for s in scored if s.get("source") == "pool"]  # played, never the designer's
+    accepted = [s for s in designs if s.get("accepted")]
     sampled = manifests.get("sample_documents")
     replay_of = (
         int(sampled.inputs["replay_of"]) if sampled and "replay_of" in sampled.inputs else None
     )
-    designed = scored if replay_of is None else []
+    designed = designs if replay_of is None else []
     objs = {
         k: json.loads(files[k]) for k in ("agent", "designer", "heldout", "weights") if k in files
     }
@@ -124,13 +129,14 @@ def summarize(
         replay_of=replay_of,
         attempts=len(designed),
         accepted=len(accepted),
+        pool_envs=len(pool),
         acceptance_rate=len(accepted) / len(designed) if designed else None,
-        win_rate=_mean(s.get("win_rate") for s in accepted),
-        hinted_win_rate=_mean(s.get("hinted_win_rate") for s in accepted),
-        regret=_mean(s.get("regret") for s in accepted),
-        designer_reward=_mean(s.get("reward") for s in designed),
+        win_rate=_mean(s.get("win_rate") for s in accepted + pool),
+        hinted_win_rate=_mean(s.get("hinted_win_rate") for s in accepted + pool),
+        regret=_mean(s.get("regret") for s in accepted + pool),
+        designer_reward=_mean(s.get("raw_reward", s.get("reward")) for s in designed),
         rejections=dict(
-            Counter(s.get("failure") or "rejected" for s in scored if not s.get("accepted"))
+            Counter(s.get("failure") or "rejected" for s in designs if not s.get("accepted"))
         ),
         skills=dict(Counter(s.get("skill") or "unknown" for s in accepted)),
         train=train,

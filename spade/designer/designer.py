@@ -1,4 +1,12 @@
-"""One batch of designs: prompt, generate, extract, verify in the sandbox, then hint.
+"""One batch of designs: prompt, generate, extract, verify in the sandbox, repair, then hint.
+
+A design is asked for by ``designer.strategy``: *write* a new environment from the document
+(memory examples as inspiration) or *edit* a whole environment from the memory or the seed
+pool into a new one on the document (ACCEL's level editing). Every attempt carries the
+references it must not copy (its parent and the examples its prompt showed), which the
+verifier's duplicate check compares it with. A design rejected with code gets up to
+``designer.repair_turns`` more answers in the same conversation, each told the verifier's named
+failure (inference only: the attempt's training tokens stay the first answer's).
 
 Every attempt is recorded, accepted or not, with the reason it failed: rejected designs are
 data (the designer is trained on them too). Slots whose attempt failed get a new document
@@ -10,19 +18,25 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spade.config import CampaignConfig
-from spade.curriculum.memory import EnvironmentMemory, negative_label
+from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
 from spade.designer.corpus import Corpus, Document
 from spade.designer.extract import clean_hint, extract_code, leaks_solution
-from spade.designer.prompts import design_prompt, hint_prompt
+from spade.designer.prompts import design_prompt, edit_prompt, hint_prompt, repair_message
 from spade.designer.skills import active_skills, slot_skills
 from spade.errors import DesignParseError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
 from spade.sandbox.policy import SandboxPolicy
-from spade.verify import Verdict, verify
+from spade.verify import Reference, Verdict, verify
+
+TRACEBACK_LINES = 6
+"""Last lines of a failed check's traceback kept in the verdict and told to a repair turn."""
+REASON_CHARS = 500
+"""Longest failure reason told to a repair turn."""
 
 
 def env_id_for(code: str) -> str:
@@ -32,7 +46,17 @@ def env_id_for(code: str) -> str:
 
 @dataclass
 class DesignAttempt:
-    """One try at one slot: the prompt, the completion, and what became of it."""
+    """One try at one slot: the prompt, the completion, and what became of it.
+
+    ``messages``, ``completion`` and the token fields are the first answer's (what the designer
+    trains on); ``code``, ``env_id``, ``verdict``, ``accepted`` and the failure are the final
+    ones, after any repair turns. A repaired attempt keeps its first answer's code and failure
+    in ``first_code`` / ``first_failure_kind`` / ``first_failure_reason``, and the repair
+    conversation (user feedback, assistant answer, ...) in ``repair_messages``.
+    ``strategy`` is how the design was asked for ("write", or "edit" of the memory record
+    ``parent_id``; an edit slot with no parent is written). ``references`` are the designs it
+    must not copy, ``{"name": env id, "code": whole code}``: its parent and its prompt's examples.
+    """
 
     slot: int
     attempt: int
@@ -54,9 +78,32 @@ class DesignAttempt:
     prompt_token_ids: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    strategy: str = "write"
+    parent_id: str | None = None
+    references: list[dict[str, str]] = field(default_factory=list)
+    first_code: str | None = None
+    first_failure_kind: str | None = None
+    first_failure_reason: str | None = None
+    repair_messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def repairs(self) -> int:
+        """Repair turns this attempt took (answers after the first)."""
+        return sum(m["role"] == "assistant" for m in self.repair_messages)
+
+    @property
+    def accepted_after_repair(self) -> bool:
+        """Accepted, but not on the first answer."""
+        return self.accepted and self.repairs > 0
+
+    @property
+    def last_answer(self) -> str:
+        """The newest answer's text: the last repair's, else the first completion."""
+        return self.repair_messages[-1]["content"] if self.repairs else self.completion
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, plus ``accepted_after_repair`` for readers of the JSON."""
+        return asdict(self) | {"accepted_after_repair": self.accepted_after_repair}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DesignAttempt:
@@ -89,49 +136,58 @@ def new_attempts(
     memory: EnvironmentMemory,
     regeneration: int,
 ) -> list[DesignAttempt]:
-    """The prompts of attempt ``attempt`` for the still-open slots (memory examples seeded
-    per regeneration, attempt and slot, so a re-run builds the same prompts)."""
+    """The prompts of attempt ``attempt`` for the still-open slots, by ``designer.strategy``
+    (parents and memory examples seeded per regeneration, attempt and slot, so a re-run builds
+    the same prompts). An edit slot with no parent in the memory is written instead."""
     d = cfg.designer
     skills = slot_plan(cfg, regeneration)
-    max_words = (
-        cfg.corpus.max_words_tool_use if d.mode == "tool_use" else cfg.corpus.max_words_games
-    )
+    tool_use = d.mode == "tool_use"
+    max_words = cfg.corpus.max_words_tool_use if tool_use else cfg.corpus.max_words_games
     out = []
     for slot in open_slots:
         doc = documents[attempt * d.envs_per_round + slot]
+        text, skill = doc.truncated(max_words).text, skills[slot]
         rng = random.Random(f"{cfg.seed}:{d.seed}:{regeneration}:{attempt}:{slot}")
-        positives, negatives = memory.examples_for(skills[slot], rng, d)
-        messages = design_prompt(
-            doc.truncated(max_words).text,
-            skills[slot],
-            tool_use=d.mode == "tool_use",
-            positives=positives,
-            negatives=[(n, negative_label(n, d)) for n in negatives],
-        )
-        out.append(
-            DesignAttempt(
-                slot=slot, attempt=attempt, skill=skills[slot], doc_id=doc.doc_id, messages=messages
+        att = DesignAttempt(slot=slot, attempt=attempt, skill=skill, doc_id=doc.doc_id, messages=[])
+        parent = memory.parent_for(skill, rng, d) if d.strategy == "edit" else None
+        shown: list[MemoryRecord]
+        if parent is not None:
+            att.messages = edit_prompt(text, skill, tool_use=tool_use, parent=parent)
+            att.strategy, att.parent_id, shown = "edit", parent.env_id, [parent]
+        else:
+            positives, negatives = memory.examples_for(skill, rng, d)
+            att.messages = design_prompt(
+                text,
+                skill,
+                tool_use=tool_use,
+                positives=positives,
+                negatives=[(n, negative_label(n, d)) for n in negatives],
             )
-        )
+            shown = positives + negatives
+        att.references = [{"name": r.env_id, "code": r.code_head} for r in shown]
+        out.append(att)
     return out
 
 
 async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignConfig) -> None:
     """One completion per attempt, extracted into code (or a parse/inference failure)."""
-    d = cfg.designer
-    params = SamplingParams(max_tokens=d.max_tokens, temperature=d.temperature)
-    completions = await backend.complete([ChatRequest(a.messages, params) for a in batch])
+    completions = await backend.complete([ChatRequest(a.messages, _params(cfg)) for a in batch])
     for att, comp in zip(batch, completions, strict=True):
-        _take_completion(att, comp)
+        att.completion, att.model = comp.text, comp.model
+        att.prompt_token_ids, att.token_ids, att.logprobs = (
+            comp.prompt_token_ids,
+            comp.token_ids,
+            comp.logprobs,
+        )
+        _take_code(att, comp)
 
 
-def _take_completion(att: DesignAttempt, comp: Completion) -> None:
-    att.completion, att.model = comp.text, comp.model
-    att.prompt_token_ids, att.token_ids, att.logprobs = (
-        comp.prompt_token_ids,
-        comp.token_ids,
-        comp.logprobs,
-    )
+def _params(cfg: CampaignConfig) -> SamplingParams:
+    return SamplingParams(max_tokens=cfg.designer.max_tokens, temperature=cfg.designer.temperature)
+
+
+def _take_code(att: DesignAttempt, comp: Completion) -> None:
+    """The module in an answer, as the attempt's code; or the inference or parse failure."""
     if comp.failure is not None:
         att.failure_kind, att.failure_reason = (
             "inference",
@@ -146,16 +202,32 @@ def _take_completion(att: DesignAttempt, comp: Completion) -> None:
     att.env_id = env_id_for(att.code)
 
 
-def verify_design(code: str, cfg: CampaignConfig, policy: SandboxPolicy) -> Verdict:
-    """The verifier's verdict on one design (every check that executes code runs in the jail)."""
-    return verify(code, config=cfg.sandbox.verify, policy=policy)
+def verify_design(
+    code: str,
+    cfg: CampaignConfig,
+    policy: SandboxPolicy,
+    references: Sequence[dict[str, str]] = (),
+) -> Verdict:
+    """The verifier's verdict on one design (every check that executes code runs in the jail);
+    ``references`` (``{"name", "code"}``) are the designs it must not copy."""
+    refs = [Reference(r["name"], r["code"]) for r in references]
+    return verify(code, config=cfg.sandbox.verify, policy=policy, references=refs)
+
+
+def awaiting_verdict(batch: Sequence[DesignAttempt]) -> list[DesignAttempt]:
+    """The attempts whose (first or repaired) code has not been verified yet, in order."""
+    return [a for a in batch if a.code is not None and a.verdict is None]
 
 
 def apply_verdict(att: DesignAttempt, verdict: Verdict) -> None:
-    """Record the verifier's verdict on the attempt (accepted, or the failure and its check)."""
+    """Record the verifier's verdict on the attempt (accepted, or the failure and its check,
+    with the last lines of its traceback)."""
+    failed = next((c for c in verdict.checks if not c.passed), None)
+    traceback = failed.traceback if failed is not None else None
     att.verdict = verdict.to_dict() | {
         "failed_check": verdict.failed_check,
         "seconds": verdict.seconds,
+        "traceback": _tail(traceback) if traceback else None,
     }
     att.tool_use, att.solution = verdict.tool_use, list(verdict.solution)
     att.accepted = verdict.accepted
@@ -163,16 +235,70 @@ def apply_verdict(att: DesignAttempt, verdict: Verdict) -> None:
         att.failure_kind, att.failure_reason = str(verdict.failure.kind), verdict.failure.reason
 
 
-async def _verify_all(
-    attempts: list[DesignAttempt], cfg: CampaignConfig, policy: SandboxPolicy
-) -> list[Verdict]:
+def _tail(traceback: str) -> str:
+    return "\n".join(traceback.rstrip().splitlines()[-TRACEBACK_LINES:])
+
+
+async def _verify_pending(
+    batch: list[DesignAttempt], cfg: CampaignConfig, policy: SandboxPolicy
+) -> None:
+    """Verify every attempt of ``batch`` awaiting a verdict, ``sandbox.workers`` at a time."""
     gate = asyncio.Semaphore(cfg.sandbox.workers)
+    pending = awaiting_verdict(batch)
 
-    async def one(code: str) -> Verdict:
+    async def one(att: DesignAttempt) -> Verdict:
         async with gate:
-            return await asyncio.to_thread(verify_design, code, cfg, policy)
+            return await asyncio.to_thread(
+                verify_design, att.code or "", cfg, policy, att.references
+            )
 
-    return list(await asyncio.gather(*(one(a.code or "") for a in attempts)))
+    for att, verdict in zip(pending, await asyncio.gather(*map(one, pending)), strict=True):
+        apply_verdict(att, verdict)
+
+
+def needs_repair(att: DesignAttempt) -> bool:
+    """A design rejected with code, or an answer with text but no usable module."""
+    if att.accepted:
+        return False
+    if att.code is not None:
+        return att.verdict is not None
+    return att.failure_kind == "parse" and bool(att.last_answer.strip())
+
+
+def repair_feedback(att: DesignAttempt) -> str:
+    """The user turn telling the designer why its newest answer was rejected."""
+    reason = (att.failure_reason or "")[:REASON_CHARS]
+    if att.code is None:
+        return repair_message(att.failure_kind or "parse", reason)
+    verdict = att.verdict or {}
+    check, traceback = verdict.get("failed_check"), verdict.get("traceback")
+    return repair_message(att.failure_kind or "rejected", reason, check, traceback)
+
+
+async def repair_designs(
+    backend: Backend, batch: list[DesignAttempt], cfg: CampaignConfig
+) -> list[DesignAttempt]:
+    """One repair turn for every attempt of ``batch`` that :func:`needs_repair`: the
+    conversation so far plus the verifier's named failure, answered with a whole module that
+    becomes the attempt's code (verify it next). Returns the repaired attempts."""
+    todo = [a for a in batch if needs_repair(a)]
+    if not todo:
+        return []
+    feedback = [{"role": "user", "content": repair_feedback(a)} for a in todo]
+    conversations = [
+        [*a.messages, {"role": "assistant", "content": a.completion}, *a.repair_messages, f]
+        for a, f in zip(todo, feedback, strict=True)
+    ]
+    completions = await backend.complete([ChatRequest(c, _params(cfg)) for c in conversations])
+    for att, turn, comp in zip(todo, feedback, completions, strict=True):
+        if not att.repair_messages:  # the first repair: keep what the first answer was
+            att.first_code = att.code
+            att.first_failure_kind, att.first_failure_reason = att.failure_kind, att.failure_reason
+        att.repair_messages += [turn, {"role": "assistant", "content": comp.text}]
+        att.code = att.env_id = att.failure_kind = att.failure_reason = None
+        att.verdict, att.accepted, att.tool_use, att.solution = None, False, False, []
+        _take_code(att, comp)
+    return todo
 
 
 async def design_batch(
@@ -184,8 +310,8 @@ async def design_batch(
     *,
     regeneration: int = 0,
 ) -> list[DesignAttempt]:
-    """All attempts of one regeneration's slots, in order of (attempt, slot), verified and
-    hinted: the round flow runs the same steps as separate stages."""
+    """All attempts of one regeneration's slots, in order of (attempt, slot), verified,
+    repaired and hinted: the round flow runs the same steps as separate stages."""
     documents = round_documents(corpus, cfg, regeneration)
     attempts: list[DesignAttempt] = []
     open_slots = list(range(cfg.designer.envs_per_round))
@@ -194,9 +320,11 @@ async def design_batch(
             break
         batch = new_attempts(attempt, open_slots, documents, cfg, memory, regeneration)
         await generate(backend, batch, cfg)
-        parsed = [a for a in batch if a.code is not None]
-        for att, verdict in zip(parsed, await _verify_all(parsed, cfg, policy), strict=True):
-            apply_verdict(att, verdict)
+        await _verify_pending(batch, cfg, policy)
+        for _ in range(cfg.designer.repair_turns):
+            if not await repair_designs(backend, batch, cfg):
+                break
+            await _verify_pending(batch, cfg, policy)
         attempts += batch
         open_slots = [a.slot for a in batch if not a.accepted]
     await hint_designs([a for a in attempts if a.accepted], backend, cfg)

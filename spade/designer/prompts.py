@@ -1,8 +1,11 @@
-"""The designer's prompts: write an environment from a document, and write a hint for one.
+"""The designer's prompts: write an environment from a document (or edit one into a new one),
+repair a rejected design, and write a hint for one.
 
-Written for this project. The environment contract they describe is DESIGN.md §3; the
-examples shown come from the environment memory (good designs of the same skill, and one
-that was too easy or too hard).
+Written for this project. The environment contract they describe is DESIGN.md §3, with the
+names the jail binds before a design runs (:mod:`spade.envs.prelude`) and the near misses that
+get small models' designs rejected. Examples come from the environment memory (good designs of
+the same skill, and one that was too easy or too hard) and are always whole: a class cut in the
+middle is what a small model copies.
 """
 
 from __future__ import annotations
@@ -11,34 +14,50 @@ from collections.abc import Sequence
 
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.skills import SKILL_DESCRIPTIONS
+from spade.envs.prelude import PRELUDE_MODULES, PRELUDE_NAMES
 
 Example = MemoryRecord
 
-GAME_CONTRACT = """\
-Write ONE Python module (standard library only; allowed imports: math, random, re, json,
-itertools, collections, functools, string, dataclasses, typing, heapq, bisect, fractions,
-statistics, copy, enum, textwrap, operator, and `from spade.envs import TextEnv`) defining ONE
-class whose name ends in `Env`:
+_TYPING_SHOWN = ("Any", "Optional", "List", "Dict", "Tuple", "Callable")
+
+
+def _prelude(bases: tuple[str, ...]) -> str:
+    """What the jail binds before a design runs (:mod:`spade.envs.prelude`; of its base
+    classes, those of the mode), and the import rule."""
+    return (
+        f"Defined without import: {', '.join(bases + PRELUDE_NAMES['dataclasses'])}, typing's"
+        f" names ({', '.join(_TYPING_SHOWN)}, ...) and the modules {', '.join(PRELUDE_MODULES)};"
+        " import only these modules and spade.envs."
+    )
+
+
+_NEAR_MISSES = (
+    "Mistakes that get designs rejected: overriding reset or step (the base class has them and"
+    " calls your methods); @dataclass on the Env class; calling a method or using a name you"
+    " never defined; a module too long to finish (keep it short)."
+)
+
+GAME_CONTRACT = f"""\
+Write ONE Python module defining ONE class whose name ends in `Env`:
 
     from spade.envs import TextEnv
 
     class SomethingEnv(TextEnv):
         skill = "<skill>"
         def setup(self) -> str: ...          # build hidden state from self.rng, return the task text
-        def play(self, move: str) -> tuple[str, float, bool]: ...  # one \\boxed{move}: (feedback, reward, done)
-        def solution(self) -> list[str]: ... # moves that win from this instance, e.g. ["\\\\boxed{42}"]
+        def play(self, move: str) -> tuple[str, float, bool]: ...  # one \\boxed{{move}}: (feedback, reward, done)
+        def solution(self) -> list[str]: ... # moves that win from this instance, e.g. ["\\\\boxed{{42}}"]
 
-Rules: all randomness from self.rng; the task must need several turns of interaction (hidden
-state revealed by feedback); the episode must end within 25 turns whatever is played (limit
-guesses or actions); reward 1.0 only for full success, partial credit in (0, 1) when the
-episode ends partly right, 0 otherwise; invalid moves get a helpful message, never an
-exception; no file, network, os or sys access, no printing."""
+Rules: all randomness from self.rng (each seed a different instance); the task must need
+several turns of interaction (hidden state revealed by feedback); the episode must end within
+25 turns whatever is played (limit guesses or actions); reward 1.0 only for full success,
+partial credit in (0, 1) when the episode ends partly right, 0 otherwise; invalid moves get a
+helpful message, never an exception; no file, network, os or sys access, no printing.
+{_prelude(("TextEnv",))}
+{_NEAR_MISSES}"""
 
-TOOL_CONTRACT = """\
-Write ONE Python module (standard library only; allowed imports: math, random, re, json,
-itertools, collections, functools, string, dataclasses, typing, heapq, bisect, fractions,
-statistics, copy, enum, textwrap, operator, and `from spade.envs import ToolUseEnv, ToolError`)
-defining ONE class whose name ends in `Env`:
+TOOL_CONTRACT = f"""\
+Write ONE Python module defining ONE class whose name ends in `Env`:
 
     from spade.envs import ToolUseEnv, ToolError
 
@@ -53,11 +72,23 @@ defining ONE class whose name ends in `Env`:
             \"\"\"
         def check_answer(self, answer: str) -> float: ...  # 1.0 right, partial credit in (0, 1), else 0
         def solution(self) -> list[str]: ...  # tool calls then the answer, e.g.
-            # ['<tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call>', '<answer>7</answer>']
+            # ['<tool_call>{{"name": "lookup", "arguments": {{"key": "a"}}}}</tool_call>', '<answer>7</answer>']
 
 Rules: the task must need several tool calls whose results the agent cannot guess; raise
-ToolError for bad requests (the agent sees the message); all randomness from self.rng; no
-file, network, os or sys access, no printing."""
+ToolError for bad requests (the agent sees the message); all randomness from self.rng (each
+seed a different instance); no file, network, os or sys access, no printing.
+{_prelude(("ToolUseEnv", "ToolError"))}
+{_NEAR_MISSES}"""
+
+_ROLE = (
+    "You design training environments for a reasoning agent. An environment is an "
+    "interactive, multi-turn task with hidden state, rewards and a reference solution."
+)
+_ANSWER = "Answer with the complete module in one ```python code block and nothing else."
+_EXAMPLES = (
+    "The examples below show the format only. Do not copy them: your environment must be about"
+    " the document, with its own hidden state and rules."
+)
 
 
 def _example_block(title: str, ex: Example) -> str:
@@ -71,6 +102,24 @@ def _example_block(title: str, ex: Example) -> str:
     return f"### {title} ({', '.join(stats)})\n```python\n{ex.code_head}\n```"
 
 
+def _opening(document: str, skill: str, tool_use: bool) -> list[str]:
+    return [
+        _ROLE,
+        TOOL_CONTRACT if tool_use else GAME_CONTRACT,
+        f"Target skill: {skill} ({SKILL_DESCRIPTIONS.get(skill, skill)}). The best environments "
+        "are hard enough that the agent often fails without help, yet clearly solvable.",
+        f"Ground the environment in this document (use its entities, facts or numbers):\n"
+        f"<document>\n{document}\n</document>",
+    ]
+
+
+def _messages(parts: list[str]) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": "You write correct, self-contained Python."},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]
+
+
 def design_prompt(
     document: str,
     skill: str,
@@ -79,28 +128,53 @@ def design_prompt(
     positives: Sequence[Example] = (),
     negatives: Sequence[tuple[Example, str]] = (),
 ) -> list[dict[str, str]]:
-    """Chat messages asking for one environment grounded on ``document`` for ``skill``.
+    """Chat messages asking for a new environment grounded on ``document`` for ``skill`` (the
+    write strategy), with memory examples as inspiration.
 
-    ``negatives`` pairs each example with its label ("too easy" / "too hard").
+    ``negatives`` pairs each example with its label ("too easy" / "too hard"). Examples are
+    shown as they are: the caller passes whole code only
+    (:meth:`~spade.curriculum.memory.EnvironmentMemory.examples_for`).
     """
-    parts = [
-        "You design training environments for a reasoning agent. An environment is an "
-        "interactive, multi-turn task with hidden state, rewards and a reference solution.",
-        TOOL_CONTRACT if tool_use else GAME_CONTRACT,
-        f"Target skill: {skill} ({SKILL_DESCRIPTIONS.get(skill, skill)}). The best environments "
-        "are hard enough that the agent often fails without help, yet clearly solvable.",
-        f"Ground the environment in this document (use its entities, facts or numbers):\n"
-        f"<document>\n{document}\n</document>",
-    ]
+    parts = _opening(document, skill, tool_use)
+    if positives or negatives:
+        parts.append(_EXAMPLES)
     for i, ex in enumerate(positives, 1):
         parts.append(_example_block(f"Good earlier design {i}", ex))
     for ex, label in negatives:
         parts.append(_example_block(f"Avoid designs like this one: {label}", ex))
-    parts.append("Answer with the complete module in one ```python code block and nothing else.")
-    return [
-        {"role": "system", "content": "You write correct, self-contained Python."},
-        {"role": "user", "content": "\n\n".join(parts)},
+    parts.append(_ANSWER)
+    return _messages(parts)
+
+
+def edit_prompt(
+    document: str, skill: str, *, tool_use: bool, parent: Example
+) -> list[dict[str, str]]:
+    """Chat messages asking to mutate ``parent`` (a whole, working environment) into a new one
+    grounded on ``document`` for ``skill`` (the edit strategy: ACCEL's level editing)."""
+    parts = _opening(document, skill, tool_use)
+    parts += [
+        f"Here is a working environment that passes every check:\n```python\n{parent.code_head}\n```",
+        "Turn it into a NEW environment about the document: keep its structure and the contract,"
+        " but give it a new theme, names and numbers from the document, new hidden state and new"
+        f' rules or feedback, and skill = "{skill}". A renamed copy is rejected as a duplicate.',
+        _ANSWER,
     ]
+    return _messages(parts)
+
+
+def repair_message(
+    failure_kind: str, reason: str, check: str | None = None, traceback: str | None = None
+) -> str:
+    """The user turn that gives a rejected design's named failure back to the designer: the
+    check that failed, its kind and reason and the traceback's last lines (the caller cuts
+    them), or why no module could be taken from the answer."""
+    if check is None:
+        head = f"Your answer could not be used ({failure_kind}): {reason}"
+    else:
+        head = f"Your module was rejected by the check `{check}` ({failure_kind}): {reason}"
+    if traceback:
+        head += f"\n```\n{traceback}\n```"
+    return f"{head}\n\nFix it. {_ANSWER.replace('the complete', 'the whole corrected')}"
 
 
 def hint_prompt(code: str, max_sentences: int = 3) -> list[dict[str, str]]:

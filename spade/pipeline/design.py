@@ -1,9 +1,11 @@
-"""The design half of a round: sample documents, design (per attempt), verify, hint.
+"""The design half of a round: sample documents, design (per attempt), verify, repair, hint.
 
 A slot whose design fails gets another attempt with a new document; the flow loops over
-attempts, and each stage here handles one pass. Environment code is stored content-addressed;
-a design's verdict is stored under its environment id, so verifying the same code twice in a
-round writes one object.
+attempts, and each stage here handles one pass. Within an attempt, designs rejected with code
+get up to ``designer.repair_turns`` repair turns (:func:`repair`, part of the design stage:
+``attempt-<k>-repair-<t>.jsonl``), each verified and settled again. Environment code is stored
+content-addressed; a design's verdict is stored under its environment id, so verifying the
+same code twice in a round writes one object.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from spade.designer.corpus import Corpus, Document
 from spade.designer.designer import (
     DesignAttempt,
     apply_verdict,
+    awaiting_verdict,
+    env_id_for,
     generate,
     hint_designs,
     new_attempts,
+    repair_designs,
     round_documents,
     verify_design,
 )
@@ -80,25 +85,59 @@ async def design(
     regeneration = round if regeneration is None else regeneration
     batch = new_attempts(attempt, open_slots, documents, cfg, memory, regeneration)
     await generate(backend, batch, cfg)
-    earlier = rec.cs.read_stage_manifest(round, "design") if attempt else None
+    _commit_designs(rec, f"attempt-{attempt}.jsonl", batch, union=attempt > 0)
+    return batch
+
+
+def _commit_designs(
+    rec: StageRecord, name: str, batch: list[DesignAttempt], *, union: bool
+) -> None:
+    """Write ``name`` and the batch's code into the design stage and commit it; with
+    ``union``, the manifest keeps the inputs and files of the stage's earlier commits."""
+    earlier = rec.cs.read_stage_manifest(rec.round, "design") if union else None
     seconds = time.perf_counter() - rec.t0
     if earlier is not None:  # same keys on a re-run: the union is the same
         rec.outputs.update(earlier.outputs)
+        rec.inputs = earlier.inputs | rec.inputs
         seconds += earlier.seconds
-    rec.write_jsonl(f"attempt-{attempt}.jsonl", _attempt_rows(batch))
+    rec.write_jsonl(name, _attempt_rows(batch))
     for a in batch:
         if a.code is not None and a.env_id is not None:
             rec.write_blob(f"code/{a.env_id}", a.code.encode())
     rec.commit(seconds=seconds)
+
+
+async def repair(
+    cfg: CampaignConfig,
+    campaign_id: str,
+    round: int,
+    attempt: int,
+    turn: int,
+    batch: list[DesignAttempt],
+    backend: Backend,
+) -> list[DesignAttempt]:
+    """Repair turn ``turn`` of attempt ``attempt``: every design of the settled ``batch``
+    rejected with code is told its named failure and answers again (inference only; the
+    training tokens stay the first answer's). Returns the whole batch, the repaired designs
+    awaiting their verdicts; the design stage lists ``attempt-<k>-repair-<turn>.jsonl``."""
+    rec = StageRecord(cfg, campaign_id, round, "design")
+    batch = copy.deepcopy(batch)
+    await repair_designs(backend, batch, cfg)
+    _commit_designs(rec, f"attempt-{attempt}-repair-{turn}.jsonl", batch, union=True)
     return batch
 
 
-def verify(cfg: CampaignConfig, campaign_id: str, round: int, code: str) -> Verdict:
-    """The verifier's checks on one design, in the sandbox; the verdict is stored by env id."""
-    from spade.designer.designer import env_id_for
-
+def verify(
+    cfg: CampaignConfig,
+    campaign_id: str,
+    round: int,
+    code: str,
+    references: list[dict[str, str]] | None = None,
+) -> Verdict:
+    """The verifier's checks on one design, in the sandbox, compared with the ``references``
+    it must not copy (``{"name", "code"}``); the verdict is stored by env id."""
     started = time.time()
-    verdict = verify_design(code, cfg, load_policy(cfg.sandbox.policy_path))
+    verdict = verify_design(code, cfg, load_policy(cfg.sandbox.policy_path), references or ())
     cs = campaign_store(cfg, campaign_id)
     key = cs.layout.stage_key(round, "verify", f"verdicts/{env_id_for(code)}.json")
     span = {"started": started, "finished": time.time()}
@@ -116,25 +155,33 @@ def settle(
 ) -> tuple[list[DesignAttempt], list[int]]:
     """Join one attempt's designs with their verdicts; commit the verify stage so far.
 
-    ``verdicts`` line up with the designs in ``batch`` that have code. Returns every attempt of
-    the round so far and the slots still open (their design was rejected).
+    ``verdicts`` line up with the designs in ``batch`` awaiting one (code, no verdict yet:
+    :func:`~spade.designer.designer.awaiting_verdict`); ``earlier`` are the round's settled
+    attempts before this one. Returns the settled batch and its slots still open (their design
+    was rejected). The stage lists every verdict of the round, a repaired design's first one
+    included, and ``attempts.jsonl`` holds ``earlier`` and the batch.
     """
     batch = copy.deepcopy(batch)
-    parsed = [a for a in batch if a.code is not None]
-    if len(parsed) != len(verdicts):
-        raise ValueError(f"{len(verdicts)} verdicts for {len(parsed)} designs with code")
-    for att, verdict in zip(parsed, verdicts, strict=True):
+    pending = awaiting_verdict(batch)
+    if len(pending) != len(verdicts):
+        raise ValueError(f"{len(verdicts)} verdicts for {len(pending)} designs awaiting one")
+    for att, verdict in zip(pending, verdicts, strict=True):
         apply_verdict(att, verdict)
     attempts = list(earlier) + batch
     rec = StageRecord(cfg, campaign_id, round, "verify")
     spans = []
-    for a in attempts:
-        if a.env_id is not None and a.code is not None:
-            rec.outputs[f"verdicts/{a.env_id}"] = key = rec.key(f"verdicts/{a.env_id}.json")
-            spans.append(rec.cs.store.read_json(key))
+    for env_id in dict.fromkeys(i for a in attempts for i in _verified_ids(a)):
+        rec.outputs[f"verdicts/{env_id}"] = key = rec.key(f"verdicts/{env_id}.json")
+        spans.append(rec.cs.store.read_json(key))
     rec.write_jsonl("attempts.jsonl", _attempt_rows(attempts))
     rec.commit(seconds=busy_seconds(spans))
-    return attempts, [a.slot for a in batch if not a.accepted]
+    return batch, [a.slot for a in batch if not a.accepted]
+
+
+def _verified_ids(att: DesignAttempt) -> list[str]:
+    """Env ids of the attempt's verified designs: the first answer's (if repaired), the last."""
+    ids = [env_id_for(att.first_code)] if att.first_code is not None else []
+    return ids + ([att.env_id] if att.env_id is not None and att.verdict is not None else [])
 
 
 async def hint(

@@ -1,4 +1,5 @@
-"""The evaluate stage: hinted and unhinted plays of each accepted environment.
+"""The evaluate stage: hinted and unhinted plays of each environment of the round (accepted
+designs and pool environments, each row marked with its ``source``).
 
 Each environment is evaluated on its own (the flow maps over them, so a resumed round replays
 only the environments it had not finished); :func:`commit_evaluations` then commits the stage.
@@ -42,7 +43,8 @@ def commit_evaluations(
     evaluations: list[EnvEvaluation],
     weights: str,
 ) -> None:
-    """Commit the evaluate stage: one summary line per environment, and which weights played."""
+    """Commit the evaluate stage: one summary line per environment (with its ``source``), and
+    which weights played."""
     rec = StageRecord(cfg, campaign_id, round, "evaluate", {"weights": weights})
     spans = []
     for e in evaluations:
@@ -50,5 +52,8 @@ def commit_evaluations(
             rec.outputs[f"envs/{e.env_id}/{name}"] = rec.key(f"envs/{e.env_id}/{name}")
         spans.append(rec.cs.store.read_json(rec.key(f"envs/{e.env_id}/summary.json")))
     rec.write_jsonl("evaluations.jsonl", [e.summary() | {"weights": weights} for e in evaluations])
-    status, note = ("completed", "") if evaluations else ("skipped", "no design was accepted")
+    pool = sum(e.source == "pool" for e in evaluations)
+    note = f"{len(evaluations) - pool} designed, {pool} pool environments" if evaluations else ""
+    status = "completed" if evaluations else "skipped"
+    note = note or "no environment to play: no design accepted and no pool environment"
     rec.commit(status, note, seconds=busy_seconds(spans))

@@ -11,7 +11,9 @@ round.
 
 Every round records its :class:`RoundPlan` (``sample_documents/plan.json``); the next round
 reads it, so the plan survives resumes and a changed interval applies from the next round on.
-A regeneration that accepted nothing is not replayed: the next round designs again.
+A regeneration that played nothing is not replayed: the next round designs again. Pool
+environments a regeneration played (:mod:`spade.pipeline.pool`: pool mode, or designs filled up
+to ``run.min_envs``) are replayed with its designs, by the pool stage.
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ def read_plan(cs: CampaignStore, round: int) -> RoundPlan:
     return RoundPlan(int(data["regeneration"]), data.get("replay_of"))
 
 
-def _environment_rows(cs: CampaignStore, round: int) -> list[dict[str, Any]]:
-    key = cs.layout.stage_key(round, "hint", "environments.jsonl")
+def environment_rows(cs: CampaignStore, round: int, stage: str = "hint") -> list[dict[str, Any]]:
+    """The environments a stage of ``round`` handed on: its designs (``hint``) or its pool
+    environments (``pool``, :mod:`spade.pipeline.pool`); none when the file is absent."""
+    key = cs.layout.stage_key(round, stage, "environments.jsonl")
     return read_jsonl(cs, key) if cs.store.exists(key) else []
 
 
@@ -78,7 +82,8 @@ def plan_round(cfg: CampaignConfig, campaign_id: str, round: int) -> RoundPlan:
     cs = campaign_store(cfg, campaign_id)
     prev = read_plan(cs, round - 1)
     source = round - 1 if prev.replay_of is None else prev.replay_of
-    if round - source < cfg.run.regen_interval and _environment_rows(cs, source):
+    played = environment_rows(cs, source) or environment_rows(cs, source, "pool")
+    if round - source < cfg.run.regen_interval and played:
         return RoundPlan(prev.regeneration, replay_of=source)
     return RoundPlan(prev.regeneration + 1)
 
@@ -88,6 +93,8 @@ def _replayed_attempts(
 ) -> list[DesignAttempt]:
     """The accepted designs of regeneration round ``source`` with the hints its hint stage gave
     them (``environments``: that stage's rows)."""
+    if not environments:  # it played only pool environments (and may have no attempts file)
+        return []
     hints = {row["env_id"]: row for row in environments}
     rows = read_jsonl(cs, cs.layout.stage_key(source, "verify", "attempts.jsonl"))
     out = []
@@ -115,7 +122,7 @@ def replay(
     for stage in ("design", "verify"):
         StageRecord(cfg, campaign_id, round, stage).commit("skipped", note)
     hint = StageRecord(cfg, campaign_id, round, "hint", {"replay_of": str(source)})
-    environments = _environment_rows(hint.cs, source)
+    environments = environment_rows(hint.cs, source)
     for row in environments:  # the code is content-addressed: already stored, only named here
         hint.outputs[f"code/{row['env_id']}"] = row["code_sha256"]
     hint.write_jsonl("environments.jsonl", environments)
@@ -123,4 +130,4 @@ def replay(
     return _replayed_attempts(hint.cs, source, environments)
 
 
-__all__ = ["PLAN_FILE", "RoundPlan", "plan_round", "read_plan", "replay"]
+__all__ = ["PLAN_FILE", "RoundPlan", "environment_rows", "plan_round", "read_plan", "replay"]

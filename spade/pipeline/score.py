@@ -11,7 +11,7 @@ from spade.curriculum.memory import EnvironmentMemory
 from spade.designer.designer import DesignAttempt
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
-from spade.scoring import ScoredAttempt, memory_records, score
+from spade.scoring import ScoredAttempt, design_flags, memory_records, score
 
 
 @dataclass
@@ -34,27 +34,49 @@ def score_round(
     evaluations: list[EnvEvaluation],
     ema: dict[str, float],
 ) -> RoundScores:
-    """Designer rewards for every attempt (rejected ones included) and the new EMA."""
+    """Designer rewards for every attempt (rejected ones included) and the new EMA.
+
+    ``scored.jsonl`` holds a row per design attempt (``source: designed``, in attempt order:
+    the designer's training reads them by position), then a row per pool environment played
+    (``source: pool``, no reward: the designer is never rewarded for those).
+    """
     scored, new_ema = score(attempts, evaluations, cfg.scoring, ema)
     rec = StageRecord(cfg, campaign_id, round, "score", {"ema": fingerprint(ema)})
-    rec.write_jsonl(
-        "scored.jsonl",
-        [
-            {
-                "env_id": s.outcome.env_id,
-                "skill": s.outcome.skill,
-                "accepted": s.outcome.valid,
-                "failure": s.outcome.failure_kind,
-                "win_rate": s.outcome.win_rate,
-                "hinted_win_rate": s.outcome.hinted_win_rate,
-                "regret": s.outcome.regret,
-                "reward": s.reward,
-                "slot": s.attempt.slot,
-                "attempt": s.attempt.attempt,
-            }
-            for s in scored
-        ],
-    )
+    rows = [
+        {
+            "env_id": s.outcome.env_id,
+            "skill": s.outcome.skill,
+            "source": "designed",
+            "accepted": s.outcome.valid,
+            "failure": s.outcome.failure_kind,
+            "win_rate": s.outcome.win_rate,
+            "hinted_win_rate": s.outcome.hinted_win_rate,
+            "regret": s.outcome.regret,
+            "reward": s.reward,
+            "raw_reward": s.raw_reward,
+            "slot": s.attempt.slot,
+            "attempt": s.attempt.attempt,
+            **design_flags(s.attempt),
+        }
+        for s in scored
+    ]
+    rows += [
+        {
+            "env_id": e.env_id,
+            "skill": e.skill,
+            "source": "pool",
+            "accepted": True,
+            "failure": None,
+            "win_rate": e.win_rate,
+            "hinted_win_rate": e.hinted_win_rate,
+            "regret": e.regret,
+            "reward": None,
+            "raw_reward": None,
+        }
+        for e in evaluations
+        if e.source == "pool"
+    ]
+    rec.write_jsonl("scored.jsonl", rows)
     rec.write_json("ema.json", new_ema)
     rec.commit()
     return RoundScores(scored, new_ema)
@@ -68,7 +90,8 @@ def remember(
     attempts: list[DesignAttempt],
     evaluations: list[EnvEvaluation],
 ) -> dict[str, Any]:
-    """Add this round's evaluated designs to the memory (FIFO-bounded); its new state."""
+    """Add this round's evaluated designs to the memory (FIFO-bounded); its new state. Pool
+    environments are not designs and stay out (see :mod:`spade.pipeline.pool`)."""
     memory = EnvironmentMemory(cfg.memory)
     memory.load_state_dict(memory_state)
     memory.extend(memory_records(attempts, evaluations, round))

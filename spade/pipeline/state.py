@@ -61,17 +61,24 @@ def delayed_designer_batch(
 ) -> tuple[int, list[DesignAttempt], list[float]] | None:
     """The design attempts and rewards the designer trains on in ``round``: those of round
     ``round - training.designer_delay_steps`` (None before that round exists, and when that
-    round replayed environments: it designed nothing, see :mod:`spade.pipeline.replay`)."""
+    round designed nothing: it replayed environments, see :mod:`spade.pipeline.replay`, or
+    took them all from the pool, ``run.env_source: pool``). Scored rows of pool environments
+    are not the designer's and are left out."""
     source = round - cfg.training.designer_delay_steps
     if source < 0:
         return None
     cs = campaign_store(cfg, campaign_id)
     _output(cs, source, "score", "ema.json")  # the source round must be scored
-    if not read_plan(cs, source).designs:
+    verified = cs.read_stage_manifest(source, "verify")
+    if not read_plan(cs, source).designs or (verified and verified.status == "skipped"):
         return None
     rows = read_jsonl(cs, cs.layout.stage_key(source, "verify", "attempts.jsonl"))
     attempts = [DesignAttempt.from_dict(r) for r in rows]
-    scored = read_jsonl(cs, cs.layout.stage_key(source, "score", "scored.jsonl"))
+    scored = [
+        s
+        for s in read_jsonl(cs, cs.layout.stage_key(source, "score", "scored.jsonl"))
+        if s.get("source", "designed") == "designed"
+    ]
     if len(scored) != len(attempts):
         raise StorageError(f"round {source}: {len(attempts)} attempts but {len(scored)} scores")
     return source, attempts, [float(s["reward"]) for s in scored]

@@ -1,4 +1,11 @@
-"""Reading a campaign back: per-round summaries and where its artifacts are (status, UI)."""
+"""Reading a campaign back: per-round summaries and where its artifacts are (status, UI).
+
+A round's numbers come from its committed files: ``score/scored.jsonl`` (a row per design
+attempt, ``source: designed``, then a row per pool environment played, ``source: pool``; rows
+written before pool environments existed have no ``source`` and are designs),
+``evaluate/evaluations.jsonl`` (plays per environment), the training stages' ``outcome.json``,
+``publish/weights.json`` and ``heldout/summary.json``.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +23,35 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "replay_of",
     "attempts",
     "accepted",
+    "novel",
+    "duplicates",
+    "repaired",
+    "pool_envs",
     "win_rate",
     "hinted_win_rate",
     "regret",
     "designer_reward",
+    "designer_spread",
     "train_loss",
+    "designer_loss",
     "heldout_win_rate",
     "weights",
 )
-"""The per-round numbers tables show (``spade status``, the Prefect artifact)."""
+"""The per-round numbers tables show (``spade status``, the Prefect artifact, the live view):
+
+- ``attempts``, ``accepted``: design attempts of the round and how many the verifier accepted
+  (a replay round designs nothing: ``accepted`` counts the designs it replays);
+- ``novel``: accepted designs whose verdict passed the verifier's novelty check (None when no
+  such check ran), ``duplicates``: attempts rejected as copies, ``repaired``: accepted after a
+  repair turn;
+- ``pool_envs``: pool environments played (``run.env_source: pool``, ``run.min_envs``);
+- ``win_rate``, ``hinted_win_rate``, ``regret``: means over every environment played;
+- ``designer_reward``: mean reward of the attempts before centring; ``designer_spread``: max -
+  min of the rewards the designer trains on (centred per skill: 0 means no signal);
+- ``train_loss``, ``designer_loss``: the agent's and the designer's GRPO loss (None: skipped,
+  see ``agent_skipped`` / ``designer_skipped``);
+- ``weights``: the version the round published (what the next round serves).
+"""
 
 
 def _rows(cs: CampaignStore, round: int, stage: str, name: str) -> list[dict[str, Any]]:
@@ -43,14 +70,38 @@ def _mean(values: list[float | None]) -> float | None:
     return round(fmean(present), 4) if present else None
 
 
+def _spread(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(max(present) - min(present), 4) if present else None
+
+
+def _count(rows: list[dict[str, Any]], flag: str) -> int | None:
+    """Rows whose ``flag`` is true; None when no row knows (older rows, or no check ran)."""
+    known = [r[flag] for r in rows if r.get(flag) is not None]
+    return sum(bool(v) for v in known) if known else None
+
+
+def _training(outcome: dict[str, Any]) -> tuple[float | None, str | None]:
+    return (outcome.get("metrics") or {}).get("loss"), outcome.get("skipped")
+
+
 def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
     """Counts and means of one round from its committed artifacts (missing parts: None)."""
     done = cs.completed_stages(round)
     scored = _rows(cs, round, "score", "scored.jsonl")
-    accepted = [s for s in scored if s["accepted"]]
+    designs = [s for s in scored if s.get("source", "designed") == "designed"]
+    pool = [s for s in scored if s.get("source") == "pool"]
+    accepted = [s for s in designs if s["accepted"]]
+    played = accepted + pool
     plan = _json(cs, round, "sample_documents", PLAN_FILE) or {}
-    designed = scored if plan.get("replay_of") is None else []  # a replay round designed none
-    outcome = _json(cs, round, "train_agent", "outcome.json") or {}
+    designed = designs if plan.get("replay_of") is None else []  # a replay round designed none
+    agent_loss, agent_skipped = _training(_json(cs, round, "train_agent", "outcome.json") or {})
+    designer_loss, designer_skipped = _training(
+        _json(cs, round, "train_designer", "outcome.json") or {}
+    )
+    episodes = Counter[str]()
+    for e in _rows(cs, round, "evaluate", "evaluations.jsonl"):
+        episodes[e.get("source", "designed")] += len(e.get("unhinted_returns") or [])
     weights = _json(cs, round, "publish", "weights.json") or {}
     heldout = _json(cs, round, "heldout", "summary.json") or {}
     seconds = {}
@@ -65,14 +116,26 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "replay_of": plan.get("replay_of"),  # a replay round: "accepted" = the replayed envs
         "attempts": len(designed),
         "accepted": len(accepted),
+        "novel": _count(designed, "novel") if designed else None,
+        "duplicates": sum(s["failure"] == "duplicate" for s in designed),
+        "repaired": _count(designed, "repaired") if designed else None,
+        "pool_envs": len(pool),
         "rejections": dict(
-            Counter(s["failure"] or "rejected" for s in scored if not s["accepted"])
+            Counter(s["failure"] or "rejected" for s in designs if not s["accepted"])
         ),
-        "win_rate": _mean([s["win_rate"] for s in accepted]),
-        "hinted_win_rate": _mean([s["hinted_win_rate"] for s in accepted]),
-        "regret": _mean([s["regret"] for s in accepted]),
-        "designer_reward": _mean([s["reward"] for s in designed]),
-        "train_loss": (outcome.get("metrics") or {}).get("loss"),
+        "win_rate": _mean([s["win_rate"] for s in played]),
+        "hinted_win_rate": _mean([s["hinted_win_rate"] for s in played]),
+        "regret": _mean([s["regret"] for s in played]),
+        "designed_win_rate": _mean([s["win_rate"] for s in accepted]),
+        "designed_regret": _mean([s["regret"] for s in accepted]),
+        "designer_reward": _mean([s.get("raw_reward", s["reward"]) for s in designed]),
+        "designer_spread": _spread([s["reward"] for s in designed]),
+        "designed_episodes": episodes["designed"],
+        "pool_episodes": episodes["pool"],
+        "train_loss": agent_loss,
+        "agent_skipped": agent_skipped,
+        "designer_loss": designer_loss,
+        "designer_skipped": designer_skipped,
         "heldout_win_rate": heldout.get("win_rate"),
         "heldout_suites": heldout.get("suites") or {},
         "weights": weights.get("version"),

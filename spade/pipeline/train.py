@@ -181,6 +181,13 @@ async def _publish_to_server(
 
 def skip_training(cfg: CampaignConfig, campaign_id: str, round: int) -> None:
     """Commit both training stages as skipped (``run.train`` is off)."""
-    for stage in ("train_agent", "train_designer"):
-        rec = StageRecord(cfg, campaign_id, round, stage)
-        rec.commit("skipped", "run.train is off")
+    roles: tuple[Role, ...] = ("agent", "designer")
+    for role in roles:
+        skip_role(cfg, campaign_id, round, role, "run.train is off")
+
+
+def skip_role(cfg: CampaignConfig, campaign_id: str, round: int, role: Role, reason: str) -> None:
+    """Commit ``train_<role>`` as skipped, with the reason (e.g. the designer in pool mode)."""
+    rec = StageRecord(cfg, campaign_id, round, f"train_{role}")
+    rec.write_json("outcome.json", {"skipped": reason, "samples": 0})
+    rec.commit("skipped", reason)

@@ -29,6 +29,7 @@ STAGES: tuple[str, ...] = (
     "design",
     "verify",
     "hint",
+    "pool",
     "evaluate",
     "score",
     "memory",

@@ -185,3 +185,52 @@ def test_evaluate_hints_that_leak_the_solution_are_retried_then_dropped(tmp_path
     assert cells == ["sky.py", "mathematical_reasoning", "1.00", "–", "1.000", "–", "0.000", "0"]
     (metal_row,) = [line for line in run.stdout.splitlines() if "metal.py" in line and "│" in line]
     assert [c.strip() for c in metal_row.strip("│ ").split("│")][3] == "1.00"
+
+
+def test_design_shows_strategy_and_repairs_and_writes_them(tmp_path):
+    """``spade design`` with the edit strategy (the bundled examples as the pool, one held
+    out) and a design that is accepted only after its repair turn."""
+    from tests.designer.test_design_batch import (
+        BACKWARDS,
+        CODE_BREAKER,
+        EXAMPLES,
+        LOGIC,
+        MATH,
+        STUBBORN,
+        Script,
+        fenced,
+    )
+    from tests.designer.test_design_batch import write_corpus as write_docs
+
+    script = Script(
+        {MATH: [fenced(BACKWARDS)], LOGIC: [fenced(STUBBORN)]},
+        repairs={MATH: [fenced(CODE_BREAKER)]},
+    )
+    with FakeOpenAIServer(script=script) as server:
+        settings = {
+            "inference": {
+                "backend": "openai",
+                "base_url": server.url,
+                "served_model": server.model,
+            },
+            "corpus": {"path": str(write_docs(tmp_path / "corpus.jsonl"))},
+            "designer": {"envs_per_round": 2, "attempts_per_slot": 1, "strategy": "edit"},
+            "run": {"heldout_envs": [str(EXAMPLES / "code_breaker.py")]},
+        }
+        path = tmp_path / "edit.yaml"
+        path.write_text(yaml.safe_dump(settings))
+        run = spade("design", "--config", str(path), "--out", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr
+    assert "2 of 2 attempts accepted (1 after a repair turn); strategy: 2 edit" in run.stdout
+    assert "accepted after 1 repair (first: infeasible)" in run.stdout
+    assert "edit polynomial_probe" in run.stdout  # the maths slot's parent
+    rows = [json.loads(r) for r in (tmp_path / "out" / "attempts.jsonl").read_text().splitlines()]
+    maths, logic = rows
+    assert (maths["strategy"], maths["parent_id"]) == ("edit", "polynomial_probe")
+    assert maths["accepted_after_repair"] and maths["first_failure_kind"] == "infeasible"
+    assert logic["accepted"] and not logic["accepted_after_repair"] and logic["parent_id"]
+    assert all(
+        r["references"]
+        == [{"name": r["parent_id"], "code": (EXAMPLES / f"{r['parent_id']}.py").read_text()}]
+        for r in rows
+    )

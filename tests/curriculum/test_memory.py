@@ -2,6 +2,7 @@
 
 import json
 import random
+from dataclasses import asdict
 
 import pytest
 
@@ -42,10 +43,47 @@ def test_fifo_drops_the_oldest():
     assert ids(memory.records()) == ["e2", "e3", "e4"]
 
 
-def test_add_cuts_the_code_head():
+def test_add_cuts_the_code_head_and_marks_it_cut():
     memory = EnvironmentMemory(MemoryConfig(code_head_chars=100))
     memory.add(MemoryRecord("e", "logic", code_head="x" * 250))
-    assert memory.records()[0].code_head == "x" * 100
+    memory.add(MemoryRecord("f", "logic", code_head="y" * 100))
+    cut, whole = memory.records()
+    assert cut.code_head == "x" * 100 and cut.code_chars == 250 and cut.whole_code is None
+    assert whole.code_chars == 100 and whole.whole_code == "y" * 100
+
+
+def test_a_cut_design_is_never_shown_and_a_version_1_state_still_loads():
+    memory = EnvironmentMemory(MemoryConfig(code_head_chars=100))
+    memory.add(rec("whole", win=None))
+    memory.add(MemoryRecord("cut", "logic", code_head="x" * 250, round=-1))
+    positives, _ = memory.examples_for("logic", random.Random(0), DesignerConfig(positives=5))
+    assert ids(positives) == ["whole"]  # the cut one is skipped
+    restored = EnvironmentMemory(MemoryConfig())
+    restored.load_state_dict({"version": 1, "records": _v1(rec("old", win=None))})
+    (record,) = restored.records()
+    assert record.code_head == "# old" and record.code_chars is None  # not taken as whole
+    assert restored.examples_for("logic", random.Random(0), DesignerConfig()) == ([], [])
+    restored.load_state_dict(json.loads(json.dumps(memory.state_dict())))  # version 2
+    assert restored.records() == memory.records()
+
+
+def _v1(*records: MemoryRecord) -> list[dict]:
+    """Records as a version-1 state held them (no code_chars)."""
+    return [{k: v for k, v in asdict(r).items() if k != "code_chars"} for r in records]
+
+
+def test_examples_over_the_budget_are_skipped_not_cut():
+    small, large = (
+        MemoryRecord("small", "logic", "s" * 300),
+        MemoryRecord("large", "logic", "l" * 301),
+    )
+    memory = memory_of(small, large)
+    positives, _ = memory.examples_for(
+        "logic", random.Random(0), DesignerConfig(max_example_chars=300)
+    )
+    assert ids(positives) == ["small"] and positives[0].code_head == "s" * 300
+    both, _ = memory.examples_for("logic", random.Random(0), DesignerConfig(max_example_chars=301))
+    assert sorted(ids(both)) == ["large", "small"]
 
 
 def test_record_checks_its_win_rate():
@@ -242,3 +280,59 @@ def test_negative_label():
         negative_label(rec("m", win=0.5), designer)
     with pytest.raises(ValueError, match="not a negative"):
         negative_label(rec("n", win=None), designer)
+
+
+# ------------------------------------------------------------------------- edit parents
+
+TOOL_CODE = "from spade.envs import ToolUseEnv\n\nclass ShopEnv(ToolUseEnv):\n    pass\n"
+
+
+def test_parent_prefers_the_same_skill_and_is_seeded():
+    logic, maths = "logical_deduction", "mathematical_reasoning"
+    memory = memory_of(
+        seeded("s1", logic),
+        seeded("s2", logic),
+        rec("played", logic, regret=0.3),
+        seeded("m", maths),
+    )
+    designer = DesignerConfig()
+    seen = {_parent(memory, logic, s, designer) for s in range(30)}
+    assert seen == {"s1", "s2", "played"}  # never the other skill's while the skill has one
+    assert {_parent(memory, logic, 4, designer) for _ in range(3)} == {
+        _parent(memory, logic, 4, designer)
+    }
+
+
+def _parent(
+    memory: EnvironmentMemory, skill: str, seed: int, designer: DesignerConfig
+) -> str | None:
+    parent = memory.parent_for(skill, random.Random(seed), designer)
+    return None if parent is None else parent.env_id
+
+
+def test_parent_falls_back_to_the_modes_other_skills_never_negatives_or_cut_ones():
+    easy, hard = rec("easy", "optimization", win=0.95), rec("hard", "optimization", win=0.05)
+    fits = seeded("fits", "optimization")
+    big = MemoryRecord("big", "optimization", "x" * 5000, round=-1)
+    tool = seeded("tool", "data_retrieval")
+    memory = memory_of(easy, hard, big, tool, fits)
+    designer = DesignerConfig(max_example_chars=4000)
+    for s in range(20):  # no logical_deduction design: another game skill's, in bounds, fitting
+        assert memory.parent_for("logical_deduction", random.Random(s), designer).env_id == "fits"  # type: ignore[union-attr]
+    assert (
+        memory_of(easy, hard, big, tool).parent_for("logical_deduction", random.Random(0), designer)
+        is None
+    )
+
+
+def test_parent_of_a_tool_use_design_is_a_tool_use_environment():
+    unknown_tool = MemoryRecord("shop", "unknown", TOOL_CODE, round=-1)
+    unknown_game = MemoryRecord("game", "unknown", "class GameEnv(TextEnv):\n    pass\n", round=-1)
+    memory = memory_of(unknown_game, unknown_tool, seeded("logic_one", "logical_deduction"))
+    tools = DesignerConfig(mode="tool_use")
+    assert memory.parent_for("data_retrieval", random.Random(0), tools).env_id == "shop"  # type: ignore[union-attr]
+    games = {
+        memory.parent_for("optimization", random.Random(s), DesignerConfig()).env_id
+        for s in range(20)
+    }  # type: ignore[union-attr]
+    assert games == {"game", "logic_one"}

@@ -9,13 +9,8 @@ from pathlib import Path
 import pytest
 
 from spade.config import DesignerConfig, MemoryConfig
-from spade.curriculum.memory import (
-    SEED_ROUND,
-    UNKNOWN_SKILL,
-    EnvironmentMemory,
-    import_pool,
-    read_declarations,
-)
+from spade.curriculum.memory import SEED_ROUND, UNKNOWN_SKILL, EnvironmentMemory, read_declarations
+from spade.curriculum.pool import import_pool, seed_records
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "spade" / "envs" / "examples"
 
@@ -46,7 +41,8 @@ def test_examples_pool_reads_skills_via_ast():
         "switchboard": "causal_inference",
     }
     assert all(r.round == SEED_ROUND and r.win_rate is None and r.accepted for r in records)
-    assert all(r.hint and len(r.code_head) <= 2000 for r in records)
+    code = {p.stem: p.read_text() for p in EXAMPLES.glob("*.py")}
+    assert all(r.hint and r.whole_code == code[r.env_id] for r in records)  # whole, not cut
 
 
 def test_pool_code_is_never_executed(tmp_path):
@@ -64,7 +60,8 @@ def test_folder_pool_sorted_skips_init_and_cuts_code(tmp_path):
     (tmp_path / "a.py").write_text("class AEnv:\n    pass\n")
     records = import_pool(tmp_path, MemoryConfig(code_head_chars=100))
     assert [(r.env_id, r.skill) for r in records] == [("a", UNKNOWN_SKILL), ("b", "maths")]
-    assert len(records[1].code_head) == 100
+    assert len(records[1].code_head) == 100 and records[1].code_chars == 21 + 300
+    assert records[1].whole_code is None and records[0].whole_code is not None
 
 
 def test_single_py_file(tmp_path):
@@ -158,7 +155,7 @@ def test_imported_pool_seeds_memory():
 @pytest.mark.parametrize(
     ("skill", "expected"),
     [
-        ("logical_deduction", {"code_breaker", "ownership_riddle"}),
+        ("logical_deduction", {"code_breaker"}),  # ownership_riddle: over the budget
         ("optimization", {"cargo_knapsack"}),
         ("causal_inference", {"switchboard"}),
     ],
@@ -168,8 +165,8 @@ def test_imported_pool_gives_the_prompt_examples(skill, expected):
     memory.extend(import_pool(EXAMPLES, MemoryConfig()))
     positives, negatives = memory.examples_for(skill, random.Random(0), DesignerConfig())
     assert {r.env_id for r in positives} == expected and negatives == []
-    code = {p.stem: p.read_text()[:2000] for p in EXAMPLES.glob("*.py")}
-    assert all(r.code_head == code[r.env_id] for r in positives)
+    code = {p.stem: p.read_text() for p in EXAMPLES.glob("*.py")}
+    assert all(r.code_head == code[r.env_id] for r in positives)  # whole
 
 
 def test_curriculum_import_is_light():
@@ -180,3 +177,31 @@ def test_curriculum_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _cfg(**overrides: object):
+    from spade.config import load_config
+
+    return load_config(overrides=overrides)
+
+
+def test_edit_seeds_the_bundled_examples_less_the_held_out_ones(tmp_path):
+    assert seed_records(_cfg()) == []  # write, no pool: an empty memory
+    held = ["spade/envs/examples/code_breaker.py", str(tmp_path)]
+    copy = tmp_path / "renamed.py"  # the same environment under another name is held out too
+    copy.write_text((EXAMPLES / "maze_walk.py").read_text())
+    records = seed_records(_cfg(**{"designer.strategy": "edit", "run.heldout_envs": held}))
+    all_ids = {p.stem for p in EXAMPLES.glob("*.py")} - {"__init__"}
+    assert {r.env_id for r in records} == all_ids - {"code_breaker", "maze_walk"}
+
+
+def test_a_configured_pool_is_seeded_less_the_held_out_ones(tmp_path):
+    (tmp_path / "a.py").write_text("class AEnv:\n    pass\n")
+    (tmp_path / "b.py").write_text("class BEnv:\n    pass\n")
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "same_as_b.py").write_text("class BEnv:\n    pass\n")
+    for strategy in ("write", "edit"):
+        cfg = _cfg(**{"memory.seed_pool": str(tmp_path), "designer.strategy": strategy,
+                      "run.heldout_envs": [str(held)]})  # fmt: skip
+        assert [r.env_id for r in seed_records(cfg)] == ["a"]

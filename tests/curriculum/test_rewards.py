@@ -5,13 +5,20 @@ import pytest
 from spade.config import ScoringConfig
 from spade.curriculum.rewards import (
     DESIGNER_REWARDS,
+    REJECTED_REWARDS,
+    REJECTED_TIERS,
     DesignOutcome,
     blend,
     centre_per_skill,
     designer_rewards,
+    designer_rewards_with_raw,
+    flat_rejected,
     get_designer_reward,
+    get_rejected_reward,
+    graded_rejected,
     learning_potential,
     plateau,
+    rejected_tier,
     update_ema,
 )
 
@@ -235,3 +242,117 @@ def test_centre_per_skill_helper():
     assert centre_per_skill([1.0, 5.0, 3.0], ["a", "b", "a"]) == pytest.approx([-1.0, 0.0, 1.0])
     with pytest.raises(ValueError, match="2 rewards but 1 skills"):
         centre_per_skill([1.0, 2.0], ["a"])
+
+
+# ------------------------------------------------------------------- rejected designs (graded)
+
+GRADED = ScoringConfig(rejected_reward="graded", centre_per_skill=False)
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("inference", -1.0),  # no code: -1 * 5/5
+        ("parse", -1.0),
+        ("syntax", -0.8),  # -1 * 4/5
+        ("import_denied", -0.8),
+        ("policy_denied", -0.8),
+        ("contract", -0.6),  # -1 * 3/5
+        ("exited", -0.6),
+        ("protocol", -0.6),
+        ("crash", -0.4),  # -1 * 2/5
+        ("timeout", -0.4),
+        ("memory", -0.4),
+        ("output_limit", -0.4),
+        ("infeasible", -0.2),  # -1 * 1/5
+        ("trivial", -0.2),
+        ("nondeterministic", -0.2),
+        ("no_termination", -0.2),
+        ("seed_independent", -0.2),
+        ("duplicate", -0.2),
+    ],
+)
+def test_graded_rejections_by_how_far_they_got(kind, expected):
+    assert graded_rejected(kind, GRADED) == pytest.approx(expected)
+    rewards, _ = designer_rewards([invalid("x", "s", kind)], GRADED)
+    assert rewards == pytest.approx([expected])
+
+
+def test_graded_floor_scales_every_tier():
+    config = ScoringConfig(rejected_reward="graded", graded_floor=-2.0)
+    # -2 * 5/5, -2 * 4/5, -2 * 3/5, -2 * 2/5, -2 * 1/5
+    kinds = ["parse", "syntax", "contract", "crash", "trivial"]
+    assert [graded_rejected(k, config) for k in kinds] == pytest.approx(
+        [-2.0, -1.6, -1.2, -0.8, -0.4]
+    )
+
+
+def test_every_failure_kind_has_a_tier():
+    from spade.sandbox.failures import FailureKind
+
+    placed = {kind for tier in REJECTED_TIERS for kind in tier}
+    assert {str(k) for k in FailureKind} <= placed
+    assert len(placed) == sum(len(t) for t in REJECTED_TIERS)  # each kind in one tier only
+    assert rejected_tier("duplicate") == rejected_tier(FailureKind.INFEASIBLE) == 4
+
+
+def test_an_unknown_failure_kind_is_an_error_not_a_guess():
+    with pytest.raises(ValueError, match="'bad_signature' has no place"):
+        designer_rewards([invalid("x", "s", "bad_signature")], GRADED)
+
+
+def test_every_graded_rejection_is_below_every_valid_design():
+    """The highest tier is below 0 and no valid design's reward is below 0 (every reward
+    function at its lowest: win rate off the plateau, no regret, no EMA gap)."""
+    worst_valid = [
+        designer_rewards(
+            [valid("a", "s", win, 0.0)], ScoringConfig(designer_reward=name, centre_per_skill=False)
+        )[0][0]
+        for name in DESIGNER_REWARDS
+        for win in (0.0, 1.0)
+    ]
+    best_rejected = max(graded_rejected(t[0], GRADED) for t in REJECTED_TIERS)
+    assert best_rejected == pytest.approx(-0.2) and min(worst_valid) == 0.0
+
+
+def test_graded_centred_within_a_skill_keeps_the_order():
+    config = ScoringConfig(rejected_reward="graded")  # centred per skill
+    outcomes = [
+        invalid("a", "s", "parse"),  # -1.0
+        invalid("b", "s", "crash"),  # -0.4
+        valid("c", "s", 0.5, 0.0),  # 0.6 * 1 = 0.6
+        invalid("d", "t", "syntax"),  # alone in its skill: 0
+    ]
+    rewards, _ = designer_rewards(outcomes, config)
+    # s: mean (-1.0 - 0.4 + 0.6) / 3 = -0.8 / 3
+    mean = -0.8 / 3
+    assert rewards == pytest.approx([-1.0 - mean, -0.4 - mean, 0.6 - mean, 0.0])
+    assert rewards[0] < rewards[1] < rewards[2]
+
+
+def test_nothing_accepted_still_gives_the_designer_a_signal():
+    """A round whose attempts all failed, at different depths: flat gives every one 0 (no
+    advantage), graded gives them different rewards (non-zero advantages after centring)."""
+    outcomes = [invalid("a", "s", "parse"), invalid("b", "s", "infeasible")]
+    flat, _ = designer_rewards(outcomes, ScoringConfig())
+    graded, _ = designer_rewards(outcomes, ScoringConfig(rejected_reward="graded"))
+    assert flat == [0.0, 0.0]
+    assert graded == pytest.approx([-0.4, 0.4])  # -1.0 and -0.2 around their mean -0.6
+
+
+def test_raw_rewards_are_the_rewards_before_centring():
+    outcomes = [invalid("a", "s", "parse"), valid("b", "s", 0.5, 0.15)]
+    raw, centred, _ = designer_rewards_with_raw(outcomes, ScoringConfig(rejected_reward="graded"))
+    assert raw == pytest.approx([-1.0, 1.0]) and centred == pytest.approx([-1.0, 1.0])
+    raw, centred, _ = designer_rewards_with_raw(outcomes[:1], ScoringConfig())
+    assert (raw, centred) == ([0.0], [0.0])
+
+
+def test_rejected_registry_names_match_config_choices():
+    from typing import get_args
+
+    choices = get_args(ScoringConfig.model_fields["rejected_reward"].annotation)
+    assert set(REJECTED_REWARDS) == set(choices) == {"flat", "graded"}
+    assert get_rejected_reward("flat") is flat_rejected
+    with pytest.raises(ValueError, match="valid: flat, graded"):
+        get_rejected_reward("steep")

@@ -106,20 +106,29 @@ def demo(tmp_path_factory, smol_cache) -> Demo:
     )
 
 
+def designs(demo: Demo) -> list[dict[str, Any]]:
+    """The scored rows of design attempts (the rest are the pool environments the round
+    played to reach the demo's run.min_envs)."""
+    return [s for s in demo.scored if s["source"] == "designed"]
+
+
 def fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
 def expected(demo: Demo) -> dict[str, str]:
-    """The headline numbers the page should show, from the raw scored rows."""
-    ok = [s for s in demo.scored if s["accepted"]]
+    """The headline numbers the page should show, from the raw scored rows: acceptance and the
+    designer's reward (before centring) of the designs, win rates and regret of every
+    environment played (accepted designs and pool environments)."""
+    ok = [s for s in designs(demo) if s["accepted"]]
+    played = [s for s in demo.scored if s["accepted"]]
     mean = lambda rows, k: fmean(r[k] for r in rows) if rows else None  # noqa: E731
     return {
-        "Acceptance": fmt(len(ok) / len(demo.scored)),
-        "Win rate (unhinted)": fmt(mean(ok, "win_rate")),
-        "Win rate (hinted)": fmt(mean(ok, "hinted_win_rate")),
-        "Regret": fmt(mean(ok, "regret")),
-        "Designer reward": fmt(mean(demo.scored, "reward")),
+        "Acceptance": fmt(len(ok) / len(designs(demo))),
+        "Win rate (unhinted)": fmt(mean(played, "win_rate")),
+        "Win rate (hinted)": fmt(mean(played, "hinted_win_rate")),
+        "Regret": fmt(mean(played, "regret")),
+        "Designer reward": fmt(mean(designs(demo), "raw_reward")),
         "Held-out win rate": fmt(demo.heldout["win_rate"]),
     }
 
@@ -133,7 +142,10 @@ def rejection_text(attempt: dict[str, Any], failure: str) -> str:
 def test_the_demo_campaign_is_the_demo_config(demo):
     assert demo.cfg.name == "demo-cpu" and demo.cfg.model.name_or_path == "smollm2-135m-instruct"
     assert demo.cfg.inference.backend == "transformers" and demo.cfg.corpus.path == "builtin:wiki"
-    assert len(demo.scored) == len(demo.attempts) == 1 and len(demo.heldout_files) == 3
+    assert len(designs(demo)) == len(demo.attempts) == 1 and len(demo.heldout_files) == 3
+    # run.min_envs 2: the pool fills what the design did not
+    pool = [s for s in demo.scored if s["source"] == "pool"]
+    assert len(pool) == 2 - designs(demo)[0]["accepted"]
     suites = {s.name: s.size for s in demo.cfg.run.heldout_suites}
     assert demo.heldout["environments"] == 3 and set(demo.heldout["suites"]) == set(suites)
     for name, size in suites.items():
@@ -148,23 +160,23 @@ def test_page_numbers_and_charts_are_the_stores(demo, monkeypatch):
         assert metrics[label] == value, label
     got = charts(at)
     acceptance = chart_with(got, "acceptance_rate")["acceptance_rate"]
-    ok = sum(s["accepted"] for s in demo.scored)
-    assert acceptance == {0: pytest.approx(ok / len(demo.scored))}
+    ok = sum(s["accepted"] for s in designs(demo))
+    assert acceptance == {0: pytest.approx(ok / len(designs(demo)))}
     wins = chart_with(got, "held-out")
     assert wins["held-out"] == {0: pytest.approx(demo.heldout["win_rate"])}
     reward = chart_with(got, "designer_reward")["designer_reward"]
-    assert reward == {0: pytest.approx(fmean(s["reward"] for s in demo.scored))}
+    assert reward == {0: pytest.approx(fmean(s["raw_reward"] for s in designs(demo)))}
     scores = chart_with(got, *demo.heldout["suites"])  # one line per held-out suite
     for name, suite in demo.heldout["suites"].items():
         assert scores[name] == {0: pytest.approx(suite["score"])}
-    kinds = {s["failure"] for s in demo.scored if not s["accepted"]}
+    kinds = {s["failure"] for s in designs(demo) if not s["accepted"]}
     for kind in kinds:  # rejections by failure kind
-        assert chart_with(got, kind)[kind][0] == sum(s["failure"] == kind for s in demo.scored)
+        assert chart_with(got, kind)[kind][0] == sum(s["failure"] == kind for s in designs(demo))
 
 
 def test_gallery_and_heldout_tabs_show_the_stores_rejections(demo, monkeypatch):
     at = run_app(monkeypatch, demo.root, CAMPAIGN, "Environments")
-    (attempt,), (scored,) = demo.attempts, demo.scored
+    (attempt,), (scored,) = demo.attempts, designs(demo)
     if scored["accepted"]:  # the model wrote a valid environment: the gallery opens on it
         assert by_label(at.radio, "Designs").value == "accepted"
         assert at.code[0].value == attempt["code"].rstrip()
@@ -195,7 +207,7 @@ def test_gallery_and_heldout_tabs_show_the_stores_rejections(demo, monkeypatch):
 
 def test_browser_renders_the_demo_campaign(demo, tmp_path):
     want = expected(demo)
-    (attempt,), (scored,) = demo.attempts, demo.scored
+    (attempt,), (scored,) = demo.attempts, designs(demo)
     shots = {name: tmp_path / f"demo-{name}.png" for name in ("rounds", "gallery", "heldout")}
     with (
         served_dashboard(demo.root, CAMPAIGN, tmp_path / "dashboard.log") as url,

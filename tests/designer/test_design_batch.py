@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 
 from spade.config import CampaignConfig, MemoryConfig, load_config
-from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, import_pool
+from spade.curriculum.memory import EnvironmentMemory, MemoryRecord
+from spade.curriculum.pool import import_pool, seed_records
 from spade.designer.corpus import Corpus
 from spade.designer.designer import DesignAttempt, design_batch, env_id_for, hint_designs
 from spade.envs.examples import code_breaker
 from spade.inference.factory import open_backend
 from spade.sandbox.policy import load_policy
-from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.openai_server import FakeOpenAIServer, render_prompt
 
 EXAMPLES = Path(code_breaker.__file__).parent
 CODE_BREAKER = Path(code_breaker.__file__).read_text()
@@ -52,16 +53,20 @@ class Script:
     """Designer and hint writer for the stand-in.
 
     ``designs[skill]`` is the list of answers to that skill's design requests, in order (the
-    last one repeats); ``hints[class name]`` likewise for hint requests about that class.
+    last one repeats); ``repairs[skill]`` likewise for its repair turns (default: the answer
+    being repaired, again, as small models do); ``hints[class name]`` for hint requests about
+    that class.
     """
 
     def __init__(
         self,
         designs: dict[str, list[str]],
         hints: dict[str, list[str]] | None = None,
+        repairs: dict[str, list[str]] | None = None,
     ) -> None:
         self.designs = designs
         self.hints = hints or {}
+        self.repairs = repairs or {}
         self.calls: dict[str, int] = defaultdict(int)
         self.lock = threading.Lock()
 
@@ -72,9 +77,13 @@ class Script:
         return answers[min(n, len(answers) - 1)]
 
     def __call__(self, request: dict[str, Any]) -> str:
-        system, user = (m["content"] for m in request["messages"])
+        messages = request["messages"]
+        system, user = messages[0]["content"], messages[1]["content"]
         if system.startswith("You write correct"):
             skill = re.search(r"Target skill: (\w+)", user).group(1)  # type: ignore[union-attr]
+            if len(messages) > 2:  # a repair turn: the conversation so far, then the feedback
+                again = [messages[-2]["content"]]
+                return self._next(f"repair:{skill}", self.repairs.get(skill, again))
             return self._next(f"design:{skill}", self.designs.get(skill, [NO_CODE]))
         if system.startswith("You coach"):
             cls = re.search(r"class (\w+Env)", user).group(1)  # type: ignore[union-attr]
@@ -130,10 +139,20 @@ def run(
 
 
 def design_requests(server: FakeOpenAIServer) -> list[str]:
+    """The user prompt of every first design request (repair turns left out)."""
     return [
         r["messages"][1]["content"]
         for r in server.chat_requests
-        if r["messages"][0]["content"].startswith("You write correct")
+        if r["messages"][0]["content"].startswith("You write correct") and len(r["messages"]) == 2
+    ]
+
+
+def repair_requests(server: FakeOpenAIServer) -> list[list[dict[str, Any]]]:
+    """The whole conversation of every repair turn."""
+    return [
+        r["messages"]
+        for r in server.chat_requests
+        if r["messages"][0]["content"].startswith("You write correct") and len(r["messages"]) > 2
     ]
 
 
@@ -194,28 +213,45 @@ def test_memory_examples_reach_the_prompt(corpus):
 
 
 def prompts_by_skill(server: FakeOpenAIServer) -> dict[str, str]:
-    prompts = design_requests(server)
+    return prompts_by_skill_of(design_requests(server))
+
+
+def prompts_by_skill_of(prompts: list[str]) -> dict[str, str]:
     return {re.search(r"Target skill: (\w+)", p).group(1): p for p in prompts}  # type: ignore[union-attr]
 
 
-def test_an_imported_pool_reaches_the_prompt(corpus):
+def test_an_imported_pool_reaches_the_prompt_whole_or_not_at_all(corpus):
     seeded = import_pool(EXAMPLES, MemoryConfig())
     memory = EnvironmentMemory(MemoryConfig())
     memory.extend(seeded)
-    by_id = {r.env_id: r for r in seeded}
+    code = {p.stem: p.read_text() for p in EXAMPLES.glob("*.py")}
     with serve(Script({})) as server:
-        run(config(server, corpus, envs_per_round=3, attempts_per_slot=1), memory)
-    prompts = prompts_by_skill(server)
-    assert set(prompts) == {MATH, LOGIC, SPATIAL}
-    maths, logic, spatial = prompts[MATH], prompts[LOGIC], prompts[SPATIAL]
-    assert by_id["polynomial_probe"].code_head in maths
-    assert by_id["code_breaker"].code_head in logic  # both designs of the skill (k = 2)
-    assert by_id["ownership_riddle"].code_head in logic
-    assert by_id["maze_walk"].code_head in spatial
+        cfg = config(server, corpus, envs_per_round=3, attempts_per_slot=1)
+        run(cfg, memory)
+        budget = cfg.designer.max_example_chars
+        assert len(code["code_breaker"]) < budget < len(code["ownership_riddle"])
+        assert budget < len(code["maze_walk"])
+        run(
+            config(server, corpus, envs_per_round=3, attempts_per_slot=1, max_example_chars=6000),
+            memory,
+        )
+    small, large = (
+        prompts_by_skill_of(p) for p in (design_requests(server)[:3], design_requests(server)[3:])
+    )
+    assert set(small) == {MATH, LOGIC, SPATIAL}
+    maths, logic, spatial = small[MATH], small[LOGIC], small[SPATIAL]
+    assert code["polynomial_probe"] in maths  # whole
+    assert code["code_breaker"] in logic
+    # over the budget: skipped, never cut (no part of its class shown)
+    assert "class OwnershipRiddleEnv" not in logic and "Good earlier design 2" not in logic
+    assert "class MazeWalkEnv" not in spatial and "Good earlier design" not in spatial
     assert "Good earlier design 1 (from the seed pool, not yet played)" in maths
-    assert "Good earlier design 2" not in maths  # one seeded design of this skill
+    assert "Do not copy them" in maths and "Do not copy them" not in spatial  # no examples
     assert "Avoid designs" not in maths + logic + spatial  # unplayed: never a negative
     assert "class CargoKnapsackEnv" not in maths + logic + spatial  # another skill's design
+    # a larger budget shows them whole
+    assert code["ownership_riddle"] in large[LOGIC] and code["code_breaker"] in large[LOGIC]
+    assert code["maze_walk"] in large[SPATIAL]
 
 
 def test_played_designs_take_precedence_over_the_seed_pool(corpus):
@@ -432,10 +468,14 @@ def test_attempts_stop_for_slots_that_were_accepted(corpus):
     assert all("cut off" in (a.failure_reason or "") for a in attempts if a.slot == 2)
     assert len(design_requests(server)) == 3 + 2 + 1
     assert len(hint_requests(server)) == 2  # one per accepted design, asked once each
+    # every answer with text but no module got one repair turn (the script repeats itself)
+    assert [a.repairs for a in attempts] == [0, 1, 1, 0, 1, 1]
     assert script.calls == {
         f"design:{MATH}": 1,
         f"design:{LOGIC}": 2,
         f"design:{SPATIAL}": 3,
+        f"repair:{LOGIC}": 1,
+        f"repair:{SPATIAL}": 3,
         "hint:CodeBreakerEnv": 1,
         "hint:StubbornBreakerEnv": 1,
     }
@@ -443,3 +483,128 @@ def test_attempts_stop_for_slots_that_were_accepted(corpus):
     assert {a.env_id for a in accepted} == {env_id_for(CODE_BREAKER), env_id_for(STUBBORN)}
     assert all(a.verdict and a.verdict["accepted"] for a in accepted)
     assert all(a.token_ids and a.model == server.model for a in attempts)
+
+
+# ----------------------------------------------------------------------------- (e) strategy
+
+
+def edit_config(server: FakeOpenAIServer, corpus: Path, **designer: object) -> CampaignConfig:
+    """Edit strategy over the bundled examples (the default pool), code_breaker held out."""
+    held = {"run.heldout_envs": [str(EXAMPLES / "code_breaker.py")]}
+    return config(server, corpus, held, strategy="edit", repair_turns=0, **designer)
+
+
+def test_edit_prompts_hold_the_parents_whole_code_and_the_document(corpus):
+    with serve(Script({})) as server:
+        cfg = edit_config(server, corpus, envs_per_round=3, attempts_per_slot=1)
+        memory = EnvironmentMemory(cfg.memory)
+        memory.extend(seed_records(cfg))
+        attempts = run(cfg, memory)
+        again = run(cfg, memory)
+    code = {p.stem: p.read_text() for p in EXAMPLES.glob("*.py")}
+    fitting = {k for k, v in code.items() if len(v) <= cfg.designer.max_example_chars}
+    assert [a.strategy for a in attempts] == ["edit"] * 3
+    assert [a.parent_id for a in attempts] == [a.parent_id for a in again]  # seeded
+    maths, logic, spatial = attempts
+    assert maths.parent_id == "polynomial_probe"  # the skill's own, when one fits
+    # logic: code_breaker is held out and ownership_riddle over the budget; spatial: maze_walk
+    # is over it: another game skill's environment that fits (never a tool-use one)
+    assert {logic.parent_id, spatial.parent_id} <= fitting - {"code_breaker", "__init__"}
+    assert not {logic.parent_id, spatial.parent_id} & {"bank_transfer", "order_fulfillment"}
+    for a in attempts:
+        parent, prompt = code[a.parent_id or ""], a.messages[1]["content"]
+        assert prompt in design_requests(server)  # what was sent
+        assert f"```python\n{parent}\n```" in prompt  # whole
+        assert f"<document>\nDOC{a.doc_id[3:]}" in prompt
+        assert "Turn it into a NEW environment" in prompt and f'skill = "{a.skill}"' in prompt
+        assert a.references == [{"name": a.parent_id, "code": parent}]
+    assert all("class CodeBreakerEnv" not in p for p in design_requests(server))  # held out
+
+
+def test_edit_without_a_parent_that_fits_writes_and_says_so(corpus):
+    with serve(Script({})) as server:
+        cfg = edit_config(server, corpus, attempts_per_slot=1, max_example_chars=100)
+        memory = EnvironmentMemory(cfg.memory)
+        memory.extend(seed_records(cfg))
+        (attempt,) = run(cfg, memory)
+    (prompt,) = design_requests(server)
+    assert (attempt.strategy, attempt.parent_id, attempt.references) == ("write", None, [])
+    assert "Turn it into a NEW environment" not in prompt and "Good earlier design" not in prompt
+
+
+def test_write_attempts_carry_their_examples_as_references(corpus):
+    memory = EnvironmentMemory(MemoryConfig())
+    memory.extend(import_pool(EXAMPLES, MemoryConfig()))
+    with serve(Script({})) as server:
+        (attempt,) = run(config(server, corpus, attempts_per_slot=1, repair_turns=0), memory)
+    shown = (EXAMPLES / "polynomial_probe.py").read_text()
+    assert (attempt.strategy, attempt.parent_id) == ("write", None)
+    assert attempt.references == [{"name": "polynomial_probe", "code": shown}]
+
+
+# ----------------------------------------------------------------------------- (f) repair
+
+# code_breaker whose solution guesses the code backwards: the verifier finds it infeasible
+BACKWARDS = CODE_BREAKER.replace('self.code + "}"', 'self.code[::-1] + "}"')
+
+
+@pytest.mark.sandbox
+def test_a_repair_turn_sends_the_failure_back_and_trains_on_the_first_answer(corpus):
+    assert BACKWARDS != CODE_BREAKER
+    script = Script(
+        {MATH: [fenced(BACKWARDS)], LOGIC: [NO_CODE]},
+        repairs={MATH: [fenced(CODE_BREAKER)], LOGIC: [fenced(STUBBORN)]},
+    )
+    with serve(script) as server:
+        attempts = run(config(server, corpus, envs_per_round=2, attempts_per_slot=2))
+    infeasible, no_code = attempts  # both accepted after one repair: no second attempt
+    assert len(design_requests(server)) == 2 and len(repair_requests(server)) == 2
+    for att, first, fixed in ((infeasible, BACKWARDS, CODE_BREAKER), (no_code, NO_CODE, STUBBORN)):
+        assert att.accepted and att.accepted_after_repair and att.repairs == 1
+        assert att.code == fixed and att.env_id == env_id_for(fixed) and att.failure_kind is None
+        assert att.verdict is not None and att.verdict["accepted"] and att.hint == CLEAN_HINT
+        # the training tokens are the first answer's, for the first prompt
+        first_text = fenced(first) if first != NO_CODE else NO_CODE
+        assert att.completion == first_text and att.token_ids == [ord(c) for c in first_text]
+        prompt = "".join(map(chr, att.prompt_token_ids))
+        assert prompt.startswith(render_prompt(att.messages)) and "corrected" not in prompt
+        assert att.to_dict()["accepted_after_repair"] is True
+    assert infeasible.first_code == BACKWARDS and infeasible.first_failure_kind == "infeasible"
+    assert no_code.first_code is None and no_code.first_failure_kind == "parse"
+    conversation = next(c for c in repair_requests(server) if MATH in c[1]["content"])
+    assert conversation[:2] == infeasible.messages
+    assert conversation[2] == {"role": "assistant", "content": fenced(BACKWARDS)}
+    feedback = conversation[3]["content"]
+    assert "`feasibility` (infeasible)" in feedback
+    assert (infeasible.first_failure_reason or "")[:60] in feedback
+    assert "whole corrected module" in feedback
+    assert infeasible.repair_messages == [
+        conversation[3],
+        {"role": "assistant", "content": fenced(CODE_BREAKER)},
+    ]
+    parse = next(c for c in repair_requests(server) if LOGIC in c[1]["content"])[3]["content"]
+    assert "could not be used (parse): the completion contains no Python code block" in parse
+
+
+@pytest.mark.sandbox
+def test_repair_turns_zero_sends_no_repair(corpus):
+    script = Script({MATH: [fenced(BACKWARDS)]}, repairs={MATH: [fenced(CODE_BREAKER)]})
+    with serve(script) as server:
+        attempts = run(config(server, corpus, attempts_per_slot=2, repair_turns=0))
+    assert repair_requests(server) == [] and len(design_requests(server)) == 2
+    assert [(a.failure_kind, a.repairs, a.first_code) for a in attempts] == [
+        ("infeasible", 0, None),
+        ("infeasible", 0, None),
+    ]
+
+
+@pytest.mark.sandbox
+def test_a_copy_of_an_example_shown_is_rejected_as_a_duplicate(corpus):
+    memory = EnvironmentMemory(MemoryConfig())
+    memory.extend(import_pool(EXAMPLES / "code_breaker.py", MemoryConfig()))
+    with serve(Script({LOGIC: [fenced(CODE_BREAKER)]})) as server:
+        cfg = config(server, corpus, envs_per_round=2, attempts_per_slot=1)
+        _, copied = run(cfg, memory)
+    assert copied.references == [{"name": "code_breaker", "code": CODE_BREAKER}]
+    assert copied.failure_kind == "duplicate" and "code_breaker" in (copied.failure_reason or "")
+    assert copied.repairs == 1 and copied.first_failure_kind == "duplicate"  # repeated itself

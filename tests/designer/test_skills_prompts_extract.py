@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from spade.config import COGNITIVE_SKILLS, TOOL_SKILLS
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.extract import clean_hint, extract_code, leaks_solution
-from spade.designer.prompts import GAME_CONTRACT, TOOL_CONTRACT, design_prompt, hint_prompt
+from spade.designer.prompts import (
+    GAME_CONTRACT,
+    TOOL_CONTRACT,
+    design_prompt,
+    edit_prompt,
+    hint_prompt,
+    repair_message,
+)
 from spade.designer.skills import SKILL_DESCRIPTIONS, active_skills, slot_skills
+from spade.envs.prelude import PRELUDE_MODULES, PRELUDE_NAMES
 from spade.errors import DesignParseError
 
 # ----------------------------------------------------------------------------- skills
@@ -114,6 +124,57 @@ def test_unplayed_examples_say_where_they_come_from():
     text = _user(design_prompt("doc", "optimization", tool_use=False, positives=[seeded]))
     assert "### Good earlier design 1 (from the seed pool, not yet played)" in text
     assert "class SeededEnv: # SEEDED" in text
+
+
+def test_contracts_state_the_prelude_and_the_near_misses():
+    for contract, bases in (
+        (GAME_CONTRACT, ["TextEnv"]),
+        (TOOL_CONTRACT, ["ToolUseEnv", "ToolError"]),
+    ):
+        line = next(x for x in contract.splitlines() if x.startswith("Defined without import"))
+        named = set(re.findall(r"\w+", line))
+        assert set(bases) | set(PRELUDE_MODULES) | {"dataclass", "field"} <= named
+        # every name said to be there is one the prelude binds
+        shown = re.search(r"\((.*?), \.\.\.\)", line).group(1).split(", ")  # type: ignore[union-attr]
+        assert set(shown) <= set(PRELUDE_NAMES["typing"])
+        for rule in ("overriding reset or step", "@dataclass on the Env class", "never defined"):
+            assert rule in contract
+
+
+def test_examples_are_framed_as_format_not_as_something_to_copy():
+    good = MemoryRecord("g1", "optimization", "class KnapEnv: # GOOD-ONE", 0.5, 0.25)
+    text = _user(design_prompt("doc", "optimization", tool_use=False, positives=[good]))
+    assert "Do not copy them: your environment must be about the document" in text
+    assert text.index("Do not copy them") < text.index("GOOD-ONE")
+    assert "Do not copy" not in _user(design_prompt("doc", "optimization", tool_use=False))
+
+
+def test_edit_prompt_holds_the_whole_parent_the_document_and_the_skill():
+    parent = MemoryRecord("p", "logical_deduction", "class ParentEnv(TextEnv):\n    pass\n")
+    doc = "Copper was smelted in Cyprus."
+    text = _user(edit_prompt(doc, "optimization", tool_use=False, parent=parent))
+    assert (
+        f"```python\n{parent.code_head}\n```" in text and f"<document>\n{doc}\n</document>" in text
+    )
+    assert GAME_CONTRACT in text and "Target skill: optimization" in text
+    assert 'skill = "optimization"' in text and "rejected as a duplicate" in text
+    assert text.index("<document>") < text.index("ParentEnv") < text.index("Turn it into")
+    assert TOOL_CONTRACT in _user(edit_prompt(doc, "data_retrieval", tool_use=True, parent=parent))
+
+
+def test_repair_message_names_the_check_the_reason_and_the_traceback():
+    text = repair_message("crash", "NameError: name 'helper' is not defined", "step_contract",
+                          "File \"env.py\", line 9, in play\nNameError: name 'helper'")  # fmt: skip
+    assert text.startswith(
+        "Your module was rejected by the check `step_contract` (crash): NameError"
+    )
+    assert "```\nFile \"env.py\", line 9, in play\nNameError: name 'helper'\n```" in text
+    assert text.endswith(
+        "Answer with the whole corrected module in one ```python code block and nothing else."
+    )
+    parse = repair_message("parse", "the code block is not closed")
+    assert parse.startswith("Your answer could not be used (parse): the code block is not closed")
+    assert "```\n" not in parse.split("\n\n")[0]
 
 
 def test_hint_prompt_asks_for_the_configured_number_of_sentences():

@@ -6,7 +6,7 @@ bad ones), writes hints, and plays so that each environment's regret is known ex
 - ``HalfEnv`` (spatial_reasoning): without the hint the agent wins even-numbered puzzles only
   (seeds 0..7: 4 of 8), with it always -> regret 1.0 - 0.5 = 0.5.
 - the second mathematical_reasoning slot first gets an infeasible design (its solution is
-  wrong), then a completion without code.
+  wrong), then a completion without code; asked to repair either, it answers the same again.
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ class ScriptedModel:
         messages = request["messages"]
         system = messages[0]["content"]
         if system.startswith("You write correct"):
+            if len(messages) > 2:  # a repair turn: it repeats its answer, as small models do
+                return str(messages[-2]["content"])
             return self.design(messages[1]["content"])
         if system.startswith("You coach"):
             code = messages[1]["content"]

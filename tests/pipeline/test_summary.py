@@ -24,3 +24,59 @@ def test_environments_without_hinted_plays_do_not_break_the_means(tmp_path):
     assert row["win_rate"] == 0.375 and row["hinted_win_rate"] == 1.0  # the one measured
     assert row["regret"] == 0.375 and row["designer_reward"] == 0.0
     assert row["replay_of"] is None and row["complete"] is False
+
+
+def _designed(**row: object) -> dict[str, object]:
+    base = {"source": "designed", "accepted": False, "failure": None, "win_rate": None,
+            "hinted_win_rate": None, "regret": None, "novel": None, "repaired": False}  # fmt: skip
+    return base | row
+
+
+def test_designs_and_pool_environments_are_counted_apart(tmp_path):
+    """Designs (tried, accepted, novel, copies, repaired) and pool environments in one round:
+    win rates and regret over every environment played, the designer's reward and its spread
+    over the designs only; training losses, or why a role was not trained."""
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    cs = campaign_store(cfg, "c")
+    rows = [
+        _designed(accepted=True, win_rate=0.5, hinted_win_rate=1.0, regret=0.5, novel=True,
+                  repaired=True, reward=0.5, raw_reward=0.75),
+        _designed(failure="duplicate", reward=-0.25, raw_reward=-0.2),
+        _designed(failure="parse", reward=-0.25, raw_reward=-1.0),
+        {"source": "pool", "accepted": True, "failure": None, "win_rate": 0.0,
+         "hinted_win_rate": 0.5, "regret": 0.5, "reward": None, "raw_reward": None},
+    ]  # fmt: skip
+    cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
+    evaluations = [
+        {"source": "designed", "unhinted_returns": [1.0, 0.0, 0.5, 0.0]},
+        {"source": "pool", "unhinted_returns": [0.0, 0.25, 0.0, 0.0]},
+    ]
+    cs.store.write_bytes(
+        cs.layout.stage_key(0, "evaluate", "evaluations.jsonl"), jsonl(evaluations)
+    )
+    cs.store.write_json(
+        cs.layout.stage_key(0, "train_agent", "outcome.json"), {"metrics": {"loss": 0.125}}
+    )
+    skipped = {"skipped": "every advantage is zero (equal rewards within each group)"}
+    cs.store.write_json(cs.layout.stage_key(0, "train_designer", "outcome.json"), skipped)
+    row = round_summary(cfg, "c", 0)
+    assert (row["attempts"], row["accepted"], row["novel"]) == (3, 1, 1)
+    assert (row["duplicates"], row["repaired"], row["pool_envs"]) == (1, 1, 1)
+    assert row["rejections"] == {"duplicate": 1, "parse": 1}
+    assert (row["win_rate"], row["hinted_win_rate"], row["regret"]) == (0.25, 0.75, 0.5)
+    assert (row["designed_win_rate"], row["designed_regret"]) == (0.5, 0.5)
+    assert row["designer_reward"] == round((0.75 - 0.2 - 1.0) / 3, 4)  # before centring
+    assert row["designer_spread"] == 0.75  # 0.5 - (-0.25)
+    assert (row["designed_episodes"], row["pool_episodes"]) == (4, 4)
+    assert (row["train_loss"], row["agent_skipped"]) == (0.125, None)
+    assert row["designer_loss"] is None and row["designer_skipped"] == skipped["skipped"]
+
+
+def test_novelty_unknown_without_the_check(tmp_path):
+    """Rows of a verifier without a novelty check (``novel`` None) count as unknown, not 0."""
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    cs = campaign_store(cfg, "c")
+    rows = [_designed(accepted=True, win_rate=1.0, regret=0.0, reward=0.0)]
+    cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
+    row = round_summary(cfg, "c", 0)
+    assert row["novel"] is None and row["accepted"] == 1 and row["pool_envs"] == 0

@@ -1,0 +1,70 @@
+"""``spade status`` on a campaign whose numbers are as wide as they get: through a pipe (80
+columns) the table is whole, and a round that trained no role says why."""
+
+from __future__ import annotations
+
+import json
+
+from spade.config import load_config
+from spade.pipeline.campaign import ensure_campaign
+from spade.pipeline.record import StageRecord, jsonl
+from spade.storage import STAGES
+from tests.cli.test_run_cli import spade
+
+
+def _round(cfg, r: int, *, complete: bool) -> None:
+    cs = StageRecord(cfg, "wide", r, "score").cs
+    designs = [
+        {"source": "designed", "accepted": i % 2 == 0, "failure": None if i % 2 == 0 else
+         "duplicate", "win_rate": 0.625, "hinted_win_rate": 0.875, "regret": 0.25,
+         "reward": -1.25 + i / 10, "raw_reward": -1.0, "novel": i % 2 == 0,
+         "repaired": i % 4 == 0}
+        for i in range(24)
+    ]  # fmt: skip
+    pool = [{"source": "pool", "accepted": True, "failure": None, "win_rate": 0.25,
+             "hinted_win_rate": 0.5, "regret": 0.375, "reward": None}] * 12  # fmt: skip
+    cs.store.write_bytes(cs.layout.stage_key(r, "score", "scored.jsonl"), jsonl(designs + pool))
+    cs.store.write_json(  # the incomplete round replays the other: the replay column shows
+        cs.layout.stage_key(r, "sample_documents", "plan.json"),
+        {"regeneration": r, "replay_of": None if complete else r - 1},
+    )
+    cs.store.write_json(
+        cs.layout.stage_key(r, "train_agent", "outcome.json"),
+        {"skipped": "every advantage is zero (equal rewards within each group)"},
+    )
+    cs.store.write_json(
+        cs.layout.stage_key(r, "train_designer", "outcome.json"), {"metrics": {"loss": -12.3456}}
+    )
+    cs.store.write_json(
+        cs.layout.stage_key(r, "publish", "weights.json"), {"version": f"r{r:04d}-designer"}
+    )
+    cs.store.write_json(cs.layout.stage_key(r, "heldout", "summary.json"), {"win_rate": 0.333})
+    for stage in STAGES if complete else STAGES[:3]:
+        StageRecord(cfg, "wide", r, stage).commit()
+
+
+def test_status_fits_80_columns_and_says_why_a_role_did_not_train(tmp_path):
+    cfg = load_config(overrides={"storage.root": str(tmp_path / "store")})
+    ensure_campaign(cfg, "wide")
+    _round(cfg, 118, complete=True)
+    _round(cfg, 119, complete=False)
+    done = spade("status", "wide", "--store", str(tmp_path / "store"), home=tmp_path / "home")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "…" not in done.stdout
+    table = lines[: next(i for i, line in enumerate(lines) if line.startswith("rnd:"))]
+    assert max(len(line.rstrip()) for line in lines if not line.startswith(("round ", "art"))) <= 80
+    (row,) = [line.split() for line in table if line.strip().startswith("118 ")]
+    # rnd re-of design ok nov dup rep pool win hint regret sprd loss-agent loss-dsgn held wts
+    # win (12 x 0.625 + 12 x 0.25) / 24; hint (0.875 + 0.5) / 2; regret (0.25 + 0.375) / 2;
+    # spread (-1.25 + 2.3) - (-1.25)
+    assert row == [
+        "118", "-", "24", "12", "12", "12", "6", "12", "0.44", "0.69", "0.31", "2.30", "-",
+        "-12.346", "0.33", "r118d",
+    ]  # fmt: skip
+    assert any(line.strip().startswith("119*") for line in table)  # not complete
+    assert "round 118: agent not trained: every advantage is zero" in done.stdout
+    info = json.loads(
+        spade("status", "wide", "--store", str(tmp_path / "store"), "--json", home=tmp_path).stdout
+    )
+    assert info["rounds"][0]["pool_envs"] == 12 and info["rounds"][0]["designer_loss"] == -12.3456
