@@ -1,6 +1,7 @@
 """One SPADE round as a Prefect flow: every stage of DESIGN.md §2 is its own task.
 
-sample_documents -> (design -> verify, mapped -> settle) per attempt -> hint -> evaluate, mapped
+sample_documents -> (design -> verify, mapped -> settle -> (repair -> verify, mapped -> settle)
+per repair turn) per attempt -> hint -> evaluate, mapped
 -> score -> memory -> train_agent -> train_designer -> publish -> heldout. A replay round
 (``run.regen_interval``, :mod:`spade.pipeline.replay`) carries the last regeneration's
 environments instead of designing, then evaluates, scores and trains as any round.
@@ -38,7 +39,7 @@ from flows.storage import result_storage, task_runner
 from spade.agent.evaluate import EnvEvaluation, EnvSpec
 from spade.config import CampaignConfig
 from spade.designer.corpus import Document
-from spade.designer.designer import DesignAttempt
+from spade.designer.designer import DesignAttempt, awaiting_verdict, needs_repair
 from spade.inference.pool import WeightsRef, shared_backend
 from spade.metrics.prom import start_metrics_server
 from spade.pipeline import design as design_stages
@@ -169,9 +170,18 @@ async def design(
     cache_policy=_cached("verify"),
     **_PERSIST,
 )
-async def verify(config: CampaignConfig, campaign_id: str, round_index: int, code: str) -> Verdict:
-    """The verifier's checks on one design, inside nsjail (a broken design is a verdict)."""
-    return await asyncio.to_thread(design_stages.verify, config, campaign_id, round_index, code)
+async def verify(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    code: str,
+    references: list[dict[str, str]],
+) -> Verdict:
+    """The verifier's checks on one design, inside nsjail (a broken design is a verdict),
+    compared with the designs it must not copy."""
+    return await asyncio.to_thread(
+        design_stages.verify, config, campaign_id, round_index, code, references
+    )
 
 
 @task(name="settle", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("verify"), **_PERSIST)
@@ -183,10 +193,32 @@ async def settle(
     batch: list[DesignAttempt],
     verdicts: list[Verdict],
 ) -> tuple[list[DesignAttempt], list[int]]:
-    """Join an attempt's designs with their verdicts; the slots still open."""
+    """Join an attempt's designs with their verdicts: the settled batch, its slots still open."""
     return await asyncio.to_thread(
         design_stages.settle, config, campaign_id, round_index, earlier, batch, verdicts
     )
+
+
+@task(
+    name="repair",
+    task_run_name="repair-r{round_index}-a{attempt}-t{turn}",
+    cache_policy=_cached("design"),
+    **_INFERENCE,
+)
+async def repair(
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int,
+    attempt: int,
+    turn: int,
+    batch: list[DesignAttempt],
+    weights: WeightsRef,
+) -> list[DesignAttempt]:
+    """The designer's repair turn for the attempt's designs rejected with code."""
+    async with shared_backend(config, weights) as backend:
+        return await design_stages.repair(
+            config, campaign_id, round_index, attempt, turn, batch, backend
+        )
 
 
 @task(name="hint", task_run_name="hint-r{round_index}", cache_policy=_cached("hint"), **_INFERENCE)
@@ -414,12 +446,30 @@ async def _design_phase(
         batch = await t.design(
             config, cid, r, k, open_slots, documents, memory, weights, plan.regeneration
         )
-        codes = [a.code for a in batch if a.code is not None]
-        verdicts = t.verify.map(unmapped(config), cid, r, codes).result() if codes else []
-        attempts, open_slots = await t.settle(
-            config, cid, r, quote(attempts), quote(batch), quote(verdicts)
-        )
+        batch, open_slots = await _verified(t, config, cid, r, attempts, batch)
+        for turn in range(config.designer.repair_turns):
+            if not any(needs_repair(a) for a in batch):
+                break
+            batch = await t.repair(config, cid, r, k, turn, quote(batch), weights)
+            batch, open_slots = await _verified(t, config, cid, r, attempts, batch)
+        attempts += batch
     return list(await t.hint(config, cid, r, quote(attempts), weights))
+
+
+async def _verified(
+    t: Any,
+    config: CampaignConfig,
+    cid: str,
+    r: int,
+    earlier: list[DesignAttempt],
+    batch: list[DesignAttempt],
+) -> tuple[list[DesignAttempt], list[int]]:
+    """Verify the batch's designs awaiting a verdict (mapped), then settle the batch."""
+    todo = awaiting_verdict(batch)
+    codes, refs = [a.code for a in todo], [a.references for a in todo]
+    verdicts = t.verify.map(unmapped(config), cid, r, codes, refs).result() if todo else []
+    settled = await t.settle(config, cid, r, quote(earlier), quote(batch), quote(verdicts))
+    return list(settled[0]), list(settled[1])
 
 
 async def _pool_phase(
@@ -510,6 +560,7 @@ def _bound(storage: Any) -> Any:
         "design": design,
         "verify": verify,
         "settle": settle,
+        "repair": repair,
         "hint": hint,
         "skip_design": skip_design,
         "verify_pool": verify_pool,

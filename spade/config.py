@@ -282,6 +282,31 @@ class DesignerConfig(_Section):
     seed: int = Field(
         0, ge=0, le=2**32 - 1, description="Seed of document sampling and skill rotation."
     )
+    strategy: Literal["write", "edit"] = Field(
+        "write",
+        description="How a design is asked for. write (the paper's): a new environment from the"
+        " document, memory examples shown as inspiration. edit (ACCEL-style level editing): a"
+        " whole environment from the memory or the seed pool (same skill preferred, seeded"
+        " choice) is given as the parent, to be mutated into a variant grounded on the document;"
+        " a slot with no parent that fits max_example_chars is written instead. With edit and no"
+        " memory.seed_pool, the pool is the bundled examples minus run.heldout_envs.",
+    )
+    max_example_chars: int = Field(
+        4000,
+        ge=100,
+        le=1_000_000,
+        description="Longest code shown in a prompt (a memory example or an edit parent); longer"
+        " designs are skipped, never cut (the short bundled examples fit the default).",
+    )
+    repair_turns: int = Field(
+        1,
+        ge=0,
+        le=5,
+        description="Repair turns per attempt: a design rejected with code (or whose answer had"
+        " no usable code block) gets the verifier's named failure back in the same conversation"
+        " and answers with the whole corrected module, verified again. Inference only: the"
+        " designer trains on the first answer. 0: off.",
+    )
 
     @model_validator(mode="after")
     def _bands(self) -> DesignerConfig:
@@ -402,11 +427,19 @@ class MemoryConfig(_Section):
 
     capacity: int = Field(200, ge=1, le=1_000_000, description="FIFO bound on remembered designs.")
     code_head_chars: int = Field(
-        2000, ge=100, le=1_000_000, description="How much of each design's code is kept."
+        20_000,
+        ge=100,
+        le=1_000_000,
+        description="Longest code kept per remembered design (the reference keeps a 2,000-char"
+        " head); longer code is cut here, and a cut design is never shown in a prompt.",
     )
     seed_pool: str | None = Field(
-        None, description="A folder of .py files or a JSONL with a code field to seed the memory."
+        None,
+        description="A folder of .py files or a JSONL with a code field to seed the memory"
+        " (run.heldout_envs are left out). None: no pool, or with designer.strategy edit the"
+        " bundled examples (spade/envs/examples).",
     )
+
 
 
 class SandboxConfig(_Section):

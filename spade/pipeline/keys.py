@@ -49,6 +49,7 @@ STAGE_MODULES: dict[str, tuple[str, ...]] = {
         "spade.designer.prompts",
         "spade.designer.skills",
         "spade.curriculum.memory",
+        "spade.envs.prelude",
         "spade.pipeline.design",
     ),
     "verify": (

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spade.config import CampaignConfig
-from spade.curriculum.memory import EnvironmentMemory, import_pool
+from spade.curriculum.memory import EnvironmentMemory
+from spade.curriculum.pool import seed_records
 from spade.designer.designer import DesignAttempt
 from spade.errors import StorageError
 from spade.inference.pool import BASE, WeightsRef
@@ -26,10 +27,9 @@ class Carried:
 
 
 def initial_memory(cfg: CampaignConfig) -> dict[str, Any]:
-    """The memory of round 0: the configured seed pool, or empty."""
+    """The memory of round 0: the seed pool (:func:`seed_records`), or empty."""
     memory = EnvironmentMemory(cfg.memory)
-    if cfg.memory.seed_pool:
-        memory.extend(import_pool(cfg.memory.seed_pool, cfg.memory))
+    memory.extend(seed_records(cfg))
     return memory.state_dict()
 
 
