@@ -441,7 +441,6 @@ class MemoryConfig(_Section):
     )
 
 
-
 class SandboxConfig(_Section):
     """The jail's policy file and the verifier's settings."""
 
@@ -741,6 +740,22 @@ class CampaignConfig(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _llamacpp_gets_adapters(self) -> CampaignConfig:
+        # Trained weights reach a llama.cpp server as a LoRA adapter converted to GGUF; full
+        # weights would need a whole GGUF conversion (and requantisation) per round.
+        if (
+            self.inference.backend == "llamacpp"
+            and self.run.train
+            and not self.training.lora.enabled
+        ):
+            raise ValueError(
+                "inference.backend 'llamacpp' with run.train on needs training.lora.enabled: the"
+                " trained weights reach llama.cpp as a LoRA adapter (converted to GGUF each"
+                " round); full fine-tuning is served by 'transformers' or 'vllm'"
+            )
+        return self
+
     def resolved_yaml(self) -> str:
         """Every field, defaults included: what is saved with each run."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
@@ -771,19 +786,3 @@ def load_config(
     except ValidationError as exc:  # every bad field, with its path
         where = f" in {path}" if path else ""
         raise ConfigError(f"invalid config{where}:\n{exc}") from exc
-    @model_validator(mode="after")
-    def _llamacpp_gets_adapters(self) -> CampaignConfig:
-        # Trained weights reach a llama.cpp server as a LoRA adapter converted to GGUF; full
-        # weights would need a whole GGUF conversion (and requantisation) per round.
-        if (
-            self.inference.backend == "llamacpp"
-            and self.run.train
-            and not self.training.lora.enabled
-        ):
-            raise ValueError(
-                "inference.backend 'llamacpp' with run.train on needs training.lora.enabled: the"
-                " trained weights reach llama.cpp as a LoRA adapter (converted to GGUF each"
-                " round); full fine-tuning is served by 'transformers' or 'vllm'"
-            )
-        return self
-
