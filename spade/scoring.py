@@ -77,7 +77,7 @@ def design_flags(att: DesignAttempt) -> dict[str, bool | None]:
     checks = (att.verdict or {}).get("checks") or []
     ran = [c for c in checks if c.get("name") in NOVELTY_CHECKS]
     novel = (att.accepted and all(c.get("passed") for c in ran)) if ran else None
-    return {"novel": novel, "repaired": bool(getattr(att, "accepted_after_repair", False))}
+    return {"novel": novel, "repaired": att.accepted_after_repair}
 
 
 def memory_records(

@@ -1,0 +1,64 @@
+"""Joining design attempts with evaluations (``spade.scoring``): pool environments are played
+but never scored for the designer; an attempt's novelty and repair as the score stage records."""
+
+from __future__ import annotations
+
+import pytest
+
+from spade.agent.evaluate import EnvEvaluation
+from spade.config import ScoringConfig
+from spade.designer.designer import DesignAttempt
+from spade.scoring import design_flags, memory_records, score
+
+
+def _attempt(slot: int, *, accepted: bool, env_id: str | None = None, **more: object):
+    return DesignAttempt(
+        slot=slot,
+        attempt=0,
+        skill="logic",
+        doc_id="d",
+        messages=[],
+        code="class AEnv: ...\n" if env_id else None,
+        env_id=env_id,
+        accepted=accepted,
+        failure_kind=None if accepted else "parse",
+        **more,  # type: ignore[arg-type]
+    )
+
+
+def _evaluation(env_id: str, win: float, regret: float, source: str = "designed"):
+    return EnvEvaluation(env_id, "logic", [], [], win, None, regret, 0, source=source)  # type: ignore[arg-type]
+
+
+def test_pool_evaluations_are_not_the_designers():
+    attempts = [_attempt(0, accepted=True, env_id="env-a"), _attempt(1, accepted=False)]
+    evaluations = [_evaluation("env-a", 0.5, 0.15), _evaluation("env-p", 0.0, 1.0, "pool")]
+    config = ScoringConfig(rejected_reward="graded")
+    scored, ema = score(attempts, evaluations, config)
+    # raw: blend(0.5, 0.15) = 1.0 and parse -1.0; centred within logic: +1.0, -1.0
+    assert [s.raw_reward for s in scored] == pytest.approx([1.0, -1.0])
+    assert [s.reward for s in scored] == pytest.approx([1.0, -1.0])
+    assert ema == pytest.approx({"logic": 0.5})  # the pool environment's win rate is not in it
+    records = memory_records(attempts, evaluations, round_index=3)
+    assert [r.env_id for r in records] == ["env-a"]  # pool environments stay out of memory
+
+
+def test_design_flags_read_the_verdict_and_the_repair():
+    novel_check = {"checks": [{"name": "novelty", "passed": True, "reason": "closest 0.4"}]}
+    plain = _attempt(0, accepted=True, env_id="env-a", verdict={"checks": []})
+    assert design_flags(plain) == {"novel": None, "repaired": False}  # no novelty check ran
+    novel = _attempt(0, accepted=True, env_id="env-a", verdict=novel_check)
+    assert design_flags(novel)["novel"] is True
+    copy = {"checks": [{"name": "novelty", "passed": False, "reason": "a copy"}]}
+    assert design_flags(_attempt(0, accepted=False, env_id="env-b", verdict=copy))["novel"] is False
+    repaired = _attempt(
+        0,
+        accepted=True,
+        env_id="env-c",
+        verdict=novel_check,
+        repair_messages=[
+            {"role": "user", "content": "it failed"},
+            {"role": "assistant", "content": "fixed"},
+        ],
+    )
+    assert design_flags(repaired) == {"novel": True, "repaired": True}
