@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,13 @@ from spade.inference.base import ChatRequest, Completion, SamplingParams
 from spade.inference.llamacpp import client_files, gguf_path
 from spade.inference.llamacpp_lora import BaseModelInfo, gguf_adapter, write_gguf_adapter
 from spade.inference.models import load_model_and_tokenizer, resolve_model
-from spade.inference.pool import BASE, WeightsRef, close_shared_backends, shared_backend
+from spade.inference.pool import (
+    BASE,
+    WeightsRef,
+    close_shared_backends,
+    serve_on_managed_llamacpp,
+    shared_backend,
+)
 from spade.pipeline.train import publish
 from spade.training.checkpoint import save_checkpoint
 from spade.training.weights import adapter_config, adapter_tensors, wrap_lora
@@ -90,16 +98,14 @@ def cfg(cache: Path, tmp_path_factory: pytest.TempPathFactory) -> CampaignConfig
     )
 
 
-def _served(cfg: CampaignConfig, weights: WeightsRef) -> tuple[list[Completion], int | None]:
-    """Completions of REQUESTS by the pool's llama.cpp server at ``weights``, and its pid."""
+def _served(cfg: CampaignConfig, weights: WeightsRef) -> tuple[list[Completion], Any]:
+    """Completions of REQUESTS by the pool's llama.cpp server at ``weights``, and the server."""
 
-    async def run() -> tuple[list[Completion], int | None]:
+    async def run() -> tuple[list[Completion], Any]:
         async with shared_backend(cfg, weights) as backend:
             out = await backend.complete(REQUESTS)
-        from spade.inference.pool import serve_on_managed_llamacpp
-
-        managed = await serve_on_managed_llamacpp(cfg, weights)
-        return out, managed.server.pid
+        managed = await serve_on_managed_llamacpp(cfg, weights)  # already there: no restart
+        return out, managed.server
 
     return asyncio.run(run())
 
@@ -125,14 +131,21 @@ def test_a_published_lora_checkpoint_is_served_by_llama_cpp(cfg, adapted) -> Non
     try:  # the pool's server is stopped whatever happens
         base_out, _ = _served(cfg, BASE)
         asyncio.run(publish(cfg, "c", 1, weights))  # the training stage's publish
-        out, pid = _served(cfg, weights)
-        again, pid_again = _served(cfg, weights)  # published already: no restart
+        out, server = _served(cfg, weights)
+        pid = server.pid
+        again, _ = _served(cfg, weights)  # published already: no restart
+        assert server.pid == pid
         back, _ = _served(cfg, BASE)
+        pid = server.pid
+        os.kill(pid, signal.SIGKILL)  # a crashed server is restarted on the next use
+        while server.running:
+            time.sleep(0.05)
+        revived, _ = _served(cfg, BASE)
+        assert server.pid not in (None, pid)
     finally:
         asyncio.run(close_shared_backends())
-    assert pid == pid_again
     assert all(c.ok and c.model == "r0001-agent" for c in out + again), out + again
-    assert all(c.ok and c.model == "smollm2-135m-instruct" for c in base_out + back)
+    assert all(c.ok and c.model == "smollm2-135m-instruct" for c in base_out + back + revived)
     with torch.no_grad():
         adapted_ref = [_logprobs(model, c) for c in out]
         with model.disable_adapter():
