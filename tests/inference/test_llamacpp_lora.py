@@ -37,6 +37,7 @@ from spade.inference.pool import (
     shared_backend,
 )
 from spade.pipeline.train import publish
+from spade.preflight import check_model
 from spade.training.checkpoint import save_checkpoint
 from spade.training.weights import adapter_config, adapter_tensors, wrap_lora
 from tests.inference.test_llamacpp import MAX_TOLERANCE, MEAN_TOLERANCE, OVERRIDES
@@ -204,6 +205,13 @@ def test_llamacpp_with_training_needs_lora_and_gguf_weights(cache: Path, tmp_pat
     hf = load_config(overrides={"model.name_or_path": str(folder), "run.train": False})
     with pytest.raises(ConfigError, match="GGUF"):
         gguf_path(hf.model)
+    with pytest.raises(ConfigError, match="GGUF"):  # preflight says so before any stage
+        check_model(hf.model_copy(update={"inference": cfg_llamacpp().inference}))
+    assert check_model(cfg_llamacpp()).endswith(".gguf")
+
+
+def cfg_llamacpp() -> CampaignConfig:
+    return load_config(overrides={"inference.backend": "llamacpp", "run.train": False})
 
 
 def _hf_config(cfg: CampaignConfig) -> dict[str, Any]:
