@@ -55,10 +55,20 @@ def test_train_bench_quick_compares_the_engines_on_one_batch(tmp_path: Path) -> 
 
 
 @pytest.mark.sandbox
-def test_rollouts_bench_quick_plays_both_modes(tmp_path: Path, smol_env: Path) -> None:
+def test_rollouts_bench_quick_compares_transformers_and_llamacpp(
+    tmp_path: Path, smol_env: Path
+) -> None:
     data = _run_bench("rollouts.py", tmp_path / "rollouts.json", 600)
-    one, batched = data["one_at_a_time"], data["batched"]
-    assert (one["parallel"], batched["parallel"]) == (1, data["settings"]["episodes"])
-    assert one["episodes"] == batched["episodes"] == data["settings"]["episodes"]
-    assert one["generated_tokens"] > 0 and batched["generated_tokens"] > 0
-    assert data["ratio"]["episodes_per_s"] == batched["episodes_per_s"] / one["episodes_per_s"]
+    settings, results = data["settings"], data["results"]
+    for name in ("transformers", "llama.cpp"):
+        r = results[name]
+        assert r["designs"] == settings["designs"] and r["design_failures"] == 0
+        assert r["design_tokens"] > 0 and r["episodes"] == settings["episodes"]
+        assert r["episode_tokens"] > 0 and sum(r["statuses"].values()) == r["episodes"]
+    ratio = data["llamacpp_over_transformers"]
+    for key in ("designs_per_min", "episodes_per_min", "episode_tokens_per_s"):
+        assert ratio[key] == results["llama.cpp"][key] / results["transformers"][key]
+    behaviour = data["behaviour_ratio"]  # llama.cpp's tokens rescored by the training model
+    assert behaviour["tokens"] == results["llama.cpp"]["design_tokens"]
+    assert 0 < behaviour["min"] <= behaviour["mean"] <= behaviour["max"]
+    assert "not measured" in data["vllm_cpu"]
