@@ -1,0 +1,48 @@
+"""Smoke test of the learning benchmark (``bench/learning.py --quick --sweep``): both arms run
+their rounds with the scripted stand-in and a tiny policy, play the same number of unhinted
+episodes per round, and the table's figures, the JSON and the PNG are written. No learning is
+asserted: benchmarks report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.sandbox
+@pytest.mark.timeout(660)
+def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> None:
+    out = tmp_path / "learning.json"
+    script = str(REPO / "bench" / "learning.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--quick", "--sweep", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    data = json.loads(out.read_text())
+    assert data["mode"] == "quick" and data["machine"]["nproc"] > 0 and data["timestamp"]
+    spade, pool = data["runs"]["spade"]["0"], data["runs"]["pool"]["0"]
+    assert [r["round"] for r in spade] == [r["round"] for r in pool] == [0, 1]
+    for s, p in zip(spade, pool, strict=True):  # the same agent episodes per round
+        assert s["designed_episodes"] + s["pool_episodes"] == p["pool_episodes"] > 0
+        assert p["designed_episodes"] == 0 and p["designer_reward"] is None
+        assert s["heldout_win_rate"] is not None and p["reasoning_gym"] is not None
+    assert 0.0 <= data["designed_share"] <= 1.0
+    assert data["base"]["win_rate"] is not None  # the base weights, before any training
+    assert len(data["means"]["spade"]) == len(data["means"]["pool"]) == 2
+    heldout = {Path(p).name for p in data["settings"]["heldout_envs"]}
+    assert heldout == {"code_breaker.py", "maze_walk.py", "sequence_oracle.py"}
+    sweep = data["sweep"]
+    assert len(sweep["validation"]) == 1 and not set(sweep["validation"]) & heldout
+    assert sweep["best"] in sweep["results"] and "--set training.lr=" in sweep["use"]
+    png = out.with_suffix(".png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
