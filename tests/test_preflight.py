@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import sys
-import time
+import threading
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import yaml
 
 from spade.config import CampaignConfig, load_config
 from spade.errors import ConfigError, InferenceError, SandboxError, StorageError
-from spade.preflight import PREFLIGHT_CHECKS, PreflightResult, preflight
+from spade.preflight import PREFLIGHT_CHECKS, S3_FAST_FAIL, PreflightResult, preflight
 from tests.conftest import free_port
 from tests.integration.scripted_designer import write_corpus
 
@@ -121,18 +124,56 @@ def test_storage_s3_passes_without_touching_the_users_options(s3_bucket):
     assert cfg.storage.storage_options == s3_bucket.storage_options  # no config_kwargs added
 
 
-def test_storage_unreachable_s3_fails_fast():
-    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    cfg = config(
-        storage__root="s3://spade-nowhere/campaigns",
-        storage__storage_options={"endpoint_url": endpoint, "key": "k", "secret": "s"},
-    )
-    started = time.monotonic()
+@pytest.fixture
+def closing_endpoint() -> Iterator[tuple[str, Counter[str]]]:
+    """An HTTP endpoint that closes every connection unanswered, counting the requests by
+    method: an S3 endpoint that is down, as botocore sees it (a retryable error)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)  # accept() wakes up to see the fixture end
+    requests: Counter[str] = Counter()
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:  # no client yet: look again
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn, conn.makefile("rb") as request:
+                conn.settimeout(None)
+                requests[request.readline().split(b" ")[0].decode()] += 1
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", requests
+    done.set()
+    thread.join()
+    server.close()
+
+
+def test_storage_unreachable_s3_fails_after_one_retry(closing_endpoint):
+    """An S3 endpoint that is down: one StorageError naming the field and the endpoint, after
+    S3_FAST_FAIL's attempts per request (botocore's default: 5, with backoff, each); the
+    user's own config_kwargs win. Counted as requests the endpoint saw, relative to a client
+    told to try once, so the retries of the layers above botocore (s3fs) cancel out."""
+    endpoint, requests = closing_endpoint
+    options = {"endpoint_url": endpoint, "key": "k", "secret": "s"}
+    cfg = config(storage__root="s3://spade-nowhere/campaigns", storage__storage_options=options)
     with pytest.raises(StorageError) as err:
         preflight(cfg, checks=["storage"])
-    assert time.monotonic() - started < 15
     assert "storage.root 's3://spade-nowhere/campaigns'" in str(err.value)
     assert endpoint in str(err.value)
+    ours = requests.copy()
+    requests.clear()
+    once = {**options, "config_kwargs": {"retries": {"total_max_attempts": 1}}}
+    with pytest.raises(StorageError):
+        preflight(
+            config(storage__root=cfg.storage.root, storage__storage_options=once),
+            checks=["storage"],
+        )
+    assert set(ours) == set(requests) == {"PUT"}  # the probe's first write: nothing after it
+    attempts = S3_FAST_FAIL["retries"]["total_max_attempts"]
+    assert attempts == 2 and ours["PUT"] == attempts * requests["PUT"]
 
 
 # -- sandbox ----------------------------------------------------------------------------------
@@ -231,13 +272,16 @@ def test_model_missing_path_fails(tmp_path):
     assert "does not exist" in str(err.value)
 
 
-def test_model_unknown_hub_name_fails_quickly():
+def test_model_unknown_hub_name_fails_at_the_hub_probe():
+    """Refused by the short-timeout Hub probe (offline: the cache alone; no network: its
+    connection error; online: not found), never handed to transformers, whose loader retries
+    an unreachable Hub for ~25 s."""
     name = "spade-no-such-org/spade-no-such-model"
-    started = time.monotonic()
-    with pytest.raises(ConfigError) as err:  # offline here: unreachable; online: not found
+    with pytest.raises(ConfigError) as err:
         preflight(config(model__name_or_path=name), checks=["model"])
-    assert time.monotonic() - started < 15
     assert f"model.name_or_path '{name}'" in str(err.value)
+    assert "Hugging Face cache" in str(err.value)  # _check_hub's answer, either way
+    assert "cannot load its config or tokenizer" not in str(err.value)
 
 
 def test_model_corrupt_gguf_fails(tmp_path, monkeypatch):
