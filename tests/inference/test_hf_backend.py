@@ -6,7 +6,6 @@ import asyncio
 import os
 import string
 import threading
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers reads it: never the hub
@@ -322,9 +321,7 @@ def test_smollm2_resolves_offline_and_the_converted_copy_is_reused(smol_env, mon
         raise AssertionError("the converted copy should have been reused")
 
     monkeypatch.setattr(spade_models, "_convert_gguf", no_conversion)
-    started = time.perf_counter()
     model, tokenizer = load_model_and_tokenizer(resolved, "float32", "cpu")
-    assert time.perf_counter() - started < 15
     assert not model.training and tokenizer.eos_token == "<|im_end|>"
 
 
