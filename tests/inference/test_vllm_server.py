@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import stat
 import sys
@@ -74,10 +75,10 @@ sys.exit(3)
 """
 
 HANGING_STUB = """
-import signal, time
+import os, signal, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
-print("INFO still loading weights", flush=True)
-time.sleep(60)
+print(f"INFO still loading weights (pid {os.getpid()})", flush=True)
+time.sleep(600)
 """
 
 
@@ -185,22 +186,25 @@ def test_start_serve_restart_on_new_checkpoint_and_stop(
         assert pid_gone(launch["worker"])
 
 
-def test_a_server_that_exits_at_once_fails_fast_with_its_log_tail(tmp_path: Path) -> None:
+def test_a_server_that_exits_at_once_fails_at_its_exit_with_its_log_tail(tmp_path: Path) -> None:
+    """The exit is noticed, not waited out: the error says so (the start-up timeout, 30 s,
+    would say "not healthy within")."""
     server = VllmServer(
         server_config(write_stub(tmp_path, CRASHING_STUB)), "m", log_path=tmp_path / "v.log"
     )
-    started = time.monotonic()
     with pytest.raises(InferenceError) as caught:
         server.start()
-    assert time.monotonic() - started < 10
     message = str(caught.value)
-    assert "exited with code 3" in message and "CUDA out of memory (stand-in)" in message
+    assert "exited with code 3 during start-up" in message and "not healthy" not in message
+    assert "CUDA out of memory (stand-in)" in message
     assert not server.running
 
 
 def test_a_server_that_never_gets_healthy_is_killed_after_the_startup_timeout(
     tmp_path: Path,
 ) -> None:
+    """It waited the start-up timeout, said so, and killed the server, which ignores SIGTERM
+    (it would sleep 10 minutes otherwise)."""
     config = server_config(
         write_stub(tmp_path, HANGING_STUB), startup_timeout_s=1.0, shutdown_timeout_s=0.5
     )
@@ -208,10 +212,11 @@ def test_a_server_that_never_gets_healthy_is_killed_after_the_startup_timeout(
     started = time.monotonic()
     with pytest.raises(InferenceError, match=r"not healthy within 1\.0s") as caught:
         server.start()
-    elapsed = time.monotonic() - started
-    assert 1.0 <= elapsed < 5, elapsed
+    assert time.monotonic() - started >= 1.0
     assert "still loading weights" in str(caught.value)
     assert not server.running
+    pid = int(re.findall(r"\(pid (\d+)\)", server.log_tail())[-1])  # its own group's leader
+    assert pid_gone(pid) and not group_alive(pid)
 
 
 def test_a_port_already_in_use_is_refused_before_launch(tmp_path: Path) -> None:
