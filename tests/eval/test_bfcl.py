@@ -13,7 +13,6 @@ import json
 import random
 import re
 import subprocess
-import time
 import uuid
 from typing import Any
 
@@ -216,7 +215,6 @@ def test_embedded_checks_agree_with_bfcl_on_bfcl_instances():
 def test_gold_scores_one_and_wrong_plays_score_zero():
     tasks = SUITE.tasks(SC.size, SC.seed, SC.subsets)
     assert len({c for t in tasks for c in t.meta["involved_classes"]}) >= 4
-    started = time.perf_counter()
     gold = play_scripted(SC, gold_actions(tasks))
     assert [r["score"] for r in gold.rows] == [1.0] * len(tasks), gold.rows
     assert all(r["status"] == "terminated" and r["failure"] is None for r in gold.rows)
@@ -227,6 +225,7 @@ def test_gold_scores_one_and_wrong_plays_score_zero():
 
     quitter = play_scripted(SC, {t.env_id: ["<answer>done</answer>"] for t in tasks})
     assert [r["score"] for r in quitter.rows] == [0.0] * len(tasks)
+    assert all(r["failure"] is None for r in quitter.rows), quitter.rows  # scored, not failed
 
     def wrong_argument(task: Any) -> list[str]:
         """The gold play with the first string argument of its first call changed."""
@@ -246,7 +245,7 @@ def test_gold_scores_one_and_wrong_plays_score_zero():
 
     wrong = play_scripted(SC, {t.env_id: wrong_argument(t) for t in tasks})
     assert [r["score"] for r in wrong.rows] == [0.0] * len(tasks)
-    assert time.perf_counter() - started < 60
+    assert all(r["failure"] is None for r in wrong.rows), wrong.rows
 
 
 @pytest.mark.sandbox
