@@ -35,7 +35,7 @@ CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
 
 DEFAULT_POLICY = load_policy()
 JAIL_CALL_TIMEOUT_S = 2.0
-SLACK_S = 3.0  # how much longer than its deadline a call may take to come back
+SETTLE_S = 30.0  # the longest wait for what must come true (a jail reaped): a wait, not a bound
 MOVE = "\\boxed{7}"
 
 
@@ -184,7 +184,7 @@ def wait_for(predicate: Callable[[], object], timeout: float) -> bool:
     return True
 
 
-def wait_no_own_leaks(before: HostSnapshot, private: Path, timeout: float = 5.0) -> list[str]:
+def wait_no_own_leaks(before: HostSnapshot, private: Path, timeout: float = SETTLE_S) -> list[str]:
     leaks: list[str] = []
 
     def clean() -> bool:

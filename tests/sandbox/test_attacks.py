@@ -58,7 +58,7 @@ from tests.sandbox.attack_kit import (
     OPEN_POLICY,
     REACHED,
     REPO,
-    SLACK_S,
+    SETTLE_S,
     Attack,
     K,
     _uid,
@@ -111,7 +111,7 @@ def caller_stays_healthy() -> Iterator[None]:
     fds, threads = _open_fds(), threading.active_count()
     yield
     assert_caller_healthy()
-    settled = wait_for(lambda: _open_fds() <= fds and threading.active_count() <= threads, 5)
+    settled = wait_for(lambda: _open_fds() <= fds and threading.active_count() <= threads, SETTLE_S)
     assert settled, (
         f"caller holds {_open_fds()} fds (had {fds}), {threading.active_count()} threads"
         f" (had {threads})"
@@ -173,7 +173,7 @@ def memory_cgroup() -> Iterator[tuple[SandboxPolicy, Path | None]]:
     available = memory_cgroup_available(policy)  # creates the parent when it can
     yield policy, parent if available else None
     if parent.exists():
-        wait_for(lambda: not list(parent.glob("NSJAIL.*")), 5)
+        wait_for(lambda: not list(parent.glob("NSJAIL.*")), SETTLE_S)
         left = list(parent.glob("NSJAIL.*"))
         parent.rmdir()
         assert not left, f"session cgroups left: {left}"
@@ -185,9 +185,7 @@ def memory_cgroup() -> Iterator[tuple[SandboxPolicy, Path | None]]:
 @pytest.mark.parametrize("atk", ATTACKS, ids=lambda a: a.id)
 def test_verifier_rejects(atk: Attack):
     code = attack(atk.file, **atk.subs)
-    t0 = time.monotonic()
     verdict = verify(code)
-    elapsed = time.monotonic() - t0
     assert not verdict.accepted
     assert verdict.failure is not None, verdict.to_dict()
     assert verdict.failure.kind is atk.verifier, verdict.to_dict()
@@ -195,8 +193,9 @@ def test_verifier_rejects(atk: Attack):
     assert atk.says in verdict.failure.reason, verdict.to_dict()
     if atk.check == "import_policy":  # rejected before anything ran
         assert [c.name for c in verdict.checks] == ["parse", "import_policy"]
-    if atk.verifier is K.TIMEOUT:
-        assert elapsed <= DEFAULT_POLICY.limits.call_timeout_s + SLACK_S
+    if atk.verifier is K.TIMEOUT:  # cut at the call deadline, and nothing ran after it
+        assert verdict.checks[-1].name == atk.check and not verdict.checks[-1].passed
+        assert verdict.checks[-1].seconds >= DEFAULT_POLICY.limits.call_timeout_s
 
 
 # -- (b) the jail alone ----------------------------------------------------------------------
@@ -205,15 +204,12 @@ def test_verifier_rejects(atk: Attack):
 @pytest.mark.parametrize("host", ["1.1.1.1", "10.255.255.1"])
 def test_network_to_outside_is_unreachable(host: str):
     with jailed(attack("net_outside", host=host)) as s:
-        t0 = time.monotonic()
         exc = expect_failure(s.reset, 1)
-        elapsed = time.monotonic() - t0
         seen = host_view(s, exc)
     assert exc.failure.kind is K.NET_DENIED and not exc.fatal
-    # ENETUNREACH at once, not a 2 s connect timeout: the jail's network namespace has no
-    # route at all, so no packet left it.
+    # ENETUNREACH, not a connect timeout: the jail's network namespace has no route at all,
+    # so no packet left it.
     assert "Network is unreachable" in exc.failure.reason
-    assert elapsed < 1.5
     assert "connected" not in seen
 
 
@@ -221,7 +217,7 @@ def test_network_to_host_loopback_never_arrives(loopback_listener: Listener):
     # Positive control: the listener does see a connection from the host itself.
     with socket.create_connection(("127.0.0.1", loopback_listener.port), timeout=2) as conn:
         conn.sendall(b"control\n")
-    assert wait_for(lambda: len(loopback_listener.accepted) == 1, 2)
+    assert wait_for(lambda: len(loopback_listener.accepted) == 1, SETTLE_S)
     with jailed(attack("net_loopback", port=loopback_listener.port)) as s:
         exc = expect_failure(s.reset, 1)
     assert exc.failure.kind is K.NET_DENIED and not exc.fatal
@@ -332,7 +328,7 @@ def test_fork_bomb_is_capped():
     assert "BlockingIOError" in exc.failure.reason
     assert 2 <= len(in_jail) <= OPEN_POLICY.limits.processes
     assert uids == {OPEN_POLICY.uid}
-    assert wait_for(lambda: not procs_in_ns(ns), 3), procs_in_ns(ns)
+    assert wait_for(lambda: not procs_in_ns(ns), SETTLE_S), procs_in_ns(ns)
 
 
 def test_fork_bomb_does_not_starve_other_sessions():
@@ -345,7 +341,7 @@ def test_fork_bomb_does_not_starve_other_sessions():
         assert exc.failure.kind is K.PROC_LIMIT
         ns = jail_pidns(bomb)
         # The bomb's copies keep forking until each one hits the limit: it holds its quota.
-        assert wait_for(lambda: len(procs_in_ns(ns)) == limit, 3), procs_in_ns(ns)
+        assert wait_for(lambda: len(procs_in_ns(ns)) == limit, SETTLE_S), procs_in_ns(ns)
         bomb_uids = {_uid(pid) for pid in procs_in_ns(ns)}
         with JailedSession(CODE_BREAKER.read_text()) as other:
             other.reset(7)
@@ -373,11 +369,8 @@ def test_memory_bombs_are_capped(name: str, memory_cgroup: tuple[SandboxPolicy, 
     if parent is not None:
         (parent / "memory.max_usage_in_bytes").write_text("0")
     with jailed(attack(name), policy) as s:
-        t0 = time.monotonic()
         exc = expect_failure(s.reset, 1)
-        elapsed = time.monotonic() - t0
-    assert exc.failure.kind is K.MEMORY
-    assert elapsed < policy.limits.call_timeout_s
+    assert exc.failure.kind is K.MEMORY  # a kill at the call deadline would be a TIMEOUT
     limit = policy.limits.cgroup_memory_mb << 20
     peak = int((parent / "memory.max_usage_in_bytes").read_text()) if parent else None
     if name == "memory_bytearray" or parent is None:
@@ -402,24 +395,21 @@ def test_endless_step_is_cut_at_the_call_deadline(name: str):
         alive = s.alive
         again = expect_failure(s.step, MOVE)  # a dead session answers at once, the same way
     assert exc.failure.kind is K.TIMEOUT and exc.fatal
-    assert JAIL_CALL_TIMEOUT_S <= elapsed <= JAIL_CALL_TIMEOUT_S + SLACK_S
+    assert elapsed >= JAIL_CALL_TIMEOUT_S  # it ends only at the deadline (it never returns)
     assert not alive and again.failure == exc.failure and again.fatal
-    assert wait_for(lambda: not procs_in_ns(ns), 2), "the spinning jail is still running"
+    assert wait_for(lambda: not procs_in_ns(ns), SETTLE_S), "the spinning jail is still running"
 
 
 def test_print_flood_is_capped_by_the_log_limit():
     limit = OPEN_POLICY.limits.max_file_mb << 20
     with jailed(attack("print_flood")) as s:
         s.reset(1)
-        t0 = time.monotonic()
         exc = expect_failure(s.step, MOVE)
-        elapsed = time.monotonic() - t0
         assert s._files is not None
         log_bytes = s._files.stderr.stat().st_size
     assert exc.failure.kind is K.OUTPUT_LIMIT and not exc.fatal
     assert "File too large" in (exc.failure.traceback or "")  # RLIMIT_FSIZE stopped the writes
-    assert limit - (64 << 10) <= log_bytes <= limit
-    assert elapsed < JAIL_CALL_TIMEOUT_S
+    assert limit - (64 << 10) <= log_bytes <= limit  # and no TIMEOUT: the limit stopped it
 
 
 def test_huge_observation_is_cut_at_the_reply_cap():
@@ -469,7 +459,7 @@ def test_abort_kills_the_interpreter_for_real():
     assert exc.failure.kind is K.EXITED and exc.fatal and not alive
     assert exc.failure.reason.startswith("interpreter killed by SIG")  # SIGSEGV here, or SIGABRT
     assert again.failure == exc.failure and again.fatal
-    assert wait_for(lambda: not procs_in_ns(ns), 2), procs_in_ns(ns)
+    assert wait_for(lambda: not procs_in_ns(ns), SETTLE_S), procs_in_ns(ns)
 
 
 def test_segfault_ends_the_session():
@@ -490,15 +480,15 @@ def test_daemon_does_not_outlive_the_session(private_tmpdir: Path):
         (interpreter,) = child_pids(s._proc.pid)
         daemons = [pid for pid in procs_in_ns(ns) if pid != interpreter]
         # The child calls setsid() after fork() returned in the parent: give it a moment.
-        detached = wait_for(lambda: all(_session_id(d) == d for d in daemons), 2)
+        detached = wait_for(lambda: all(_session_id(d) == d for d in daemons), SETTLE_S)
         sessions = {pid: _session_id(pid) for pid in (interpreter, *daemons)}
         uids = {_uid(pid) for pid in (interpreter, *daemons)}
     assert obs == "spawned daemon 2" and info == {"daemon": 2}  # the interpreter is pid 1
     assert after == ("ok", 1.0, True, False, {})
     assert len(daemons) == 1 and uids == {OPEN_POLICY.uid} and detached
     assert sessions[daemons[0]] == daemons[0] != sessions[interpreter]  # setsid() worked
-    assert wait_for(lambda: not procs_in_ns(ns), 2), procs_in_ns(ns)
-    assert not (leaks := wait_no_own_leaks(before, private_tmpdir, 2)), leaks
+    assert wait_for(lambda: not procs_in_ns(ns), SETTLE_S), procs_in_ns(ns)
+    assert not (leaks := wait_no_own_leaks(before, private_tmpdir, SETTLE_S)), leaks
 
 
 def _session_id(pid: int) -> int | None:
@@ -610,5 +600,5 @@ def test_whole_attack_list_leaves_nothing_behind(loopback_listener: Listener, pr
         if atk.op is not None and (alone := run_alone(atk, code)) is not atk.jail:
             wrong.append(f"{atk.id}: jail alone {alone}, expected {atk.jail}")
     assert not wrong, wrong
-    assert not (leaks := wait_no_own_leaks(before, private_tmpdir, 5)), leaks
+    assert not (leaks := wait_no_own_leaks(before, private_tmpdir, SETTLE_S)), leaks
     assert loopback_listener.accepted == []
