@@ -41,7 +41,8 @@ SUITES = {  # held-out suite -> tasks played per round (spade/eval: reasoning-gy
 }
 CHECK_NAMES = ("parse", "import_policy", "class_found", "reset_contract", "step_contract")
 STAGE_SECONDS = {
-    "sample_documents": 0.25, "design": 41.5, "verify": 12.0, "hint": 6.5, "evaluate": 95.0,
+    "sample_documents": 0.25, "design": 41.5, "verify": 12.0, "hint": 6.5, "pool": 0.0,
+    "evaluate": 95.0,
     "score": 0.125, "memory": 0.125, "train_agent": 30.0, "train_designer": 18.0,
     "publish": 1.5, "heldout": 22.0,
 }  # fmt: skip
@@ -148,6 +149,8 @@ def build_campaign(
         if rnd == rounds:  # the in-progress round: designed, verified and hinted; no more
             break
         accepted = [a for a in attempts if a["accepted"]]
+        pool = StageRecord(cfg, campaign_id, rnd, "pool")  # no pool environment played
+        pool.commit("skipped", "run.min_envs is 0", seconds=STAGE_SECONDS["pool"])
         evals = _evaluate(cfg, campaign_id, rnd, accepted, plays, rng, detail)
         scored = _score(cfg, campaign_id, rnd, attempts, evals)
         memory = memory + [_memory_record(a, evals[a["env_id"]], rnd) for a in accepted]
