@@ -69,7 +69,8 @@ def gallery_tab(data: CampaignData, ov: Overview) -> None:
     pool = [e for e in every if e.get("source") == "pool"]  # played, not designed
     designs = [e for e in every if e.get("source", "designed") == "designed"]
     accepted = sum(1 for e in designs if e.get("accepted"))
-    left.caption(f"{accepted} accepted, {len(designs) - accepted} rejected, {len(pool)} pool")
+    played = f", {len(pool)} pool" if pool else ""
+    left.caption(f"{accepted} accepted, {len(designs) - accepted} rejected{played}")
     # A round with no accepted design (a small model's usual round) opens on its rejections.
     options = ["accepted", "rejected", "pool", "all"]
     pick = left.radio("Designs", options, index=0 if accepted else 1, horizontal=True)
