@@ -63,12 +63,11 @@ HEADERS = {
 LEGEND = (
     "rnd: round (* not complete); re-of: the round it replays; design/ok: designs",
     "tried/accepted; nov: novel; dup: rejected as copies; rep: accepted after a",
-    "repair turn; pool: pool environments played; win/hint: unhinted/hinted win",
-    "rate; adv sprd: max - min of the designer's rewards (0: no signal); wts",
-    "rNa/rNd: what round N published (after its agent/designer update), served by",
-    "the next round",
+    "repair turn; pool: pool environments played; win/hint/regret: unhinted and",
+    "hinted win rates, regret, over every environment played; adv sprd: max - min of",
+    "the designer's rewards (0: no signal); wts rNa/rNd: what round N published",
+    "(after its agent/designer update), served by the next round",
 )
-"""Printed under the table: each line fits 80 columns."""
 RATES = ("win_rate", "hinted_win_rate", "regret", "designer_spread", "heldout_win_rate")
 
 
