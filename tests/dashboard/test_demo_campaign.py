@@ -57,7 +57,6 @@ class Demo:
 
     root: str
     cfg: CampaignConfig
-    seconds: float
     scored: list[dict[str, Any]]
     attempts: list[dict[str, Any]]
     documents: dict[str, str]
@@ -83,20 +82,18 @@ def demo(tmp_path_factory, smol_cache) -> Demo:
         finally:  # the in-process SmolLM2 is pooled: let it go with the campaign
             await close_shared_backends()
 
-    t0 = time.monotonic()
+    t0 = time.monotonic()  # printed only: how long the demo takes is bench/ business
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPADE_CACHE", str(smol_cache))  # the converted model, kept between runs
         mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         with prefect_test_harness(server_startup_timeout=60):
             asyncio.run(run())
-    seconds = time.monotonic() - t0
-    print(f"demo campaign in {seconds:.0f} s: {root}")
+    print(f"demo campaign in {time.monotonic() - t0:.0f} s: {root}")
     cs = CampaignStore(ObjectStore(root), CAMPAIGN)
     docs = _jsonl(cs, "sample_documents", "documents.jsonl")
     return Demo(
         root,
         cfg,
-        seconds,
         _jsonl(cs, "score", "scored.jsonl"),
         _jsonl(cs, "verify", "attempts.jsonl"),
         {d["doc_id"]: d["text"] for d in docs},
@@ -150,7 +147,6 @@ def test_the_demo_campaign_is_the_demo_config(demo):
     assert demo.heldout["environments"] == 3 and set(demo.heldout["suites"]) == set(suites)
     for name, size in suites.items():
         assert sum(i["suite"] == name for i in demo.heldout_items) == size
-    assert demo.seconds < 240, f"the demo campaign took {demo.seconds:.0f} s"
 
 
 def test_page_numbers_and_charts_are_the_stores(demo, monkeypatch):
