@@ -15,6 +15,7 @@ what a wrong token alignment or a wrong model gives (mean |d| of several nats).
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import signal
@@ -40,9 +41,12 @@ from spade.inference.base import (
 from spade.inference.llamacpp import (
     LlamaCppClient,
     ManagedLlamaCppBackend,
+    client_files,
+    load_tokenizer,
     parse_completion,
     render_prompt,
 )
+from spade.inference.llamacpp_lora import BaseModelInfo
 from spade.inference.llamacpp_server import LlamaCppServer
 from spade.inference.models import load_model_and_tokenizer, resolve_model
 from spade.inference.retry import Malformed
@@ -269,3 +273,20 @@ def test_the_prompt_is_rendered_by_the_models_own_template(reference) -> None:
     ids = render_prompt(tokenizer, messages, None)
     text = tokenizer.decode(ids)
     assert text.startswith("<|im_start|>system\nBe brief.") and text.endswith("assistant\n")
+
+
+def test_without_a_converted_copy_the_tokenizer_is_built_from_the_gguf_once(
+    backend, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path))  # nothing converted here
+    model = load_config(overrides=OVERRIDES).model
+    folder = client_files(model)
+    assert folder.parent == tmp_path / "llamacpp" and (folder / "config.json").is_file()
+    assert client_files(model) == folder  # built once
+    tokenizer = load_tokenizer(folder)
+    messages = [{"role": "user", "content": "Name a prime number above 10."}]
+    root = backend.server.root_url
+    assert render_prompt(tokenizer, messages, None) == server_prompt_ids(root, messages)
+    assert BaseModelInfo.from_hf_config(json.loads((folder / "config.json").read_text())) == (
+        BaseModelInfo(model_type="llama", n_layers=30, n_heads=9, n_kv_heads=3)
+    )
