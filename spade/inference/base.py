@@ -1,8 +1,9 @@
 """The one protocol every inference backend speaks: batched chat completions with log-probs.
 
 Backends: in-process transformers (:mod:`spade.inference.hf`), any OpenAI-compatible server
-(:mod:`spade.inference.openai`, vLLM in production), and a managed vLLM server process
-(:mod:`spade.inference.vllm_server`). A failed request is data (``Completion.failure``), not an
+(:mod:`spade.inference.openai`, vLLM in production), a managed vLLM server process
+(:mod:`spade.inference.vllm_server`) and a managed llama.cpp server process for CPUs
+(:mod:`spade.inference.llamacpp`). A failed request is data (``Completion.failure``), not an
 exception: rollouts and the designer record it and go on.
 """
 
