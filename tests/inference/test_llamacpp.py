@@ -290,3 +290,17 @@ def test_without_a_converted_copy_the_tokenizer_is_built_from_the_gguf_once(
     assert BaseModelInfo.from_hf_config(json.loads((folder / "config.json").read_text())) == (
         BaseModelInfo(model_type="llama", n_layers=30, n_heads=9, n_kv_heads=3)
     )
+
+
+def test_open_backend_starts_and_stops_a_managed_llamacpp_server(cfg, backend) -> None:
+    from spade.inference.factory import open_backend
+
+    async def run() -> tuple[Completion, Any]:
+        async with open_backend(cfg) as opened:
+            assert isinstance(opened, ManagedLlamaCppBackend) and opened.server.running
+            (out,) = await opened.complete([ask("Hi!", max_tokens=4)])
+        return out, opened
+
+    out, opened = asyncio.run(run())
+    assert out.ok and out.model == "smollm2-135m-instruct"
+    assert not opened.server.running
