@@ -166,7 +166,10 @@ def get_designer_reward(name: str) -> DesignerReward:
 
 
 REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
-    ("inference", "parse", "rejected"),  # no code: the model wrote nothing usable
+    # no code: the model wrote nothing usable, or nothing of its own. A copy of a reference
+    # ranks with no code: placed higher, the reward would pay for copying, which is what small
+    # models do when shown an example.
+    ("inference", "parse", "rejected", "duplicate"),
     ("syntax", "import_denied", "policy_denied"),  # code, refused before it runs
     ("contract", "exited", "protocol"),  # it runs, but is not an environment of the contract
     (  # an environment that broke while played: raised, or ran into a limit of the jail
@@ -185,7 +188,6 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
         "nondeterministic",
         "no_termination",
         "seed_independent",
-        "duplicate",
     ),
 )
 """Failure kinds of rejected designs by how far through the verifier they got, lowest first.
@@ -218,10 +220,11 @@ def flat_rejected(failure_kind: str, config: ScoringConfig) -> float:
 def graded_rejected(failure_kind: str, config: ScoringConfig) -> float:
     """``graded_floor * (K - tier) / K`` with ``K = len(REJECTED_TIERS)`` (5) tiers.
 
-    With ``graded_floor = -1``: no code -1.0, syntax/import/policy -0.8, contract -0.6,
-    crash/limits -0.4, a verifier judgement (infeasible, trivial, ...) -0.2. Every value is
-    below 0, and every valid design's reward is >= 0 (:data:`DESIGNER_REWARDS`), so the
-    designer always prefers a valid design; after centring within a skill the order stays.
+    With ``graded_floor = -1``: no code (or a duplicate) -1.0, syntax/import/policy -0.8,
+    contract -0.6, crash/limits -0.4, a verifier judgement (infeasible, trivial, ...) -0.2.
+    Every value is below 0, and every valid design's reward is >= 0 (:data:`DESIGNER_REWARDS`),
+    so the designer always prefers a valid design; after centring within a skill the order
+    stays.
     """
     k = len(REJECTED_TIERS)
     return config.graded_floor * (k - rejected_tier(failure_kind)) / k

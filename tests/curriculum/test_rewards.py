@@ -269,7 +269,7 @@ GRADED = ScoringConfig(rejected_reward="graded", centre_per_skill=False)
         ("nondeterministic", -0.2),
         ("no_termination", -0.2),
         ("seed_independent", -0.2),
-        ("duplicate", -0.2),
+        ("duplicate", -1.0),  # a copy ranks with no code: copying must not pay
     ],
 )
 def test_graded_rejections_by_how_far_they_got(kind, expected):
@@ -293,7 +293,8 @@ def test_every_failure_kind_has_a_tier():
     placed = {kind for tier in REJECTED_TIERS for kind in tier}
     assert {str(k) for k in FailureKind} <= placed
     assert len(placed) == sum(len(t) for t in REJECTED_TIERS)  # each kind in one tier only
-    assert rejected_tier("duplicate") == rejected_tier(FailureKind.INFEASIBLE) == 4
+    assert rejected_tier("seed_independent") == rejected_tier(FailureKind.INFEASIBLE) == 4
+    assert rejected_tier("duplicate") == rejected_tier("parse") == 0
 
 
 def test_an_unknown_failure_kind_is_an_error_not_a_guess():
