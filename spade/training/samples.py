@@ -277,19 +277,31 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``[B, T]`` of ``batch["target_ids"]`` and, optionally, the entropy ``[B, T]``.
 
-    ``logits[b, t]`` (float32) scores ``target_ids[b, t] = input_ids[b, t + 1]``; the log-prob is
-    ``logit[target] - logsumexp(logits)`` (no ``[B, T, V]`` log-softmax kept). The entropy of the
-    model's next-token distribution at each position is a diagnostic: computed without gradient.
-    Values at masked positions are meaningless (the loss ignores them).
+    Only the trained positions (``loss_mask > 0``) are scored: the model's vocabulary projection
+    runs on those hidden states alone (transformers' ``logits_to_keep`` with a boolean ``[B, T]``
+    mask gives ``[N, V]`` logits, N the trained positions). On a prompt-heavy sample (a design
+    prompt, an agent's observations) that skips most of the ``[B, T, V]`` logits, a large share
+    of a small model's compute with a 150k vocabulary. ``logits[n]`` (float32) scores its target;
+    the log-prob is ``logit[target] - logsumexp(logits)`` (no ``[N, V]`` log-softmax kept). The
+    entropy of the next-token distribution is a diagnostic, computed without gradient. Both are
+    scattered back to ``[B, T]``; values at untrained positions are 0 and mean nothing (the loss
+    and every metric mask them).
     """
+    keep = batch["loss_mask"] > 0  # [B, T]
     out = module(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        use_cache=False,
+        logits_to_keep=keep,
     )
-    logits = out.logits.float()  # [B, T, V]
-    lse = torch.logsumexp(logits, dim=-1)  # [B, T]
-    picked = logits.gather(-1, batch["target_ids"].unsqueeze(-1)).squeeze(-1)  # [B, T]
+    logits = out.logits.float()  # [N, V]
+    lse = torch.logsumexp(logits, dim=-1)  # [N]
+    picked = logits.gather(-1, batch["target_ids"][keep].unsqueeze(-1)).squeeze(-1)  # [N]
+    lp = torch.zeros(keep.shape, dtype=logits.dtype, device=logits.device)
+    lp = lp.masked_scatter(keep, picked - lse)  # differentiable in the scattered values
     ent = None
     if entropy:
         with torch.no_grad():
-            ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
-    return picked - lse, ent
+            per_token = lse - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+            ent = torch.zeros_like(lp).masked_scatter(keep, per_token)
+    return lp, ent

@@ -8,8 +8,9 @@ optimizer steps on them:
    group are usually adjacent, so a mini-batch mostly holds whole groups; the advantages were
    computed over the whole batch already), each packed into micro-batches of at most
    ``micro_batch_tokens`` padded tokens;
-2. computes ``old_logprobs`` once for all of them, without gradient, with the current weights
-   (pi_old, before the first update; eval mode, so no dropout) and, with a KL penalty, the
+2. with ``K > 1``, computes ``old_logprobs`` once for all of them, without gradient, with the
+   current weights (pi_old, before the first update; eval mode, so no dropout; with ``K = 1``
+   pi_old is the update's own forward, detached: no extra pass) and, with a KL penalty, the
    reference log-probs (the ``ref_model``, or for LoRA the base model with the adapters off);
 3. per mini-batch, per micro-batch: forward, the log-prob of each target token at the shifted
    position (see :mod:`spade.training.samples`) and its entropy,
@@ -166,11 +167,14 @@ class GRPOTrainer(TrainerState):
         if any(s.advantage is None for s in samples):
             raise ValueError("every sample needs an advantage: call assign_advantages first")
         plans = [self._plan(chunk) for chunk in self._split(samples)]
-        old, ref = self._reference_logprobs([b for plan in plans for b in plan.batches])
+        old, ref = self._reference_logprobs(
+            [b for plan in plans for b in plan.batches], on_policy=len(plans) == 1
+        )
         updates, at = [], 0
         for plan in plans:  # pi_old stays the weights before the first update
             n = len(plan.batches)
-            updates.append(self._update(plan, old[at : at + n], ref[at : at + n] if ref else None))
+            old_part = old[at : at + n] if old is not None else None
+            updates.append(self._update(plan, old_part, ref[at : at + n] if ref else None))
             at += n
         self.last_updates = updates
         return self._summary(updates, started)
@@ -206,9 +210,11 @@ class GRPOTrainer(TrainerState):
         return _Plan(batches, denoms, total, len(samples))
 
     def _update(
-        self, plan: _Plan, old: list[torch.Tensor], ref: list[torch.Tensor] | None
+        self, plan: _Plan, old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None
     ) -> StepMetrics:
-        """Forward and backward over the plan's micro-batches, then one optimizer step."""
+        """Forward and backward over the plan's micro-batches, then one optimizer step.
+
+        ``old`` None: one on-policy update, pi_old is the forward's own log-probs, detached."""
         started = time.perf_counter()
         n_micro = len(plan.batches)
         self.engine.module.train()
@@ -219,7 +225,8 @@ class GRPOTrainer(TrainerState):
             share = plan.denoms[i] / plan.total
             with self.engine.autocast():
                 lp, entropy = token_logprobs(self.engine.module, batch, entropy=True)
-            out = self._loss(lp, old[i], ref[i] if ref is not None else None, batch)
+            pi_old = lp.detach() if old is None else old[i]
+            out = self._loss(lp, pi_old, ref[i] if ref is not None else None, batch)
             self.engine.backward(out.loss * (share * self.engine.world_size))
             if share > 0.0:  # else a padding micro-batch: it only keeps the ranks in step
                 self._accumulate(sums, out.metrics, share, batch, entropy)
@@ -278,14 +285,19 @@ class GRPOTrainer(TrainerState):
         )
 
     def _reference_logprobs(
-        self, batches: list[Batch]
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-        """pi_old's log-probs (current weights) and the reference's, without gradient."""
+        self, batches: list[Batch], *, on_policy: bool
+    ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
+        """pi_old's log-probs (current weights) and the reference's, without gradient.
+
+        ``on_policy`` (one update per batch): pi_old is the current policy itself, so the
+        update's own forward gives it (None here) and no extra forward pass is paid for (a
+        third of a step's compute); the ratio is exactly 1. Several updates need pi_old fixed
+        before the first."""
         module = self.engine.module
         module.eval()  # pi_old without dropout noise
         use_ref = self.ref_model is not None or (self.lora and self.config.kl_coef > 0)
         with torch.no_grad(), self.engine.autocast():
-            old = [token_logprobs(module, b)[0] for b in batches]
+            old = None if on_policy else [token_logprobs(module, b)[0] for b in batches]
             if not use_ref:
                 return old, None
             if self.ref_model is not None:
