@@ -234,7 +234,12 @@ async def hint(
         return await design_stages.hint(config, campaign_id, round_index, attempts, backend)
 
 
-@task(name="skip_design", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
+@task(
+    name="skip_design",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=_cached("sample_documents"),
+    **_PERSIST,
+)
 async def skip_design(
     config: CampaignConfig, campaign_id: str, round_index: int, plan: RoundPlan
 ) -> list[DesignAttempt]:
@@ -286,7 +291,7 @@ async def replay_pool(
     return await asyncio.to_thread(pool_stage.replay, config, campaign_id, round_index, plan)
 
 
-@task(name="skip_pool", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
+@task(name="skip_pool", timeout_seconds=IO_TIMEOUT_S, cache_policy=_cached("pool"), **_PERSIST)
 async def skip_pool(
     config: CampaignConfig, campaign_id: str, round_index: int, reason: str
 ) -> list[EnvSpec]:
@@ -384,13 +389,23 @@ async def train(
         return train_stages.train(config, campaign_id, round_index, role, data, parent)  # type: ignore[arg-type]
 
 
-@task(name="skip_training", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
+@task(
+    name="skip_training",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=_cached("train_agent"),
+    **_PERSIST,
+)
 async def skip_training(config: CampaignConfig, campaign_id: str, round_index: int) -> None:
     """Commit both training stages as skipped (``run.train`` is off)."""
     await asyncio.to_thread(train_stages.skip_training, config, campaign_id, round_index)
 
 
-@task(name="skip_role", timeout_seconds=IO_TIMEOUT_S, **_PERSIST)
+@task(
+    name="skip_role",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=_cached("train_designer"),
+    **_PERSIST,
+)
 async def skip_role(
     config: CampaignConfig, campaign_id: str, round_index: int, role: Role, reason: str
 ) -> None:

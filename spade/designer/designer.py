@@ -16,6 +16,7 @@ and try again, up to ``attempts_per_slot``; attempts of all open slots go out as
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import random
 from collections.abc import Sequence
@@ -235,6 +236,13 @@ def apply_verdict(att: DesignAttempt, verdict: Verdict) -> None:
         att.failure_kind, att.failure_reason = str(verdict.failure.kind), verdict.failure.reason
 
 
+def _keep_verdict(att: DesignAttempt, before: DesignAttempt) -> None:
+    """Give ``att`` the verdict ``before`` had on the same code."""
+    att.verdict, att.accepted = before.verdict, before.accepted
+    att.tool_use, att.solution = before.tool_use, before.solution
+    att.failure_kind, att.failure_reason = before.failure_kind, before.failure_reason
+
+
 def _tail(traceback: str) -> str:
     return "\n".join(traceback.rstrip().splitlines()[-TRACEBACK_LINES:])
 
@@ -295,9 +303,12 @@ async def repair_designs(
             att.first_code = att.code
             att.first_failure_kind, att.first_failure_reason = att.failure_kind, att.failure_reason
         att.repair_messages += [turn, {"role": "assistant", "content": comp.text}]
+        before = copy.copy(att)
         att.code = att.env_id = att.failure_kind = att.failure_reason = None
         att.verdict, att.accepted, att.tool_use, att.solution = None, False, False, []
         _take_code(att, comp)
+        if att.code is not None and att.code == before.code:  # nothing changed: the verifier is
+            _keep_verdict(att, before)  # deterministic, its verdict stands (no second run)
     return todo
 
 

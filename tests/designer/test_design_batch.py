@@ -608,3 +608,26 @@ def test_a_copy_of_an_example_shown_is_rejected_as_a_duplicate(corpus):
     assert copied.references == [{"name": "code_breaker", "code": CODE_BREAKER}]
     assert copied.failure_kind == "duplicate" and "code_breaker" in (copied.failure_reason or "")
     assert copied.repairs == 1 and copied.first_failure_kind == "duplicate"  # repeated itself
+
+
+@pytest.mark.sandbox
+def test_a_repair_that_repeats_its_answer_keeps_the_verdict_unverified_again(corpus, monkeypatch):
+    """The verifier is deterministic: the same code gets the same verdict without a second
+    run in the jail (a small model often answers the feedback with the same module)."""
+    import spade.designer.designer as designer_module
+
+    verified: list[str] = []
+    real = designer_module.verify_design
+
+    def counting(code, *args, **kwargs):
+        verified.append(code)
+        return real(code, *args, **kwargs)
+
+    monkeypatch.setattr(designer_module, "verify_design", counting)
+    with serve(Script({MATH: [fenced(BACKWARDS)]})) as server:  # repairs repeat the answer
+        (attempt,) = run(config(server, corpus, attempts_per_slot=1, repair_turns=2))
+    assert len(repair_requests(server)) == 2 and attempt.repairs == 2
+    assert verified == [BACKWARDS]  # verified once, not after each repair
+    assert attempt.code == BACKWARDS and attempt.failure_kind == "infeasible"
+    assert attempt.verdict is not None and attempt.verdict["failed_check"] == "feasibility"
+    assert not attempt.accepted and attempt.first_failure_kind == "infeasible"
