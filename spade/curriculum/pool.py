@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from spade.curriculum.memory import SEED_ROUND, UNKNOWN_SKILL, MemoryRecord, read_declarations
 from spade.envs.examples import example_paths
+from spade.errors import ConfigError
 
 if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
     from spade.config import CampaignConfig, MemoryConfig
@@ -142,8 +143,9 @@ def seed_records(cfg: CampaignConfig) -> list[MemoryRecord]:
 
 
 def _env_files(entries: Iterable[str]) -> list[Path]:
-    # run.heldout_envs as the heldout stage reads them (files, or folders of *.py); a missing
-    # path is that stage's error to report, and holds nothing to leave out here
+    # run.heldout_envs as the heldout stage reads them (files, or folders of *.py). A missing
+    # path is an error here too: it would leave nothing out, and a held-out environment (a
+    # relative path read from another working directory, say) would be shown to the designer
     files: list[Path] = []
     for entry in entries:
         path = Path(entry).expanduser()
@@ -151,4 +153,8 @@ def _env_files(entries: Iterable[str]) -> list[Path]:
             files += sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
         elif path.is_file():
             files.append(path)
+        else:
+            raise ConfigError(
+                f"run.heldout_envs: {entry!r} is neither a file nor a folder (from {Path.cwd()})"
+            )
     return files

@@ -27,7 +27,13 @@ from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
 from spade.designer.corpus import Corpus, Document
 from spade.designer.extract import clean_hint, extract_code, leaks_solution
-from spade.designer.prompts import design_prompt, edit_prompt, hint_prompt, repair_message
+from spade.designer.prompts import (
+    contract_references,
+    design_prompt,
+    edit_prompt,
+    hint_prompt,
+    repair_message,
+)
 from spade.designer.skills import active_skills, slot_skills
 from spade.errors import DesignParseError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
@@ -165,7 +171,9 @@ def new_attempts(
                 negatives=[(n, negative_label(n, d)) for n in negatives],
             )
             shown = positives + negatives
-        att.references = [{"name": r.env_id, "code": r.code_head} for r in shown]
+        att.references = contract_references(tool_use) + [
+            {"name": r.env_id, "code": r.code_head} for r in shown
+        ]
         out.append(att)
     return out
 

@@ -14,71 +14,116 @@ from collections.abc import Sequence
 
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.skills import SKILL_DESCRIPTIONS
-from spade.envs.prelude import PRELUDE_MODULES, PRELUDE_NAMES
+from spade.envs.prelude import PRELUDE_MODULES
 
 Example = MemoryRecord
 
-_TYPING_SHOWN = ("Any", "Optional", "List", "Dict", "Tuple", "Callable")
+_TYPING_SHOWN = ("List", "Dict", "Optional")
 
 
 def _prelude(bases: tuple[str, ...]) -> str:
     """What the jail binds before a design runs (:mod:`spade.envs.prelude`; of its base
-    classes, those of the mode), and the import rule."""
+    classes, those of the mode), said as a sentence: small models copy a list written like an
+    import line into one (``from typing import Any, ...`` is a syntax error)."""
     return (
-        f"Defined without import: {', '.join(bases + PRELUDE_NAMES['dataclasses'])}, typing's"
-        f" names ({', '.join(_TYPING_SHOWN)}, ...) and the modules {', '.join(PRELUDE_MODULES)};"
-        " import only these modules and spade.envs."
+        f"No imports are needed: {' and '.join(bases)}, the modules"
+        f" {', '.join(PRELUDE_MODULES)}, dataclass and field, and typing names such as"
+        f" {', '.join(_TYPING_SHOWN)} are already defined. Import nothing else."
     )
 
 
 _NEAR_MISSES = (
     "Mistakes that get designs rejected: overriding reset or step (the base class has them and"
-    " calls your methods); @dataclass on the Env class; calling a method or using a name you"
-    " never defined; a module too long to finish (keep it short)."
+    " calls your methods); setup not returning the task text (a str); {returns};"
+    " @dataclass on the Env class; using a name (a constant, a helper"
+    " method) you never defined in your module; a module too long to finish (keep it short)."
 )
 
+# A complete game in the contract's format: small models write the format far more reliably
+# from a whole working example than from stub signatures (they kept the stubs' `...` and
+# indented a body under them). It is also a reference of every game design's novelty check
+# (see :func:`contract_references`): a copy of it is a duplicate.
+FORMAT_EXAMPLE = """class GuessEnv(TextEnv):
+    skill = "logical_deduction"
+
+    def setup(self) -> str:
+        self.secret = self.rng.randint(1, 1000)
+        self.left = 10
+        return "Guess my number from 1 to 1000: write \\\\boxed{n}. You have 10 guesses."
+
+    def play(self, move: str) -> tuple[str, float, bool]:
+        if not move.strip().isdigit():
+            return "Write a whole number, e.g. \\\\boxed{500}.", 0.0, False
+        guess = int(move)
+        self.left -= 1
+        if guess == self.secret:
+            return "Correct!", 1.0, True
+        if self.left == 0:
+            return f"No guesses left; it was {self.secret}.", 0.0, True
+        hint = "higher" if guess < self.secret else "lower"
+        return f"{guess} is wrong, go {hint}. {self.left} left.", 0.0, False
+
+    def solution(self) -> list[str]:
+        return ["\\\\boxed{" + str(self.secret) + "}"]
+"""
+
 GAME_CONTRACT = f"""\
-Write ONE Python module defining ONE class whose name ends in `Env`:
-
-    from spade.envs import TextEnv
-
-    class SomethingEnv(TextEnv):
-        skill = "<skill>"
-        def setup(self) -> str: ...          # build hidden state from self.rng, return the task text
-        def play(self, move: str) -> tuple[str, float, bool]: ...  # one \\boxed{{move}}: (feedback, reward, done)
-        def solution(self) -> list[str]: ... # moves that win from this instance, e.g. ["\\\\boxed{{42}}"]
-
+Write ONE Python module defining ONE class whose name ends in `Env` and subclasses TextEnv:
+setup() builds the hidden state from self.rng and returns the task text; play(move) gets the
+text inside one \\boxed{{...}} and returns (feedback, reward, done); solution() returns moves
+that win this instance. The format, on a different game (do not copy it):
+```python
+{FORMAT_EXAMPLE}```
 Rules: all randomness from self.rng (each seed a different instance); the task must need
 several turns of interaction (hidden state revealed by feedback); the episode must end within
 25 turns whatever is played (limit guesses or actions); reward 1.0 only for full success,
 partial credit in (0, 1) when the episode ends partly right, 0 otherwise; invalid moves get a
 helpful message, never an exception; no file, network, os or sys access, no printing.
 {_prelude(("TextEnv",))}
-{_NEAR_MISSES}"""
+{_NEAR_MISSES.format(returns="play returning anything but (feedback, reward, done)")}"""
 
 TOOL_CONTRACT = f"""\
 Write ONE Python module defining ONE class whose name ends in `Env`:
 
-    from spade.envs import ToolUseEnv, ToolError
-
     class SomethingEnv(ToolUseEnv):
         skill = "<skill>"
-        def setup(self) -> str: ...          # build hidden state (a small database, an API) from self.rng; return the task
+
+        def setup(self) -> str:
+            # build hidden state (a small database, an API) from self.rng; return the task
+            self.stock = {{"a": self.rng.randint(1, 9)}}
+            return "How many items of a are in stock?"
+
         def tool_lookup(self, key: str) -> dict:
             \"\"\"What the tool does.
 
             Args:
                 key: what it means
             \"\"\"
-        def check_answer(self, answer: str) -> float: ...  # 1.0 right, partial credit in (0, 1), else 0
-        def solution(self) -> list[str]: ...  # tool calls then the answer, e.g.
-            # ['<tool_call>{{"name": "lookup", "arguments": {{"key": "a"}}}}</tool_call>', '<answer>7</answer>']
+            if key not in self.stock:
+                raise ToolError(f"no item {{key}}")
+            return {{"count": self.stock[key]}}
+
+        def check_answer(self, answer: str) -> float:
+            # 1.0 right, partial credit in (0, 1), else 0
+            return 1.0 if answer.strip() == str(self.stock["a"]) else 0.0
+
+        def solution(self) -> list[str]:
+            # tool calls then the answer
+            return ['<tool_call>{{"name": "lookup", "arguments": {{"key": "a"}}}}</tool_call>',
+                    f"<answer>{{self.stock['a']}}</answer>"]
 
 Rules: the task must need several tool calls whose results the agent cannot guess; raise
 ToolError for bad requests (the agent sees the message); all randomness from self.rng (each
 seed a different instance); no file, network, os or sys access, no printing.
 {_prelude(("ToolUseEnv", "ToolError"))}
-{_NEAR_MISSES}"""
+{_NEAR_MISSES.format(returns="check_answer returning anything but a float")}"""
+
+
+def contract_references(tool_use: bool) -> list[dict[str, str]]:
+    """Designs every attempt must not copy because its contract shows them (the game format
+    example); ``{"name", "code"}`` as :attr:`DesignAttempt.references` holds them."""
+    return [] if tool_use else [{"name": "format_example", "code": FORMAT_EXAMPLE}]
+
 
 _ROLE = (
     "You design training environments for a reasoning agent. An environment is an "

@@ -72,3 +72,18 @@ def test_rollouts_bench_quick_compares_transformers_and_llamacpp(
     assert behaviour["tokens"] == results["llama.cpp"]["design_tokens"]
     assert 0 < behaviour["min"] <= behaviour["mean"] <= behaviour["max"]
     assert "not measured" in data["vllm_cpu"]
+
+
+@pytest.mark.sandbox
+def test_designs_bench_quick_counts_every_attempt_per_variant(
+    tmp_path: Path, smol_env: Path
+) -> None:
+    data = _run_bench("designs.py", tmp_path / "designs.json", 600)
+    rows = data["rows"]
+    assert [r["variant"] for r in rows] == ["write-bare", "edit-repair"]
+    for r in rows:
+        assert r["attempts"] == data["settings"]["attempts"] == len(r["designs"])
+        assert sum(r["final_kinds"].values()) == r["attempts"]
+        assert 0 <= r["novel"] <= r["accepted"] <= r["attempts"] and r["minutes"] > 0
+        assert r["after_repair"] <= r["accepted"]
+    assert {d["strategy"] for d in rows[0]["designs"]} == {"write"}

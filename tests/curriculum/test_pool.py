@@ -205,3 +205,22 @@ def test_a_configured_pool_is_seeded_less_the_held_out_ones(tmp_path):
         cfg = _cfg(**{"memory.seed_pool": str(tmp_path), "designer.strategy": strategy,
                       "run.heldout_envs": [str(held)]})  # fmt: skip
         assert [r.env_id for r in seed_records(cfg)] == ["a"]
+
+
+def test_a_held_out_path_that_does_not_exist_is_an_error_not_a_leak(tmp_path, monkeypatch):
+    """A relative held-out path read from another working directory finds nothing: leaving
+    nothing out would show the held-out environment to the designer."""
+    from spade.config import load_config
+    from spade.curriculum.pool import seed_records
+    from spade.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(
+        None,
+        {
+            "designer.strategy": "edit",
+            "run.heldout_envs": ["spade/envs/examples/code_breaker.py"],
+        },
+    )
+    with pytest.raises(ConfigError, match="neither a file nor a folder"):
+        seed_records(cfg)

@@ -22,6 +22,7 @@ from spade.curriculum.memory import EnvironmentMemory, MemoryRecord
 from spade.curriculum.pool import import_pool, seed_records
 from spade.designer.corpus import Corpus
 from spade.designer.designer import DesignAttempt, design_batch, env_id_for, hint_designs
+from spade.designer.prompts import FORMAT_EXAMPLE
 from spade.envs.examples import code_breaker
 from spade.inference.factory import open_backend
 from spade.sandbox.policy import load_policy
@@ -171,6 +172,10 @@ def document_of(prompt: str) -> str:
 @pytest.fixture
 def corpus(tmp_path) -> Path:
     return write_corpus(tmp_path / "corpus.jsonl")
+
+
+# every game attempt must not copy the contract's format example either
+FORMAT = [{"name": "format_example", "code": FORMAT_EXAMPLE}]
 
 
 def serve(script: Script) -> FakeOpenAIServer:
@@ -517,7 +522,7 @@ def test_edit_prompts_hold_the_parents_whole_code_and_the_document(corpus):
         assert f"```python\n{parent}\n```" in prompt  # whole
         assert f"<document>\nDOC{a.doc_id[3:]}" in prompt
         assert "Turn it into a NEW environment" in prompt and f'skill = "{a.skill}"' in prompt
-        assert a.references == [{"name": a.parent_id, "code": parent}]
+        assert a.references == [*FORMAT, {"name": a.parent_id, "code": parent}]
     assert all("class CodeBreakerEnv" not in p for p in design_requests(server))  # held out
 
 
@@ -528,7 +533,7 @@ def test_edit_without_a_parent_that_fits_writes_and_says_so(corpus):
         memory.extend(seed_records(cfg))
         (attempt,) = run(cfg, memory)
     (prompt,) = design_requests(server)
-    assert (attempt.strategy, attempt.parent_id, attempt.references) == ("write", None, [])
+    assert (attempt.strategy, attempt.parent_id, attempt.references) == ("write", None, FORMAT)
     assert "Turn it into a NEW environment" not in prompt and "Good earlier design" not in prompt
 
 
@@ -539,7 +544,7 @@ def test_write_attempts_carry_their_examples_as_references(corpus):
         (attempt,) = run(config(server, corpus, attempts_per_slot=1, repair_turns=0), memory)
     shown = (EXAMPLES / "polynomial_probe.py").read_text()
     assert (attempt.strategy, attempt.parent_id) == ("write", None)
-    assert attempt.references == [{"name": "polynomial_probe", "code": shown}]
+    assert attempt.references == [*FORMAT, {"name": "polynomial_probe", "code": shown}]
 
 
 # ----------------------------------------------------------------------------- (f) repair
@@ -571,7 +576,9 @@ def test_a_repair_turn_sends_the_failure_back_and_trains_on_the_first_answer(cor
         assert att.to_dict()["accepted_after_repair"] is True
     assert infeasible.first_code == BACKWARDS and infeasible.first_failure_kind == "infeasible"
     assert no_code.first_code is None and no_code.first_failure_kind == "parse"
-    conversation = next(c for c in repair_requests(server) if MATH in c[1]["content"])
+    conversation = next(
+        c for c in repair_requests(server) if f"Target skill: {MATH}" in c[1]["content"]
+    )
     assert conversation[:2] == infeasible.messages
     assert conversation[2] == {"role": "assistant", "content": fenced(BACKWARDS)}
     feedback = conversation[3]["content"]
@@ -582,7 +589,9 @@ def test_a_repair_turn_sends_the_failure_back_and_trains_on_the_first_answer(cor
         conversation[3],
         {"role": "assistant", "content": fenced(CODE_BREAKER)},
     ]
-    parse = next(c for c in repair_requests(server) if LOGIC in c[1]["content"])[3]["content"]
+    parse = next(c for c in repair_requests(server) if f"Target skill: {LOGIC}" in c[1]["content"])[
+        3
+    ]["content"]
     assert "could not be used (parse): the completion contains no Python code block" in parse
 
 
@@ -605,7 +614,7 @@ def test_a_copy_of_an_example_shown_is_rejected_as_a_duplicate(corpus):
     with serve(Script({LOGIC: [fenced(CODE_BREAKER)]})) as server:
         cfg = config(server, corpus, envs_per_round=2, attempts_per_slot=1)
         _, copied = run(cfg, memory)
-    assert copied.references == [{"name": "code_breaker", "code": CODE_BREAKER}]
+    assert copied.references == [*FORMAT, {"name": "code_breaker", "code": CODE_BREAKER}]
     assert copied.failure_kind == "duplicate" and "code_breaker" in (copied.failure_reason or "")
     assert copied.repairs == 1 and copied.first_failure_kind == "duplicate"  # repeated itself
 
@@ -631,3 +640,22 @@ def test_a_repair_that_repeats_its_answer_keeps_the_verdict_unverified_again(cor
     assert attempt.code == BACKWARDS and attempt.failure_kind == "infeasible"
     assert attempt.verdict is not None and attempt.verdict["failed_check"] == "feasibility"
     assert not attempt.accepted and attempt.first_failure_kind == "infeasible"
+
+
+@pytest.mark.sandbox
+def test_a_copy_of_the_contracts_format_example_is_a_duplicate(corpus):
+    """The game contract shows one whole game; copying it is not designing."""
+    with serve(Script({MATH: [fenced(FORMAT_EXAMPLE)]})) as server:
+        (attempt,) = run(config(server, corpus, attempts_per_slot=1, repair_turns=0))
+    assert attempt.references == FORMAT
+    assert attempt.failure_kind == "duplicate" and "format_example" in (
+        attempt.failure_reason or ""
+    )
+
+
+@pytest.mark.sandbox
+def test_the_format_example_passes_the_verifier():
+    """The contract's example is a real environment of the contract (else it teaches errors)."""
+    from spade.verify import verify
+
+    assert verify(FORMAT_EXAMPLE).accepted

@@ -84,7 +84,8 @@ def test_a_rejected_design_is_repaired_verified_and_settled_and_a_rerun_reuses_i
         assert (maths["first_failure_kind"], maths["first_code"]) == ("infeasible", BACKWARDS)
         assert maths["token_ids"] == [ord(c) for c in fenced(BACKWARDS)]  # the first answer's
         assert logic["accepted"] and not logic["accepted_after_repair"]
-        assert all(r["references"] == [] for r in rows)  # an empty memory showed nothing
+        # an empty memory showed nothing: only the contract's format example is a reference
+        assert all([r["name"] for r in row["references"]] == ["format_example"] for row in rows)
         evaluations = read_jsonl(cs, cs.layout.stage_key(0, "evaluate", "evaluations.jsonl"))
         assert {e["env_id"] for e in evaluations} == {
             env_id_for(CODE_BREAKER),

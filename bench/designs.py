@@ -1,0 +1,213 @@
+"""Novel acceptance: how many design attempts pass the verifier and are new, per designer variant.
+
+One model and backend, one batch of ``--attempts`` design slots (one attempt each, the same
+seeded documents for every variant), and for each variant of the designer:
+
+- ``write-bare``: the paper's strategy with an empty memory (no examples in the prompt);
+- ``write-examples``: the memory seeded with the bundled examples that are not held out (whole
+  examples only, framed as format not to copy);
+- ``write-repair``: as ``write-examples`` with one repair turn (the verifier's named failure back
+  to the model once);
+- ``edit``: ACCEL-style editing of a whole parent from the same pool into a variant on the
+  document;
+- ``edit-repair``: ``edit`` with one repair turn.
+
+Accepted designs passed every check, ``novelty`` included (no near-verbatim copy and no
+behavioural duplicate of the parent or the examples shown). As a second line of defence the
+table also counts accepted designs whose normalised source is at least ``max_similarity`` to
+ANY bundled example (held-out ones included, shown or not): those are not counted as novel.
+
+The figure the demo's choice rests on is **novel accepted designs per minute** (wall time of
+generation, verification, repair and hints, on this machine). Benchmarks report; they do not
+assert. JSON goes to ``bench/results/designs-<model>.json``.
+
+Usage: ``.venv/bin/python bench/designs.py [--model ALIAS] [--attempts 16] [--variants a,b]``
+(``--quick``: SmolLM2, 2 attempts, two variants; the smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
+from rich.console import Console
+from rich.table import Table
+
+from spade.config import CampaignConfig, load_config
+from spade.designer.corpus import Corpus
+from spade.designer.designer import DesignAttempt, design_batch
+from spade.envs.examples import example_paths
+from spade.inference.factory import open_backend
+from spade.sandbox.policy import load_policy
+from spade.verify.novelty import similarity, source_tokens
+from spade.workflows import load_memory
+
+RESULTS = Path(__file__).resolve().parent / "results"
+EXAMPLES = str(Path(example_paths()[0]).parent)
+
+
+def _variant(strategy: str, examples: bool, repair: int) -> dict[str, Any]:
+    return {
+        "designer.strategy": strategy,
+        "memory.seed_pool": EXAMPLES if examples else None,
+        "designer.repair_turns": repair,
+    }
+
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "write-bare": _variant("write", False, 0),
+    "write-examples": _variant("write", True, 0),
+    "write-repair": _variant("write", True, 1),
+    "edit": _variant("edit", True, 0),
+    "edit-repair": _variant("edit", True, 1),
+}
+# the demo's held-out environments (absolute: the bench runs from bench/), never shown
+HELDOUT = [
+    str(Path(EXAMPLES) / f"{n}.py") for n in ("code_breaker", "maze_walk", "sequence_oracle")
+]
+
+
+def base_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings every variant shares: the demo's designer budget on ``--attempts`` slots."""
+    return {
+        "name": "bench-designs",
+        "seed": args.seed,
+        "model.name_or_path": args.model,
+        "inference.backend": args.backend,
+        "inference.request_timeout_s": 3600.0,
+        "corpus.path": "builtin:wiki",
+        "corpus.max_words_games": 120,
+        "designer.envs_per_round": args.attempts,
+        "designer.attempts_per_slot": 1,
+        "designer.max_tokens": args.max_tokens,
+        "designer.active_skills": 3,
+        "sandbox.workers": 2,
+        "run.heldout_envs": HELDOUT,
+        "training.lora.enabled": True,  # the llama.cpp backend serves trained weights as LoRA
+    }
+
+
+def variant_config(args: argparse.Namespace, name: str) -> CampaignConfig:
+    return load_config(None, base_config(args) | VARIANTS[name])
+
+
+def pool_copies(attempts: list[DesignAttempt], threshold: float) -> list[float]:
+    """Each accepted design's highest normalised source similarity to any bundled example."""
+    refs = [source_tokens(p.read_text(), 6000) for p in example_paths()]
+    out = []
+    for a in attempts:
+        if a.accepted and a.code:
+            mine = source_tokens(a.code, 6000)
+            out.append(max((similarity(mine, r) for r in refs), default=0.0))
+    return out
+
+
+async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str, Any]:
+    policy = load_policy(cfg.sandbox.policy_path)
+    memory = load_memory(cfg)
+    started = time.perf_counter()
+    attempts = await design_batch(backend, Corpus.load(cfg.corpus), memory, cfg, policy)
+    minutes = (time.perf_counter() - started) / 60
+    threshold = cfg.sandbox.verify.max_similarity
+    sims = pool_copies(attempts, threshold)
+    accepted = sum(a.accepted for a in attempts)
+    novel = sum(s < threshold for s in sims)
+    kinds = Counter(a.failure_kind or "accepted" for a in attempts)
+    first = Counter((a.first_failure_kind or a.failure_kind or "accepted") for a in attempts)
+    return {
+        "variant": name,
+        "attempts": len(attempts),
+        "accepted": accepted,
+        "after_repair": sum(a.accepted_after_repair for a in attempts),
+        "novel": novel,
+        "novel_share": novel / len(attempts) if attempts else 0.0,
+        "minutes": minutes,
+        "novel_per_min": novel / minutes if minutes else 0.0,
+        "tokens": sum(len(a.token_ids) for a in attempts),
+        "final_kinds": dict(kinds),
+        "first_kinds": dict(first),
+        "max_pool_similarity": sims,
+        "strategies": dict(Counter(a.strategy for a in attempts)),
+        "designs": [
+            {
+                "slot": a.slot,
+                "skill": a.skill,
+                "strategy": a.strategy,
+                "parent": a.parent_id,
+                "accepted": a.accepted,
+                "repaired": a.accepted_after_repair,
+                "failure": a.failure_kind,
+                "reason": (a.failure_reason or "")[:300],
+                "first_failure": a.first_failure_kind,
+                "code": a.code,
+            }
+            for a in attempts
+        ],
+    }
+
+
+def show(console: Console, model: str, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=f"Novel acceptance: {model}", title_justify="left")
+    cols = ("variant", "tries", "acc", "repaired", "novel", "share", "min", "nov/min")
+    for col in cols:
+        table.add_column(col, justify="right" if col != "variant" else "left")
+    for r in rows:
+        table.add_row(
+            r["variant"], str(r["attempts"]), str(r["accepted"]), str(r["after_repair"]),
+            str(r["novel"]), f"{r['novel_share']:.0%}", f"{r['minutes']:.1f}",
+            f"{r['novel_per_min']:.2f}",
+        )  # fmt: skip
+    console.print(table)
+    for r in rows:
+        console.print(f"{r['variant']}: first answers {r['first_kinds']}; final {r['final_kinds']}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    console = Console()
+    names = args.variants.split(",") if args.variants else list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {list(VARIANTS)}")
+    rows = []
+    async with open_backend(variant_config(args, names[0])) as backend:
+        for name in names:
+            console.print(f"[bold]{name}[/] ...")
+            rows.append(await run_variant(backend, variant_config(args, name), name))
+            show(console, args.model, rows[-1:])
+            write_json(args.out, _report(args, rows))
+    show(console, args.model, rows)
+    console.print(f"JSON: {args.out}")
+
+
+def _report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    settings = vars(args) | {"out": str(args.out)}
+    return {"machine": machine() | {"timestamp": timestamp()}, "settings": settings, "rows": rows}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    p.add_argument("--backend", default="llamacpp", choices=["llamacpp", "transformers"])
+    p.add_argument("--attempts", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=1200)
+    p.add_argument("--seed", type=int, default=0)
+    known = ", ".join(VARIANTS)
+    p.add_argument("--variants", default="", help=f"comma-separated subset of: {known}")
+    p.add_argument("--quick", action="store_true", help="SmolLM2, 2 attempts, 2 variants")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.model, args.attempts, args.max_tokens = "smollm2-135m-instruct", 2, 64
+        args.variants = args.variants or "write-bare,edit-repair"
+    if args.out is None:
+        args.out = RESULTS / f"designs-{args.model}.json"
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
