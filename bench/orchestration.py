@@ -144,7 +144,7 @@ class Clock:
 @contextlib.contextmanager
 def instrumented(clock: Clock) -> Iterator[None]:
     """Time what runs outside every stage record: the flow's bookkeeping calls and the task
-    bodies' backend handling in flows.round, the tasks' cache keys, and Prefect walking task
+    bodies' backend handling in flows/, the tasks' cache keys, and Prefect walking task
     parameters (``visit_collection``: finding upstream futures in, and resolving, every
     argument of every task call); the stages themselves are untouched."""
     import prefect.flow_engine
@@ -155,13 +155,14 @@ def instrumented(clock: Clock) -> Iterator[None]:
     from prefect.utilities.collections import visit_collection
 
     import flows.round as rf
+    from flows import design_tasks, pool_tasks
 
     with contextlib.ExitStack() as stack:
         for name in BOOKKEEPING:
             stack.enter_context(mock.patch.object(rf, name, clock.timed(name, getattr(rf, name))))
-        stack.enter_context(
-            mock.patch.object(rf, "shared_backend", clock.timed_backend(rf.shared_backend))
-        )
+        timed_backend = clock.timed_backend(rf.shared_backend)
+        for module in (rf, design_tasks, pool_tasks):  # every module whose tasks use a backend
+            stack.enter_context(mock.patch.object(module, "shared_backend", timed_backend))
         for name, policy in (("cache_key_stage", rf.StageKey), ("cache_key_source", TaskSource)):
             timed = clock.timed(name, policy.compute_key)
             stack.enter_context(mock.patch.object(policy, "compute_key", timed))
