@@ -10,6 +10,7 @@ middle is what a small model copies.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 
 from spade.curriculum.memory import MemoryRecord
@@ -67,13 +68,7 @@ FORMAT_EXAMPLE = """class GuessEnv(TextEnv):
         return ["\\\\boxed{" + str(self.secret) + "}"]
 """
 
-GAME_CONTRACT = f"""\
-Write ONE Python module defining ONE class whose name ends in `Env` and subclasses TextEnv:
-setup() builds the hidden state from self.rng and returns the task text; play(move) gets the
-text inside one \\boxed{{...}} and returns (feedback, reward, done); solution() returns moves
-that win this instance. The format, on a different game (do not copy it):
-```python
-{FORMAT_EXAMPLE}```
+_GAME_RULES = f"""\
 Rules: all randomness from self.rng (each seed a different instance); the task must need
 several turns of interaction (hidden state revealed by feedback); the episode must end within
 25 turns whatever is played (limit guesses or actions); reward 1.0 only for full success,
@@ -81,6 +76,22 @@ partial credit in (0, 1) when the episode ends partly right, 0 otherwise; invali
 helpful message, never an exception; no file, network, os or sys access, no printing.
 {_prelude(("TextEnv",))}
 {_NEAR_MISSES.format(returns="play returning anything but (feedback, reward, done)")}"""
+
+_GAME_SHAPE = """\
+Write ONE Python module defining ONE class whose name ends in `Env` and subclasses TextEnv:
+setup() builds the hidden state from self.rng and returns the task text; play(move) gets the
+text inside one \\boxed{...} and returns (feedback, reward, done); solution() returns moves
+that win this instance."""
+
+GAME_CONTRACT = f"""\
+{_GAME_SHAPE} The format, on a different game (do not copy it):
+```python
+{FORMAT_EXAMPLE}```
+{_GAME_RULES}"""
+
+# What an edit is told of the contract: the parent it edits shows the format, so the format
+# example (a second thing to copy, ~250 tokens) is left out.
+GAME_EDIT_CONTRACT = f"{_GAME_SHAPE}\n{_GAME_RULES}"
 
 TOOL_CONTRACT = f"""\
 Write ONE Python module defining ONE class whose name ends in `Env`:
@@ -147,10 +158,11 @@ def _example_block(title: str, ex: Example) -> str:
     return f"### {title} ({', '.join(stats)})\n```python\n{ex.code_head}\n```"
 
 
-def _opening(document: str, skill: str, tool_use: bool) -> list[str]:
+def _opening(document: str, skill: str, tool_use: bool, *, edit: bool = False) -> list[str]:
+    game = GAME_EDIT_CONTRACT if edit else GAME_CONTRACT
     return [
         _ROLE,
-        TOOL_CONTRACT if tool_use else GAME_CONTRACT,
+        TOOL_CONTRACT if tool_use else game,
         f"Target skill: {skill} ({SKILL_DESCRIPTIONS.get(skill, skill)}). The best environments "
         "are hard enough that the agent often fails without help, yet clearly solvable.",
         f"Ground the environment in this document (use its entities, facts or numbers):\n"
@@ -195,16 +207,43 @@ def edit_prompt(
     document: str, skill: str, *, tool_use: bool, parent: Example
 ) -> list[dict[str, str]]:
     """Chat messages asking to mutate ``parent`` (a whole, working environment) into a new one
-    grounded on ``document`` for ``skill`` (the edit strategy: ACCEL's level editing)."""
-    parts = _opening(document, skill, tool_use)
+    grounded on ``document`` for ``skill`` (the edit strategy: ACCEL's level editing).
+
+    Small models keep the parent's class and drop the lines above it, then fail on a name the
+    class uses (``NameError: _QUERY``): the module-level names the parent defines are named.
+    """
+    parts = _opening(document, skill, tool_use, edit=True)
+    parts.append(
+        f"Here is a working environment that passes every check:\n```python\n{parent.code_head}\n```"
+    )
+    if names := module_level_names(parent.code_head):
+        listed = ", ".join(names)
+        parts.append(f"Its class uses what the module defines above it ({listed}): keep those.")
     parts += [
-        f"Here is a working environment that passes every check:\n```python\n{parent.code_head}\n```",
         "Turn it into a NEW environment about the document: keep its structure and the contract,"
         " but give it a new theme, names and numbers from the document, new hidden state and new"
         f' rules or feedback, and skill = "{skill}". A renamed copy is rejected as a duplicate.',
         _ANSWER,
     ]
     return _messages(parts)
+
+
+def module_level_names(code: str) -> list[str]:
+    """Names a module binds at its top level besides its classes and imports (constants,
+    helper functions), in order; none when the code does not parse. Only parsed, never run."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):  # a broken parent names nothing (it is not shown anyway)
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return list(dict.fromkeys(names))
 
 
 def repair_message(

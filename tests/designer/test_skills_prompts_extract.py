@@ -10,7 +10,9 @@ from spade.config import COGNITIVE_SKILLS, TOOL_SKILLS
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.extract import clean_hint, extract_code, leaks_solution
 from spade.designer.prompts import (
+    FORMAT_EXAMPLE,
     GAME_CONTRACT,
+    GAME_EDIT_CONTRACT,
     TOOL_CONTRACT,
     design_prompt,
     edit_prompt,
@@ -158,7 +160,7 @@ def test_edit_prompt_holds_the_whole_parent_the_document_and_the_skill():
     assert (
         f"```python\n{parent.code_head}\n```" in text and f"<document>\n{doc}\n</document>" in text
     )
-    assert GAME_CONTRACT in text and "Target skill: optimization" in text
+    assert GAME_EDIT_CONTRACT in text and "Target skill: optimization" in text
     assert 'skill = "optimization"' in text and "rejected as a duplicate" in text
     assert text.index("<document>") < text.index("ParentEnv") < text.index("Turn it into")
     assert TOOL_CONTRACT in _user(edit_prompt(doc, "data_retrieval", tool_use=True, parent=parent))
@@ -307,3 +309,17 @@ def test_clean_hint_bounds_the_length():
 )
 def test_leaks_solution(hint, solution, leaks):
     assert leaks_solution(hint, solution) is leaks
+
+
+def test_edit_prompts_name_the_parents_module_level_definitions():
+    """Small models keep an edited parent's class and drop the constants above it."""
+    from spade.designer.prompts import edit_prompt, module_level_names
+
+    code = "import re\n_QUERY = re.compile('x')\ndef _helper():\n    return 1\nclass AEnv(TextEnv):\n    pass\n"
+    assert module_level_names(code) == ["_QUERY", "_helper"]
+    assert module_level_names("class (:") == []
+    parent = MemoryRecord("p", "optimization", code, None, None)
+    text = _user(edit_prompt("doc", "optimization", tool_use=False, parent=parent))
+    assert "(_QUERY, _helper): keep those" in text
+    assert FORMAT_EXAMPLE not in text  # the parent shows the format; no second thing to copy
+    assert FORMAT_EXAMPLE in _user(design_prompt("doc", "optimization", tool_use=False))
