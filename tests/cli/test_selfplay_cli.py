@@ -190,6 +190,7 @@ def test_evaluate_hints_that_leak_the_solution_are_retried_then_dropped(tmp_path
 def test_design_shows_strategy_and_repairs_and_writes_them(tmp_path):
     """``spade design`` with the edit strategy (the bundled examples as the pool, one held
     out) and a design that is accepted only after its repair turn."""
+    from spade.designer.prompts import contract_references
     from tests.designer.test_design_batch import (
         BACKWARDS,
         CODE_BREAKER,
@@ -229,8 +230,12 @@ def test_design_shows_strategy_and_repairs_and_writes_them(tmp_path):
     assert (maths["strategy"], maths["parent_id"]) == ("edit", "polynomial_probe")
     assert maths["accepted_after_repair"] and maths["first_failure_kind"] == "infeasible"
     assert logic["accepted"] and not logic["accepted_after_repair"] and logic["parent_id"]
+    # the contract's format example is a reference of every game design, then the parent
     assert all(
         r["references"]
-        == [{"name": r["parent_id"], "code": (EXAMPLES / f"{r['parent_id']}.py").read_text()}]
+        == [
+            *contract_references(tool_use=False),
+            {"name": r["parent_id"], "code": (EXAMPLES / f"{r['parent_id']}.py").read_text()},
+        ]
         for r in rows
     )
