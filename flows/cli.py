@@ -12,6 +12,8 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +23,7 @@ from rich.live import Live
 
 from spade.cli import app
 from spade.cli.campaign import status as status_command
-from spade.cli.progress import CampaignProgress
+from spade.cli.progress import CampaignProgress, StageLog
 from spade.config import CampaignConfig, load_config
 from spade.errors import SpadeError
 from spade.pipeline.campaign import new_campaign_id, saved_config
@@ -34,6 +36,7 @@ PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
 # sys.stdout
 console = Console(file=sys.stdout, soft_wrap=True)
 err = Console(stderr=True)
+_LOG_POLL_S = 5.0  # how often the stage log (output that is not a terminal) reads the store
 
 
 def _fail(exc: BaseException) -> typer.Exit:
@@ -61,8 +64,28 @@ def _run_campaign(cfg: CampaignConfig, cid: str, rounds: int | None, live: bool)
 
     if not live:
         return asyncio.run(go())
+    if not console.is_terminal:  # a log or a pipe gets a line per stage, not one final table
+        return _with_stage_log(StageLog(view, console.print), go)
     with Live(view, console=console, refresh_per_second=2, redirect_stderr=True):
         return asyncio.run(go())
+
+
+def _with_stage_log(log: StageLog, go: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run the campaign while a thread prints each stage as it commits."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(_LOG_POLL_S):
+            log.step()
+
+    watcher = threading.Thread(target=watch, name="spade-stage-log", daemon=True)
+    watcher.start()
+    try:
+        return asyncio.run(go())
+    finally:
+        stop.set()
+        watcher.join()
+        log.step()  # the stages that committed since the last poll
 
 
 def _finish(cfg: CampaignConfig, cid: str, state: Any) -> None:

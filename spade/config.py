@@ -346,6 +346,14 @@ class EvaluationConfig(_Section):
         description="A terminated episode whose last reward is at least this is a win.",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Base seed of environment instances.")
+    action_format: Literal["strict", "lenient"] = Field(
+        "strict",
+        description="How a reply becomes an action. strict (the reference): only \\boxed{}"
+        " moves and <tool_call>/<answer> blocks; a reply without them is sent whole and gets"
+        " the environment's format message. lenient: such a reply's last line is the move, or"
+        " its JSON objects naming a tool are the calls (small models that know the move but"
+        " not the format; the trained tokens are the reply as written).",
+    )
     max_parallel_episodes: int = Field(
         64,
         ge=1,

@@ -1,21 +1,35 @@
-"""Turning an agent's reply into the action sent to ``step()``."""
+"""Turning an agent's reply into the action sent to ``step()``.
+
+Two formats, by ``evaluation.action_format``. ``strict`` (the reference): only the protocol's
+blocks count. ``lenient`` also reads the plain intent a small model writes without them: a
+game reply with no ``\\boxed{}`` is its last non-empty line as the move; a tool-use reply with
+no ``<tool_call>`` or ``<answer>`` block is its JSON objects that name a tool (bare, or in a
+```json fence) as calls. Only the action changes: the trained tokens are the reply as written.
+"""
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Literal
 
 from spade.envs.actions import extract_all_boxed
 
+ActionFormat = Literal["strict", "lenient"]
+
 _TOOL_OR_ANSWER = re.compile(r"<tool_call>.*?</tool_call>|<answer>.*?</answer>", re.DOTALL)
+_DECODER = json.JSONDecoder()
 
 
-def extract_action(text: str, *, tool_use: bool) -> str:
+def extract_action(text: str, *, tool_use: bool, action_format: ActionFormat = "strict") -> str:
     """The action in ``text``.
 
     Games: the last ``\\boxed{...}`` (re-wrapped, so the environment parses it as always).
     Tool use: every ``<tool_call>`` block in order, or the ``<answer>`` if there is no call.
-    Without any of these the whole reply goes to the environment, which answers it with its
-    invalid-format message (that is part of what the agent learns).
+    Without any of these, ``strict`` sends the whole reply to the environment, which answers it
+    with its invalid-format message (that is part of what the agent learns); ``lenient`` reads
+    the reply as the module docstring says, and sends the whole reply only when that finds
+    nothing either.
     """
     if tool_use:
         blocks = _TOOL_OR_ANSWER.findall(text)
@@ -24,6 +38,30 @@ def extract_action(text: str, *, tool_use: bool) -> str:
             return "\n".join(calls)
         if blocks:
             return blocks[-1]
+        if action_format == "lenient" and (bare := bare_tool_calls(text)):
+            return "\n".join(f"<tool_call>{call}</tool_call>" for call in bare)
         return text
     boxed = extract_all_boxed(text)
-    return "\\boxed{" + boxed[-1] + "}" if boxed else text
+    if boxed:
+        return "\\boxed{" + boxed[-1] + "}"
+    if action_format == "lenient" and (lines := [ln.strip() for ln in text.splitlines()]):
+        last = next((ln for ln in reversed(lines) if ln), "")
+        return "\\boxed{" + last + "}" if last else text
+    return text
+
+
+def bare_tool_calls(text: str) -> list[str]:
+    """JSON objects in ``text`` with a string ``name``, re-serialised, in order (a JSON value
+    that does not parse is skipped: the model's prose is full of braces)."""
+    calls: list[str] = []
+    pos = text.find("{")
+    while pos != -1:
+        try:  # raw_decode: a valid object starting here, or ValueError (prose, bad JSON)
+            value, end = _DECODER.raw_decode(text, pos)
+        except ValueError:
+            pos = text.find("{", pos + 1)
+            continue
+        if isinstance(value, dict) and isinstance(value.get("name"), str):
+            calls.append(json.dumps(value))
+        pos = text.find("{", end)
+    return calls

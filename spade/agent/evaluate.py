@@ -62,6 +62,7 @@ def rollout_settings(cfg: CampaignConfig) -> RolloutSettings:
         max_context_tokens=cfg.model.max_context_tokens,
         max_parallel=ev.max_parallel_episodes,
         seed=cfg.seed,
+        action_format=ev.action_format,
     )
 
 

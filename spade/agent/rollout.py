@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from spade.agent.actions import extract_action
+from spade.agent.actions import ActionFormat, extract_action
 from spade.agent.prompts import system_prompt
 from spade.agent.trajectory import Trajectory, Turn
 from spade.inference.base import (
@@ -57,6 +57,7 @@ class RolloutSettings:
     # in-process backend must then generate each request alone, so they are opt-in.
     seeded_sampling: bool = False
     model: str | None = None  # adapter / model name to request (None: backend default)
+    action_format: ActionFormat = "strict"  # see spade.agent.actions
 
 
 T = TypeVar("T")
@@ -86,9 +87,12 @@ class _Pools:
     """Started sessions per environment, waiting for their next episode, and the threads
     their blocking jail calls run in (one per live episode, so none waits for another)."""
 
-    def __init__(self, policy: SandboxPolicy, max_turns: int, threads: int) -> None:
+    def __init__(
+        self, policy: SandboxPolicy, max_turns: int, threads: int, action_format: ActionFormat
+    ) -> None:
         self.policy = policy
         self.max_turns = max_turns
+        self.action_format = action_format  # how replies become actions (spade.agent.actions)
         self.idle: dict[str, list[JailedSession]] = {}
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spade-env")
 
@@ -139,7 +143,9 @@ async def run_episodes(
     Deterministic given the backend's answers: each episode's turns go in order, and episodes
     are started, advanced and released in job order whatever order their steps finish in.
     """
-    pools = _Pools(policy or load_policy(), settings.max_turns, settings.max_parallel)
+    pools = _Pools(
+        policy or load_policy(), settings.max_turns, settings.max_parallel, settings.action_format
+    )
     pending = deque(enumerate(jobs))
     live: list[_Live] = []
     results: list[Trajectory | None] = [None] * len(jobs)
@@ -240,7 +246,9 @@ async def _step(ep: _Live, completion: Completion | None, pools: _Pools) -> _Ste
     """Step the episode's environment with the reply's action (None: nothing to step)."""
     if completion is None or completion.failure is not None:
         return None
-    action = extract_action(completion.text, tool_use=ep.job.tool_use)
+    action = extract_action(
+        completion.text, tool_use=ep.job.tool_use, action_format=pools.action_format
+    )
     return await pools.call(_timed_step, ep.session, action)
 
 

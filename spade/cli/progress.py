@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich import box
@@ -134,3 +135,42 @@ class CampaignProgress:
         elapsed = Text(f"elapsed {time.monotonic() - self.started:,.0f} s", style="dim")
         total = "until stopped" if self.rounds == 0 else str(self.rounds)
         return Group(table, Text(f"rounds planned: {total}", style="dim"), elapsed)
+
+
+_DETAIL: dict[str, tuple[tuple[str, str], ...]] = {
+    # what a committed stage adds to its line: (row field, label)
+    "verify": (("designs_accepted", "accepted"), ("designs_rejected", "rejected")),
+    "pool": (("pool_envs", "pool environments"),),
+    "evaluate": (("plays", "plays"), ("win_rate", "win"), ("hinted_win_rate", "hinted")),
+    "score": (("regret", "regret"), ("designer_spread", "reward spread")),
+    "train_agent": (("train_loss", "loss"),),
+    "train_designer": (("designer_loss", "loss"),),
+    "publish": (("weights", "weights"),),
+}
+
+
+class StageLog:
+    """The live view as lines, for output that is not a terminal (a log file, CI, a pipe):
+    a line per stage as it commits, with what it did. ``step()`` polls; call it every few
+    seconds and once at the end."""
+
+    def __init__(self, view: CampaignProgress, emit: Callable[[str], None]) -> None:
+        self.view, self.emit = view, emit
+        self._seen: dict[int, set[str]] = {}
+
+    def step(self) -> None:
+        for row in self.view.poll():
+            seen = self._seen.setdefault(row["round"], set())
+            for stage in row["done"]:
+                if stage not in seen:
+                    seen.add(stage)
+                    self.emit(self.line(row, stage))
+
+    def line(self, row: dict[str, Any], stage: str) -> str:
+        elapsed = time.monotonic() - self.view.started
+        parts = [f"{label} {cell(field, row)}" for field, label in _DETAIL.get(stage, ())]
+        role = {"train_agent": "agent", "train_designer": "designer"}.get(stage)
+        if role and row.get(f"{role}_skipped"):  # a training stage that did not train says why
+            parts = [f"not trained: {row[f'{role}_skipped']}"]
+        detail = f": {', '.join(parts)}" if parts else ""
+        return f"[{elapsed:5.0f} s] round {row['round']} {stage} done{detail}"

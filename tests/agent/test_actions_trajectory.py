@@ -19,6 +19,34 @@ def test_tool_use_action_keeps_calls_in_order_or_the_answer():
     assert extract_action("thinking", tool_use=True) == "thinking"
 
 
+def test_lenient_reads_a_plain_move_as_the_last_line():
+    reply = "Here's my move:\n\nToggle 1 4 5.\n"
+    assert extract_action(reply, tool_use=False) == reply  # strict: the env's format message
+    lenient = extract_action(reply, tool_use=False, action_format="lenient")
+    assert lenient == "\\boxed{Toggle 1 4 5.}"
+    boxed = "I try \\boxed{toggle 2} first\nthen more words"
+    assert extract_action(boxed, tool_use=False, action_format="lenient") == "\\boxed{toggle 2}"
+    assert extract_action(" \n ", tool_use=False, action_format="lenient") == " \n "
+
+
+def test_lenient_reads_bare_and_fenced_json_tool_calls():
+    reply = (
+        'I will look it up.\n```json\n{"name": "get_order", "arguments": {"order_id": "O-1"}}\n```'
+        '\n{"name": "get_product", "arguments": {"sku": "S-{2}"}} and {not json} {"no_name": 1}'
+    )
+    assert extract_action(reply, tool_use=True) == reply
+    assert extract_action(reply, tool_use=True, action_format="lenient") == (
+        '<tool_call>{"name": "get_order", "arguments": {"order_id": "O-1"}}</tool_call>\n'
+        '<tool_call>{"name": "get_product", "arguments": {"sku": "S-{2}"}}</tool_call>'
+    )
+    # a reply with the protocol's blocks is read as strict reads it
+    tagged = '<tool_call>{"name": "a"}</tool_call> {"name": "b"}'
+    assert extract_action(tagged, tool_use=True, action_format="lenient") == (
+        '<tool_call>{"name": "a"}</tool_call>'
+    )
+    assert extract_action("no idea", tool_use=True, action_format="lenient") == "no idea"
+
+
 def _turn(prompt, completion, reward=0.0, terminated=False):
     return Turn(
         prompt,

@@ -177,3 +177,22 @@ def test_tool_use_episode_sends_tool_schemas_and_hint():
     assert (
         "- ship_order(" in chats[0]["messages"][0]["content"]
     )  # listed for templates without tools
+
+
+@pytest.mark.parametrize("action_format", ["strict", "lenient"])
+def test_action_format_decides_whether_a_plain_move_is_played(action_format):
+    """A reply that names a move without \\boxed{}: strict sends it whole (the environment's
+    format message), lenient plays its last line."""
+    with FakeOpenAIServer(script=lambda r: "My guess:\n0123") as server:
+        (t,) = play(
+            server,
+            [EpisodeJob("cb", CODE_BREAKER, 0)],
+            max_turns=1,
+            action_format=action_format,
+        )
+    (turn,) = t.turns
+    assert turn.text == "My guess:\n0123"  # what the model wrote, whatever is played
+    if action_format == "strict":
+        assert turn.action == turn.text and "\\boxed" in turn.observation
+    else:
+        assert turn.action == "\\boxed{0123}" and "\\boxed" not in turn.observation

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from spade.cli.progress import CampaignProgress
+from spade.cli.progress import CampaignProgress, StageLog
 from spade.pipeline.record import StageRecord
 from spade.storage import CampaignStore, ObjectStore
 from tests.integration.scripted_designer import round_overrides, write_corpus
@@ -83,10 +83,14 @@ def test_run_status_resume_on_the_embedded_prefect(tmp_path, scripted_server):
         {**overrides, "storage.root": str(root), "run.train": False, "run.rounds": 1},
     )
     home = tmp_path / "prefect"
-    done = spade("run", "--config", str(config), "--no-live", "--campaign-id", "cli1", home=home)
+    done = spade("run", "--config", str(config), "--campaign-id", "cli1", home=home)
     assert done.returncode == 0, done.stdout + done.stderr
 
     assert "spade resume cli1" in done.stdout and "Completed" in done.stdout
+    # a pipe is not a terminal: the live view is a line per stage as it commits
+    # (of 5 designs one had no code: a parse failure, rejected before verification)
+    assert "round 0 verify done: accepted 3, rejected 1" in done.stdout
+    assert "round 0 train_agent done" in done.stdout and "round 0 heldout done" in done.stdout
 
     table = spade("status", "cli1", "--store", str(root), home=home)
     assert table.returncode == 0 and "designs" in table.stdout and "regret" in table.stdout
@@ -130,3 +134,25 @@ def test_live_view_renders_what_the_store_holds(tmp_path):
     row = next(line for line in text.splitlines() if line.strip().startswith("0 "))
     # round, stage, designs ok/rejected, pool environments, plays; nothing scored yet
     assert row.split() == ["0", "verify", "1/1", "1", "3", "-", "-", "-", "-", "-", "-", "-"]
+
+
+def test_stage_log_prints_each_committed_stage_once(tmp_path):
+    from spade.config import load_config
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    StageRecord(cfg, "log", 0, "sample_documents").commit()
+    cs = CampaignStore(ObjectStore(str(tmp_path)), "log")
+    lines: list[str] = []
+    log = StageLog(CampaignProgress(cs, rounds=1), lines.append)
+    log.step()
+    assert [line.split("] ", 1)[1] for line in lines] == ["round 0 sample_documents done"]
+    StageRecord(cfg, "log", 0, "design").commit()
+    key = cs.layout.stage_key(0, "verify", "verdicts/env-1.json")
+    cs.store.write_json(key, {"failed_check": "parse"})
+    StageRecord(cfg, "log", 0, "verify").commit()
+    log.view._polled = 0.0  # the view reads the store at most once a second
+    log.step()
+    assert [line.split("] ", 1)[1] for line in lines[1:]] == [
+        "round 0 design done",
+        "round 0 verify done: accepted 0, rejected 1",
+    ]
