@@ -14,7 +14,7 @@ lint: bootstrap
 	.venv/bin/mypy
 
 test: lint
-	.venv/bin/pytest -m "not slow and not gpu" -q
+	.venv/bin/pytest -m "not slow and not gpu" -q --durations=25
 
 bench: bootstrap
 	.venv/bin/python bench/sandbox.py
