@@ -645,6 +645,13 @@ class RunConfig(_Section):
         default_factory=list,
         description="Benchmark suites played unhinted after each round (held-out).",
     )
+    heldout_plays: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Unhinted plays of each held-out environment per round (None: as many as"
+        " evaluation.unhinted_plays).",
+    )
     env_source: Literal["designed", "pool"] = Field(
         "designed",
         description="Where a round's environments come from. designed: the designer writes"

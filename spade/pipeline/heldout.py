@@ -85,6 +85,11 @@ async def _play_files(
         skill = read_declarations(code).get("skill", "unknown")
         tool_use, _ = describe(code, policy)  # asks the jail: the code is not run here
         specs.append(EnvSpec(env_id_for(code), code, skill, None, tool_use))
+    plays = cfg.run.heldout_plays
+    if plays is not None:  # the held-out plays' own count; the rest of evaluation as configured
+        cfg = cfg.model_copy(
+            update={"evaluation": cfg.evaluation.model_copy(update={"unhinted_plays": plays})}
+        )
     results = await evaluate_envs(backend, specs, cfg, policy)
     rows = [
         {

@@ -82,3 +82,34 @@ def test_suites_on_a_local_store(tmp_path):
 
 def test_suites_on_s3(s3_bucket):
     _check(f"s3://{s3_bucket.name}/runs", s3_bucket.storage_options)
+
+
+@pytest.mark.parametrize(("heldout_plays", "played"), [(None, 3), (2, 2)])
+def test_heldout_plays_each_environment_as_often_as_configured(tmp_path, heldout_plays, played):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "spade/envs/examples/code_breaker.py"
+    with FakeOpenAIServer(script=lambda r: "\\boxed{0123}") as server:
+        cfg = load_config(
+            overrides={
+                "inference.backend": "openai",
+                "inference.base_url": server.url,
+                "inference.served_model": server.model,
+                "evaluation.unhinted_plays": 3,
+                "evaluation.max_turns": 1,
+                "storage.root": str(tmp_path),
+                "run.heldout_envs": [str(example)],
+                "run.heldout_plays": heldout_plays,
+            }
+        )
+        ensure_campaign(cfg, "plays")
+
+        async def run() -> dict[str, object]:
+            try:
+                return await heldout(cfg, "plays", 0, BASE)
+            finally:
+                await close_shared_backends()
+
+        overall = asyncio.run(run())
+        chats = [r for r in server.requests if r.path.endswith("/chat/completions")]
+    assert overall["environments"] == 1 and len(chats) == played  # one turn per play
