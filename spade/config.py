@@ -659,10 +659,11 @@ class RunConfig(_Section):
         " env_pool each regeneration, nothing designed and the designer not trained (the"
         " reference's fixed-environment GRPO baseline).",
     )
-    env_pool: str | None = Field(
+    env_pool: str | list[str] | None = Field(
         None,
-        description="A folder (or one file) of environment .py files for env_source pool and"
-        " min_envs (None: the bundled spade/envs/examples). Environments of heldout_envs"
+        description="Environment .py files, or folders of them (one path or a list), for"
+        " env_source pool and min_envs (None: the bundled spade/envs/examples). Environments"
+        " of heldout_envs"
         " (matched by path or by code) are always left out: they are never trained on.",
     )
     min_envs: int = Field(

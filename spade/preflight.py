@@ -186,10 +186,10 @@ def check_pool(cfg: CampaignConfig) -> str:
     environments that are not held out (their verification runs in the round, cached)."""
     if cfg.run.env_source != "pool" and cfg.run.min_envs == 0:
         return "not used (run.env_source designed, run.min_envs 0)"
-    from spade.pipeline.pool import pool_envs, pool_folder
+    from spade.pipeline.pool import describe_pool, pool_envs
 
     envs = pool_envs(cfg)  # ConfigError: missing, or nothing left once held-out ones are out
-    return f"{len(envs)} environments in {pool_folder(cfg)} (held-out ones left out)"
+    return f"{len(envs)} environments in {describe_pool(cfg)} (held-out ones left out)"
 
 
 def check_model(cfg: CampaignConfig) -> str:

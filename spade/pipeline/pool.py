@@ -65,13 +65,19 @@ class PoolEnv:
     hint: str | None  # the class's declared hint, if any
 
 
-def pool_folder(cfg: CampaignConfig) -> Path:
-    """``run.env_pool``, or the bundled examples' folder."""
-    if cfg.run.env_pool is not None:
-        return Path(cfg.run.env_pool).expanduser()
+def pool_paths(cfg: CampaignConfig) -> list[Path]:
+    """``run.env_pool`` (one path or a list), or the bundled examples' folder."""
+    pool = cfg.run.env_pool
+    if pool is not None:
+        return [Path(p).expanduser() for p in ([pool] if isinstance(pool, str) else pool)]
     from spade.envs.examples import example_paths  # stdlib only: cheap
 
-    return example_paths()[0].parent
+    return [example_paths()[0].parent]
+
+
+def describe_pool(cfg: CampaignConfig) -> str:
+    """The pool's paths as one string, for messages."""
+    return ", ".join(str(p) for p in pool_paths(cfg))
 
 
 def _files(where: Path) -> list[Path]:
@@ -83,7 +89,8 @@ def _files(where: Path) -> list[Path]:
 
 
 def pool_envs(cfg: CampaignConfig) -> list[PoolEnv]:
-    """The pool: its files (sorted by name) less the held-out environments.
+    """The pool: its files (each folder's sorted by name, in the order of ``run.env_pool``)
+    less the held-out environments; a file listed twice counts once.
 
     Raises:
         ConfigError: the pool is missing, or nothing is left once the held-out ones are out.
@@ -91,11 +98,12 @@ def pool_envs(cfg: CampaignConfig) -> list[PoolEnv]:
     held = heldout_files(cfg)
     held_paths = {p.resolve() for p in held}
     held_ids = {env_id_for(p.read_text(encoding="utf-8")) for p in held}
-    out = []
-    for path in _files(pool_folder(cfg)):
+    out: list[PoolEnv] = []
+    files = [f for where in pool_paths(cfg) for f in _files(where)]
+    for path in dict.fromkeys(f.resolve() for f in files):
         code = path.read_text(encoding="utf-8")
         env_id = env_id_for(code)
-        if path.resolve() in held_paths or env_id in held_ids:
+        if path in held_paths or env_id in held_ids or any(p.env_id == env_id for p in out):
             continue
         found = read_declarations(code)
         skill, hint = found.get("skill", "unknown"), found.get("hint")
@@ -103,7 +111,7 @@ def pool_envs(cfg: CampaignConfig) -> list[PoolEnv]:
     check_not_held_out(out, held_ids)
     if not out:
         raise ConfigError(
-            f"run.env_pool: no environment in {pool_folder(cfg)} that is not held out"
+            f"run.env_pool: no environment in {describe_pool(cfg)} that is not held out"
             " (run.heldout_envs)"
         )
     return out
@@ -303,11 +311,12 @@ __all__ = [
     "PoolEnv",
     "candidates",
     "check_not_held_out",
+    "describe_pool",
     "draw",
     "fill",
     "needs_model",
     "pool_envs",
-    "pool_folder",
+    "pool_paths",
     "pool_rows",
     "replay",
     "skip",

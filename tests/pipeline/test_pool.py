@@ -76,6 +76,18 @@ def test_one_file_is_a_pool(tmp_path):
     assert [p.name for p in pool_envs(cfg)] == ["switchboard"]
 
 
+def test_a_list_of_files_and_folders_is_a_pool_in_its_order(tmp_path):
+    shutil.copy(EXAMPLES["maze_walk"], tmp_path / "maze_walk.py")
+    shutil.copy(EXAMPLES["switchboard"], tmp_path / "board_copy.py")  # the same code again
+    listed = [str(EXAMPLES["switchboard"]), str(tmp_path), str(EXAMPLES["switchboard"])]
+    cfg = _cfg(**{"run.env_pool": listed})
+    assert [p.name for p in pool_envs(cfg)] == ["switchboard", "maze_walk"]
+    held = _cfg(**{"run.env_pool": listed, "run.heldout_envs": _heldout("switchboard")})
+    assert [p.name for p in pool_envs(held)] == ["maze_walk"]
+    with pytest.raises(ConfigError, match="nowhere"):
+        pool_envs(_cfg(**{"run.env_pool": [*listed, str(tmp_path / "nowhere")]}))
+
+
 def _env(name: str, code: str | None = None) -> PoolEnv:
     code = code or f"# {name}\n"
     return PoolEnv(name, code, env_id_for(code), "s", None)
