@@ -404,9 +404,10 @@ class ScoringConfig(_Section):
     rejected_reward: Literal["flat", "graded"] = Field(
         "flat",
         description="Reward of a rejected design. flat (the reference): invalid_reward, or"
-        " timeout_penalty for a timeout. graded: by how far it got through the verifier (no"
-        " code < syntax/import/policy < contract < crash/limits < a verifier judgement such as"
-        " infeasible or trivial), evenly spaced from graded_floor up to graded_floor / 5, so"
+        " timeout_penalty for a timeout. graded: by how far it got through the verifier (a"
+        " copy < no code < syntax/import/policy < contract < crash/limits < a verifier"
+        " judgement such as infeasible or trivial), evenly spaced from graded_floor up to"
+        " graded_floor / 6, so"
         " below every valid design's reward (>= 0): a signal when nothing passes"
         " (spade.curriculum.rewards.REJECTED_TIERS).",
     )
@@ -414,7 +415,7 @@ class ScoringConfig(_Section):
         -1.0,
         ge=-10.0,
         lt=0.0,
-        description="graded: the reward of an attempt without code (the lowest tier).",
+        description="graded: the reward of a copy of a reference (the lowest tier).",
     )
     ema_alpha: float = Field(
         0.1,

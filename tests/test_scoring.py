@@ -21,8 +21,7 @@ def _attempt(slot: int, *, accepted: bool, env_id: str | None = None, **more: ob
         code="class AEnv: ...\n" if env_id else None,
         env_id=env_id,
         accepted=accepted,
-        failure_kind=None if accepted else "parse",
-        **more,  # type: ignore[arg-type]
+        **({"failure_kind": None if accepted else "parse"} | more),  # type: ignore[arg-type]
     )
 
 
@@ -31,11 +30,12 @@ def _evaluation(env_id: str, win: float, regret: float, source: str = "designed"
 
 
 def test_pool_evaluations_are_not_the_designers():
-    attempts = [_attempt(0, accepted=True, env_id="env-a"), _attempt(1, accepted=False)]
+    copy = _attempt(1, accepted=False, failure_kind="duplicate")
+    attempts = [_attempt(0, accepted=True, env_id="env-a"), copy]
     evaluations = [_evaluation("env-a", 0.5, 0.15), _evaluation("env-p", 0.0, 1.0, "pool")]
     config = ScoringConfig(rejected_reward="graded")
     scored, ema = score(attempts, evaluations, config)
-    # raw: blend(0.5, 0.15) = 1.0 and parse -1.0; centred within logic: +1.0, -1.0
+    # raw: blend(0.5, 0.15) = 1.0 and a copy -1.0; centred within logic: +1.0, -1.0
     assert [s.raw_reward for s in scored] == pytest.approx([1.0, -1.0])
     assert [s.reward for s in scored] == pytest.approx([1.0, -1.0])
     assert ema == pytest.approx({"logic": 0.5})  # the pool environment's win rate is not in it

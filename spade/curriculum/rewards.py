@@ -166,10 +166,11 @@ def get_designer_reward(name: str) -> DesignerReward:
 
 
 REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
-    # no code: the model wrote nothing usable, or nothing of its own. A copy of a reference
-    # ranks with no code: placed higher, the reward would pay for copying, which is what small
-    # models do when shown an example.
-    ("inference", "parse", "rejected", "duplicate"),
+    # a copy of a reference, lowest: placed higher, the reward would pay for copying, which is
+    # what small models do when shown an example; below no code, so that a round whose
+    # attempts were a copy and a cut-off answer still ranks them (the 0.5B coder's usual pair)
+    ("duplicate",),
+    ("inference", "parse", "rejected"),  # no code: the model wrote nothing usable
     ("syntax", "import_denied", "policy_denied"),  # code, refused before it runs
     ("contract", "exited", "protocol"),  # it runs, but is not an environment of the contract
     (  # an environment that broke while played: raised, or ran into a limit of the jail
@@ -218,10 +219,10 @@ def flat_rejected(failure_kind: str, config: ScoringConfig) -> float:
 
 
 def graded_rejected(failure_kind: str, config: ScoringConfig) -> float:
-    """``graded_floor * (K - tier) / K`` with ``K = len(REJECTED_TIERS)`` (5) tiers.
+    """``graded_floor * (K - tier) / K`` with ``K = len(REJECTED_TIERS)`` (6) tiers.
 
-    With ``graded_floor = -1``: no code (or a duplicate) -1.0, syntax/import/policy -0.8,
-    contract -0.6, crash/limits -0.4, a verifier judgement (infeasible, trivial, ...) -0.2.
+    With ``graded_floor = -1``: a duplicate -1, no code -5/6, syntax/import/policy -4/6,
+    contract -3/6, crash/limits -2/6, a verifier judgement (infeasible, trivial, ...) -1/6.
     Every value is below 0, and every valid design's reward is >= 0 (:data:`DESIGNER_REWARDS`),
     so the designer always prefers a valid design; after centring within a skill the order
     stays.

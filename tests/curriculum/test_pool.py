@@ -34,6 +34,7 @@ def test_examples_pool_reads_skills_via_ast():
         "cargo_knapsack": "optimization",
         "code_breaker": "logical_deduction",
         "maze_walk": "spatial_reasoning",
+        "number_hunt": "mathematical_reasoning",
         "order_fulfillment": "state_modification",
         "ownership_riddle": "logical_deduction",
         "polynomial_probe": "mathematical_reasoning",

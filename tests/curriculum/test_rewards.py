@@ -252,24 +252,24 @@ GRADED = ScoringConfig(rejected_reward="graded", centre_per_skill=False)
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
-        ("inference", -1.0),  # no code: -1 * 5/5
-        ("parse", -1.0),
-        ("syntax", -0.8),  # -1 * 4/5
-        ("import_denied", -0.8),
-        ("policy_denied", -0.8),
-        ("contract", -0.6),  # -1 * 3/5
-        ("exited", -0.6),
-        ("protocol", -0.6),
-        ("crash", -0.4),  # -1 * 2/5
-        ("timeout", -0.4),
-        ("memory", -0.4),
-        ("output_limit", -0.4),
-        ("infeasible", -0.2),  # -1 * 1/5
-        ("trivial", -0.2),
-        ("nondeterministic", -0.2),
-        ("no_termination", -0.2),
-        ("seed_independent", -0.2),
-        ("duplicate", -1.0),  # a copy ranks with no code: copying must not pay
+        ("duplicate", -1.0),  # a copy, lowest: copying must not pay (-1 * 6/6)
+        ("inference", -5 / 6),  # no code
+        ("parse", -5 / 6),
+        ("syntax", -4 / 6),
+        ("import_denied", -4 / 6),
+        ("policy_denied", -4 / 6),
+        ("contract", -3 / 6),
+        ("exited", -3 / 6),
+        ("protocol", -3 / 6),
+        ("crash", -2 / 6),
+        ("timeout", -2 / 6),
+        ("memory", -2 / 6),
+        ("output_limit", -2 / 6),
+        ("infeasible", -1 / 6),
+        ("trivial", -1 / 6),
+        ("nondeterministic", -1 / 6),
+        ("no_termination", -1 / 6),
+        ("seed_independent", -1 / 6),
     ],
 )
 def test_graded_rejections_by_how_far_they_got(kind, expected):
@@ -280,10 +280,10 @@ def test_graded_rejections_by_how_far_they_got(kind, expected):
 
 def test_graded_floor_scales_every_tier():
     config = ScoringConfig(rejected_reward="graded", graded_floor=-2.0)
-    # -2 * 5/5, -2 * 4/5, -2 * 3/5, -2 * 2/5, -2 * 1/5
-    kinds = ["parse", "syntax", "contract", "crash", "trivial"]
+    # -2 * 6/6, ..., -2 * 1/6
+    kinds = ["duplicate", "parse", "syntax", "contract", "crash", "trivial"]
     assert [graded_rejected(k, config) for k in kinds] == pytest.approx(
-        [-2.0, -1.6, -1.2, -0.8, -0.4]
+        [-2.0, -10 / 6, -8 / 6, -1.0, -4 / 6, -2 / 6]
     )
 
 
@@ -293,8 +293,8 @@ def test_every_failure_kind_has_a_tier():
     placed = {kind for tier in REJECTED_TIERS for kind in tier}
     assert {str(k) for k in FailureKind} <= placed
     assert len(placed) == sum(len(t) for t in REJECTED_TIERS)  # each kind in one tier only
-    assert rejected_tier("seed_independent") == rejected_tier(FailureKind.INFEASIBLE) == 4
-    assert rejected_tier("duplicate") == rejected_tier("parse") == 0
+    assert rejected_tier("seed_independent") == rejected_tier(FailureKind.INFEASIBLE) == 5
+    assert rejected_tier("duplicate") == 0 and rejected_tier("parse") == 1
 
 
 def test_an_unknown_failure_kind_is_an_error_not_a_guess():
@@ -313,21 +313,20 @@ def test_every_graded_rejection_is_below_every_valid_design():
         for win in (0.0, 1.0)
     ]
     best_rejected = max(graded_rejected(t[0], GRADED) for t in REJECTED_TIERS)
-    assert best_rejected == pytest.approx(-0.2) and min(worst_valid) == 0.0
+    assert best_rejected == pytest.approx(-1 / 6) and min(worst_valid) == 0.0
 
 
 def test_graded_centred_within_a_skill_keeps_the_order():
     config = ScoringConfig(rejected_reward="graded")  # centred per skill
     outcomes = [
-        invalid("a", "s", "parse"),  # -1.0
-        invalid("b", "s", "crash"),  # -0.4
+        invalid("a", "s", "duplicate"),  # -1.0
+        invalid("b", "s", "crash"),  # -2/6
         valid("c", "s", 0.5, 0.0),  # 0.6 * 1 = 0.6
         invalid("d", "t", "syntax"),  # alone in its skill: 0
     ]
     rewards, _ = designer_rewards(outcomes, config)
-    # s: mean (-1.0 - 0.4 + 0.6) / 3 = -0.8 / 3
-    mean = -0.8 / 3
-    assert rewards == pytest.approx([-1.0 - mean, -0.4 - mean, 0.6 - mean, 0.0])
+    mean = (-1.0 - 2 / 6 + 0.6) / 3
+    assert rewards == pytest.approx([-1.0 - mean, -2 / 6 - mean, 0.6 - mean, 0.0])
     assert rewards[0] < rewards[1] < rewards[2]
 
 
@@ -338,11 +337,15 @@ def test_nothing_accepted_still_gives_the_designer_a_signal():
     flat, _ = designer_rewards(outcomes, ScoringConfig())
     graded, _ = designer_rewards(outcomes, ScoringConfig(rejected_reward="graded"))
     assert flat == [0.0, 0.0]
-    assert graded == pytest.approx([-0.4, 0.4])  # -1.0 and -0.2 around their mean -0.6
+    assert graded == pytest.approx([-1 / 3, 1 / 3])  # -5/6 and -1/6 around their mean -1/2
+    # a copy and a cut-off answer (the 0.5B coder's usual pair) differ too
+    pair = [invalid("a", "s", "duplicate"), invalid("b", "s", "parse")]
+    graded, _ = designer_rewards(pair, ScoringConfig(rejected_reward="graded"))
+    assert graded == pytest.approx([-1 / 12, 1 / 12])
 
 
 def test_raw_rewards_are_the_rewards_before_centring():
-    outcomes = [invalid("a", "s", "parse"), valid("b", "s", 0.5, 0.15)]
+    outcomes = [invalid("a", "s", "duplicate"), valid("b", "s", 0.5, 0.15)]
     raw, centred, _ = designer_rewards_with_raw(outcomes, ScoringConfig(rejected_reward="graded"))
     assert raw == pytest.approx([-1.0, 1.0]) and centred == pytest.approx([-1.0, 1.0])
     raw, centred, _ = designer_rewards_with_raw(outcomes[:1], ScoringConfig())

@@ -1,9 +1,11 @@
 """The dashboard on a campaign of the demo config (``configs/demo-cpu.yaml``), made by the real
-campaign flow: SmolLM2-135M in process on CPU, the verifier and the held-out plays in nsjail.
+campaign flow: the demo's managed llama.cpp server and LoRA training on CPU, the verifier and
+the held-out plays in nsjail.
 
 The campaign is the demo's, made smaller only through the demo's own settings (one round, one
 design slot with one attempt, one held-out play per environment file; the held-out suites'
-seeded subsets as the demo has them) so that it takes a minute or two here. The 135M model seldom writes a valid environment, so its designs are
+seeded subsets as the demo has them) and served by SmolLM2-135M (the demo's Qwen2.5-Coder-0.5B
+takes minutes per round here), so that it takes a minute or two. The 135M model seldom writes a valid environment, so its designs are
 usually all rejected: the checks read what the store holds (the raw stage outputs, not through
 the dashboard's loader) and expect the page to show it, whatever the model did: the headline
 numbers, the charts' data (AppTest), the gallery's rejections with their reasons, documents and
@@ -44,6 +46,7 @@ ALL_CHARTS_DRAWN = """(least) => {
   return charts.length >= least && drawn.length === charts.length;
 }"""
 SMALLER = {  # the demo's settings, fewer of each: what keeps the campaign to a few minutes
+    "model.name_or_path": "smollm2-135m-instruct",
     "run.rounds": 1,
     "designer.envs_per_round": 1,
     "designer.attempts_per_slot": 1,
@@ -73,8 +76,11 @@ def _jsonl(cs: CampaignStore, stage: str, name: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory, smol_cache) -> Demo:
     root = str(tmp_path_factory.mktemp("demo-store"))
-    heldout = [str(REPO_ROOT / e) for e in load_config(DEMO).run.heldout_envs]  # repo-relative
-    cfg = load_config(DEMO, {**SMALLER, "storage.root": root, "run.heldout_envs": heldout})
+    shipped = load_config(DEMO).run  # its paths are relative to the repository's root
+    heldout = [str(REPO_ROOT / e) for e in shipped.heldout_envs]
+    pool = [str(REPO_ROOT / e) for e in shipped.env_pool or []]
+    paths = {"run.heldout_envs": heldout, "run.env_pool": pool}
+    cfg = load_config(DEMO, {**SMALLER, "storage.root": root, **paths})
 
     async def run() -> None:
         try:
@@ -138,7 +144,10 @@ def rejection_text(attempt: dict[str, Any], failure: str) -> str:
 
 def test_the_demo_campaign_is_the_demo_config(demo):
     assert demo.cfg.name == "demo-cpu" and demo.cfg.model.name_or_path == "smollm2-135m-instruct"
-    assert demo.cfg.inference.backend == "transformers" and demo.cfg.corpus.path == "builtin:wiki"
+    shipped = load_config(DEMO)  # the demo itself runs the 0.5B coder on the same backend
+    assert shipped.model.name_or_path == "qwen2.5-coder-0.5b-instruct"
+    assert demo.cfg.inference.backend == shipped.inference.backend == "llamacpp"
+    assert demo.cfg.corpus.path == "builtin:wiki"
     assert len(designs(demo)) == len(demo.attempts) == 1 and len(demo.heldout_files) == 3
     # run.min_envs 2: the pool fills what the design did not
     pool = [s for s in demo.scored if s["source"] == "pool"]

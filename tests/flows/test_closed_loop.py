@@ -163,8 +163,8 @@ def test_a_round_that_accepts_nothing_still_plays_trains_and_publishes(
     pool = [s for s in scored if s["source"] == "pool"]
     assert designs and not any(s["accepted"] for s in designs)
     assert {s["failure"] for s in designs} >= {"parse", "syntax"}
-    # graded: no code -1.0, syntax -0.8, infeasible -0.2 (before centring)
-    grades = {"parse": -1.0, "syntax": -0.8, "infeasible": -0.2, "seed_independent": -0.2}
+    # graded: no code -5/6, syntax -4/6, infeasible -1/6 (before centring)
+    grades = {"parse": -5 / 6, "syntax": -4 / 6, "infeasible": -1 / 6, "seed_independent": -1 / 6}
     assert all(s["raw_reward"] == pytest.approx(grades[s["failure"]]) for s in designs)
     assert len(pool) == 2 and all(s["reward"] is None for s in pool)  # never the designer's
     # the pool environments were verified, hinted (declared, or by the model) and played
