@@ -41,15 +41,20 @@ def _play_round(root: str, options: dict[str, object]) -> tuple[dict[str, object
                 "run.heldout_suites": SUITES,
             }
         )
-        ensure_campaign(cfg, "suites")
+        return _heldout_round(cfg, "suites"), cfg
 
-        async def run() -> dict[str, object]:
-            try:
-                return await heldout(cfg, "suites", 0, BASE)
-            finally:
-                await close_shared_backends()
 
-        return asyncio.run(run()), cfg
+def _heldout_round(cfg, campaign: str) -> dict[str, object]:
+    """The heldout stage of round 0 of a new campaign, on the base weights."""
+    ensure_campaign(cfg, campaign)
+
+    async def run() -> dict[str, object]:
+        try:
+            return await heldout(cfg, campaign, 0, BASE)
+        finally:
+            await close_shared_backends()
+
+    return asyncio.run(run())
 
 
 def _check(root: str, options: dict[str, object]) -> None:
@@ -102,14 +107,6 @@ def test_heldout_plays_each_environment_as_often_as_configured(tmp_path, heldout
                 "run.heldout_plays": heldout_plays,
             }
         )
-        ensure_campaign(cfg, "plays")
-
-        async def run() -> dict[str, object]:
-            try:
-                return await heldout(cfg, "plays", 0, BASE)
-            finally:
-                await close_shared_backends()
-
-        overall = asyncio.run(run())
+        overall = _heldout_round(cfg, "plays")
         chats = [r for r in server.requests if r.path.endswith("/chat/completions")]
     assert overall["environments"] == 1 and len(chats) == played  # one turn per play
