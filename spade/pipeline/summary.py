@@ -81,6 +81,15 @@ def _count(rows: list[dict[str, Any]], flag: str) -> int | None:
     return sum(bool(v) for v in known) if known else None
 
 
+def _novel(designed: list[dict[str, Any]]) -> int | None:
+    """Accepted designs that passed the novelty check: 0 when none was accepted (a rejected
+    design is not a novel one, whether or not it got as far as the check)."""
+    if not designed:
+        return None
+    accepted = [r for r in designed if r["accepted"]]
+    return _count(accepted, "novel") if accepted else 0
+
+
 def _training(outcome: dict[str, Any]) -> tuple[float | None, str | None]:
     return (outcome.get("metrics") or {}).get("loss"), outcome.get("skipped")
 
@@ -116,7 +125,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "replay_of": plan.get("replay_of"),  # a replay round: "accepted" = the replayed envs
         "attempts": len(designed),
         "accepted": len(accepted),
-        "novel": _count(designed, "novel") if designed else None,
+        "novel": _novel(designed),
         "duplicates": sum(s["failure"] == "duplicate" for s in designed),
         "repaired": _count(designed, "repaired") if designed else None,
         "pool_envs": len(pool),

@@ -80,3 +80,14 @@ def test_novelty_unknown_without_the_check(tmp_path):
     cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
     row = round_summary(cfg, "c", 0)
     assert row["novel"] is None and row["accepted"] == 1 and row["pool_envs"] == 0
+
+
+def test_nothing_accepted_is_nothing_novel(tmp_path):
+    """Rejected designs that never reached the novelty check (a crash, a syntax error) leave
+    ``novel`` at 0, not unknown: nothing was accepted."""
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    cs = campaign_store(cfg, "c")
+    rows = [_designed(failure="crash", reward=0.0), _designed(failure="syntax", reward=0.0)]
+    cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
+    row = round_summary(cfg, "c", 0)
+    assert (row["attempts"], row["accepted"], row["novel"]) == (2, 0, 0)
