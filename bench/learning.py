@@ -93,11 +93,19 @@ def arm_overrides(arm: str, envs_per_round: int) -> dict[str, Any]:
 
 
 def absolute(paths: list[str]) -> list[str]:
-    """Held-out paths relative to the repository made absolute (the store may be elsewhere)."""
+    """Paths relative to the repository made absolute (the store may be elsewhere)."""
     return [
         p if Path(p).expanduser().exists() or not (REPO / p).exists() else str(REPO / p)
         for p in paths
     ]
+
+
+def pool_override(pool: str | list[str] | None) -> dict[str, Any]:
+    """The config's ``run.env_pool`` with repository-relative paths made absolute (the bench
+    runs from bench/); nothing when the config leaves the default pool."""
+    if pool is None:
+        return {}
+    return {"run.env_pool": absolute([pool] if isinstance(pool, str) else pool)}
 
 
 def run_arm(cfg: Any, campaign_id: str) -> list[dict[str, Any]]:
@@ -402,7 +410,7 @@ def main() -> None:
         heldout = absolute(
             file_cfg.run.heldout_envs or load_config(DEFAULT_CONFIG).run.heldout_envs
         )
-        common = base_overrides(args, heldout) | extra
+        common = base_overrides(args, heldout) | pool_override(file_cfg.run.env_pool) | extra
 
         def load(over: dict[str, Any]) -> Any:
             return load_config(config_path, {**common, "run.rounds": args.rounds, **over})

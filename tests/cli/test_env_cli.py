@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from spade.envs.examples import example_paths
+
 pytestmark = pytest.mark.sandbox
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "spade" / "envs" / "examples"
@@ -20,7 +22,8 @@ def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str
 def test_check_folder_all_accepted_exit_0():
     out = run("env", "check", str(EXAMPLES))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "9/9 accepted" in out.stdout
+    n = len(example_paths())
+    assert f"{n}/{n} accepted" in out.stdout
 
 
 def test_check_json_lines_shape_and_exit_1_on_rejection(tmp_path):
@@ -57,7 +60,9 @@ def test_check_against_references_rejects_copies_but_not_the_reference_itself(tm
     alone = run("env", "check", "--json", str(EXAMPLES / "code_breaker.py"), "-r", str(EXAMPLES))
     assert alone.returncode == 0, alone.stdout + alone.stderr
     checks = json.loads(alone.stdout)["checks"]
-    assert checks[-1]["name"] == "novelty" and checks[-1]["reason"].startswith("closest of 8: ")
+    assert checks[-1]["name"] == "novelty" and checks[-1]["reason"].startswith(
+        f"closest of {len(example_paths()) - 1}: "  # every example but itself
+    )
 
 
 @pytest.mark.parametrize(
