@@ -542,9 +542,12 @@ def test_write_attempts_carry_their_examples_as_references(corpus):
     memory.extend(import_pool(EXAMPLES, MemoryConfig()))
     with serve(Script({})) as server:
         (attempt,) = run(config(server, corpus, attempts_per_slot=1, repair_turns=0), memory)
-    shown = (EXAMPLES / "polynomial_probe.py").read_text()
     assert (attempt.strategy, attempt.parent_id) == ("write", None)
-    assert attempt.references == [*FORMAT, {"name": "polynomial_probe", "code": shown}]
+    # the format example, then the memory's designs of the slot's skill that the prompt shows
+    assert attempt.references[: len(FORMAT)] == FORMAT
+    shown = attempt.references[len(FORMAT) :]
+    assert sorted(r["name"] for r in shown) == ["number_hunt", "polynomial_probe"]
+    assert all(r["code"] == (EXAMPLES / f"{r['name']}.py").read_text() for r in shown)
 
 
 # ----------------------------------------------------------------------------- (f) repair
