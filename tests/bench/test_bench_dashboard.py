@@ -31,6 +31,7 @@ FIGURES = {
 }
 
 
+@pytest.mark.slow  # ~35 s: .ci/run runs it after the default suite
 @pytest.mark.timeout(330)
 def test_dashboard_bench_quick_writes_figures_and_ratios(tmp_path: Path) -> None:
     if not os.access(CHROMIUM, os.X_OK):

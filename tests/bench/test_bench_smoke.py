@@ -45,6 +45,7 @@ def _run_bench(script: str, out: Path, timeout: float, *args: str) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # ~40 s: .ci/run runs it after the default suite
 def test_train_bench_quick_compares_the_engines_on_one_batch(tmp_path: Path) -> None:
     data = _run_bench("train.py", tmp_path / "train.json", 300)
     torch_run, ds_run = data["results"]
@@ -54,6 +55,7 @@ def test_train_bench_quick_compares_the_engines_on_one_batch(tmp_path: Path) -> 
     assert data["deepspeed_over_torch"] == ds_run["tokens_per_s"] / torch_run["tokens_per_s"]
 
 
+@pytest.mark.slow  # ~50 s
 @pytest.mark.sandbox
 def test_rollouts_bench_quick_compares_transformers_and_llamacpp(
     tmp_path: Path, smol_env: Path
@@ -74,6 +76,7 @@ def test_rollouts_bench_quick_compares_transformers_and_llamacpp(
     assert "not measured" in data["vllm_cpu"]
 
 
+@pytest.mark.slow  # ~35 s
 @pytest.mark.sandbox
 def test_designs_bench_quick_counts_every_attempt_per_variant(
     tmp_path: Path, smol_env: Path
