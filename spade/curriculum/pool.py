@@ -137,15 +137,18 @@ def seed_records(cfg: CampaignConfig) -> list[MemoryRecord]:
         return []
     held_out = {
         path.read_text(encoding="utf-8")[: cfg.memory.code_head_chars].strip()
-        for path in _env_files(cfg.run.heldout_envs)
+        for path in env_files(cfg.run.heldout_envs, "run.heldout_envs")
     }
     return [r for r in import_pool(pool, cfg.memory) if r.code_head.strip() not in held_out]
 
 
-def _env_files(entries: Iterable[str]) -> list[Path]:
-    # run.heldout_envs as the heldout stage reads them (files, or folders of *.py). A missing
-    # path is an error here too: it would leave nothing out, and a held-out environment (a
-    # relative path read from another working directory, say) would be shown to the designer
+def env_files(entries: Iterable[str | Path], setting: str) -> list[Path]:
+    """Environment files named by ``entries`` (files, or folders: their ``*.py`` but
+    ``_private.py``, sorted), in order; ConfigError naming ``setting`` for a missing path.
+
+    Used for run.heldout_envs (the heldout stage, and here: a missing held-out path would leave
+    nothing out, and a held-out environment, e.g. a relative path read from another working
+    directory, would be shown to the designer) and for run.env_pool."""
     files: list[Path] = []
     for entry in entries:
         path = Path(entry).expanduser()
@@ -155,6 +158,6 @@ def _env_files(entries: Iterable[str]) -> list[Path]:
             files.append(path)
         else:
             raise ConfigError(
-                f"run.heldout_envs: {entry!r} is neither a file nor a folder (from {Path.cwd()})"
+                f"{setting}: {str(entry)!r} is neither a file nor a folder (from {Path.cwd()})"
             )
     return files

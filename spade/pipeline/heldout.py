@@ -17,8 +17,8 @@ from typing import Any
 from spade.agent.evaluate import EnvSpec, evaluate_envs
 from spade.config import CampaignConfig
 from spade.curriculum.memory import read_declarations
+from spade.curriculum.pool import env_files
 from spade.designer.designer import env_id_for
-from spade.errors import ConfigError
 from spade.eval.runner import play_suite
 from spade.inference.base import Backend
 from spade.inference.pool import WeightsRef, shared_backend
@@ -29,16 +29,7 @@ from spade.workflows import describe
 
 def heldout_files(cfg: CampaignConfig) -> list[Path]:
     """The configured held-out environment files, sorted; ConfigError for a missing path."""
-    files: list[Path] = []
-    for entry in cfg.run.heldout_envs:
-        path = Path(entry).expanduser()
-        if path.is_dir():
-            files += sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise ConfigError(f"run.heldout_envs: {entry!r} is neither a file nor a folder")
-    return files
+    return env_files(cfg.run.heldout_envs, "run.heldout_envs")
 
 
 async def heldout(

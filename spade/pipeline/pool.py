@@ -39,6 +39,7 @@ from typing import Any
 from spade.agent.evaluate import EnvSpec
 from spade.config import CampaignConfig
 from spade.curriculum.memory import read_declarations
+from spade.curriculum.pool import env_files
 from spade.designer.designer import DesignAttempt, env_id_for, hint_designs, verify_design
 from spade.errors import ConfigError
 from spade.inference.base import Backend
@@ -69,7 +70,7 @@ def pool_paths(cfg: CampaignConfig) -> list[Path]:
     """``run.env_pool`` (one path or a list), or the bundled examples' folder."""
     pool = cfg.run.env_pool
     if pool is not None:
-        return [Path(p).expanduser() for p in ([pool] if isinstance(pool, str) else pool)]
+        return [Path(p) for p in ([pool] if isinstance(pool, str) else pool)]
     from spade.envs.examples import example_paths  # stdlib only: cheap
 
     return [example_paths()[0].parent]
@@ -80,14 +81,6 @@ def describe_pool(cfg: CampaignConfig) -> str:
     return ", ".join(str(p) for p in pool_paths(cfg))
 
 
-def _files(where: Path) -> list[Path]:
-    if where.is_dir():
-        return sorted(p for p in where.glob("*.py") if not p.name.startswith("_"))
-    if where.is_file():
-        return [where]
-    raise ConfigError(f"run.env_pool: {str(where)!r} is neither a file nor a folder")
-
-
 def pool_envs(cfg: CampaignConfig) -> list[PoolEnv]:
     """The pool: its files (each folder's sorted by name, in the order of ``run.env_pool``)
     less the held-out environments; a file listed twice counts once.
@@ -95,16 +88,16 @@ def pool_envs(cfg: CampaignConfig) -> list[PoolEnv]:
     Raises:
         ConfigError: the pool is missing, or nothing is left once the held-out ones are out.
     """
-    held = heldout_files(cfg)
-    held_paths = {p.resolve() for p in held}
-    held_ids = {env_id_for(p.read_text(encoding="utf-8")) for p in held}
+    held_ids = {env_id_for(p.read_text(encoding="utf-8")) for p in heldout_files(cfg)}
     out: list[PoolEnv] = []
-    files = [f for where in pool_paths(cfg) for f in _files(where)]
-    for path in dict.fromkeys(f.resolve() for f in files):
+    # held out (a held-out file in the pool folder has its code), or already in the pool
+    taken = set(held_ids)
+    for path in env_files(pool_paths(cfg), "run.env_pool"):
         code = path.read_text(encoding="utf-8")
         env_id = env_id_for(code)
-        if path in held_paths or env_id in held_ids or any(p.env_id == env_id for p in out):
+        if env_id in taken:
             continue
+        taken.add(env_id)
         found = read_declarations(code)
         skill, hint = found.get("skill", "unknown"), found.get("hint")
         out.append(PoolEnv(path.stem, code, env_id, skill, hint))
