@@ -44,10 +44,14 @@ def extract_action(text: str, *, tool_use: bool, action_format: ActionFormat = "
     boxed = extract_all_boxed(text)
     if boxed:
         return "\\boxed{" + boxed[-1] + "}"
-    if action_format == "lenient" and (lines := [ln.strip() for ln in text.splitlines()]):
-        last = next((ln for ln in reversed(lines) if ln), "")
-        return "\\boxed{" + last + "}" if last else text
+    if action_format == "lenient" and (last := _last_line(text)):
+        return "\\boxed{" + last + "}"
     return text
+
+
+def _last_line(text: str) -> str:
+    """The last non-blank line of ``text``, stripped ("" when there is none)."""
+    return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
 
 
 def bare_tool_calls(text: str) -> list[str]:

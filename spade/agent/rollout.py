@@ -87,12 +87,9 @@ class _Pools:
     """Started sessions per environment, waiting for their next episode, and the threads
     their blocking jail calls run in (one per live episode, so none waits for another)."""
 
-    def __init__(
-        self, policy: SandboxPolicy, max_turns: int, threads: int, action_format: ActionFormat
-    ) -> None:
+    def __init__(self, policy: SandboxPolicy, max_turns: int, threads: int) -> None:
         self.policy = policy
         self.max_turns = max_turns
-        self.action_format = action_format  # how replies become actions (spade.agent.actions)
         self.idle: dict[str, list[JailedSession]] = {}
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spade-env")
 
@@ -143,9 +140,7 @@ async def run_episodes(
     Deterministic given the backend's answers: each episode's turns go in order, and episodes
     are started, advanced and released in job order whatever order their steps finish in.
     """
-    pools = _Pools(
-        policy or load_policy(), settings.max_turns, settings.max_parallel, settings.action_format
-    )
+    pools = _Pools(policy or load_policy(), settings.max_turns, settings.max_parallel)
     pending = deque(enumerate(jobs))
     live: list[_Live] = []
     results: list[Trajectory | None] = [None] * len(jobs)
@@ -174,7 +169,10 @@ async def run_episodes(
             replies = [None if r is None else next(answers) for r in requests]
             # Every live episode's environment steps at once (each in its own thread).
             stepped = await asyncio.gather(
-                *(_step(ep, reply, pools) for ep, reply in zip(live, replies, strict=True))
+                *(
+                    _step(ep, reply, pools, settings)
+                    for ep, reply in zip(live, replies, strict=True)
+                )
             )
             still = []
             for ep, reply, step in zip(live, replies, stepped, strict=True):
@@ -242,12 +240,14 @@ def _context_full(ep: _Live) -> bool:
     return True
 
 
-async def _step(ep: _Live, completion: Completion | None, pools: _Pools) -> _Stepped | None:
+async def _step(
+    ep: _Live, completion: Completion | None, pools: _Pools, settings: RolloutSettings
+) -> _Stepped | None:
     """Step the episode's environment with the reply's action (None: nothing to step)."""
     if completion is None or completion.failure is not None:
         return None
     action = extract_action(
-        completion.text, tool_use=ep.job.tool_use, action_format=pools.action_format
+        completion.text, tool_use=ep.job.tool_use, action_format=settings.action_format
     )
     return await pools.call(_timed_step, ep.session, action)
 
