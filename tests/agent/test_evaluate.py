@@ -29,9 +29,7 @@ def test_evaluation_respects_the_parallelism_and_has_no_hinted_rate_without_a_hi
     with FakeOpenAIServer(script=lambda r: "\\boxed{azure}", latency_s=0.05) as server:
         cfg = load_config(
             overrides={
-                "inference.backend": "openai",
-                "inference.base_url": server.url,
-                "inference.served_model": server.model,
+                **server.overrides(),
                 "evaluation.unhinted_plays": 3,
                 "evaluation.hinted_plays": 2,
                 "evaluation.max_parallel_episodes": 2,

@@ -107,9 +107,7 @@ def config(
     **designer: object,
 ) -> CampaignConfig:
     overrides: dict[str, object] = {
-        "inference.backend": "openai",
-        "inference.base_url": server.url,
-        "inference.served_model": server.model,
+        **server.overrides(),
         "inference.max_retries": 0,
         "inference.request_timeout_s": 20.0,
         "corpus.path": str(corpus),

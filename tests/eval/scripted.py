@@ -54,9 +54,7 @@ def play_scripted(
     with FakeOpenAIServer(script=script) as server:
         cfg = load_config(
             overrides={
-                "inference.backend": "openai",
-                "inference.base_url": server.url,
-                "inference.served_model": server.model,
+                **server.overrides(),
                 "inference.max_retries": 0,
                 **overrides,
             }

@@ -155,6 +155,14 @@ class FakeOpenAIServer:
         """The OpenAI base URL (``.../v1``)."""
         return f"{self.root}/v1"
 
+    def overrides(self) -> dict[str, object]:
+        """Config overrides that point the campaign's inference at this server."""
+        return {
+            "inference.backend": "openai",
+            "inference.base_url": self.url,
+            "inference.served_model": self.model,
+        }
+
     def start(self) -> FakeOpenAIServer:
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

@@ -34,9 +34,7 @@ def _config(server: FakeOpenAIServer, tmp_path: Any) -> Any:
     return load_config(
         overrides={
             "name": "repairflow",
-            "inference.backend": "openai",
-            "inference.base_url": server.url,
-            "inference.served_model": server.model,
+            **server.overrides(),
             "corpus.path": str(write_corpus(tmp_path / "corpus.jsonl")),
             "storage.root": str(tmp_path / "store"),
             "designer.envs_per_round": 2,

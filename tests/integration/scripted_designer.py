@@ -151,9 +151,7 @@ def round_overrides(server: Any, corpus: Path) -> dict[str, object]:
     """Config overrides for one round against the scripted model on ``server``: 4 slots of 2
     attempts (so the broken designs of the second math slot are seen), 8 + 16 plays."""
     return {
-        "inference.backend": "openai",
-        "inference.base_url": server.url,
-        "inference.served_model": server.model,
+        **server.overrides(),
         "corpus.path": str(corpus),
         "designer.envs_per_round": 4,
         "designer.attempts_per_slot": 2,

@@ -32,9 +32,7 @@ def _play_round(root: str, options: dict[str, object]) -> tuple[dict[str, object
     with FakeOpenAIServer(script=ActionScript(gold_actions(tasks))) as server:
         cfg = load_config(
             overrides={
-                "inference.backend": "openai",
-                "inference.base_url": server.url,
-                "inference.served_model": server.model,
+                **server.overrides(),
                 "evaluation.max_tokens_per_turn": 4096,  # the stand-in: a token per character
                 "storage.root": root,
                 "storage.storage_options": options,
@@ -97,9 +95,7 @@ def test_heldout_plays_each_environment_as_often_as_configured(tmp_path, heldout
     with FakeOpenAIServer(script=lambda r: "\\boxed{0123}") as server:
         cfg = load_config(
             overrides={
-                "inference.backend": "openai",
-                "inference.base_url": server.url,
-                "inference.served_model": server.model,
+                **server.overrides(),
                 "evaluation.unhinted_plays": 3,
                 "evaluation.max_turns": 1,
                 "storage.root": str(tmp_path),

@@ -178,9 +178,7 @@ def test_an_external_server_loads_adapters_from_a_shared_path_and_unloads_the_ol
             str(tmp_path / "store"),
             **{
                 **LORA,
-                "inference.backend": "openai",
-                "inference.base_url": server.url,
-                "inference.served_model": server.model,
+                **server.overrides(),
                 "inference.max_retries": 0,
             },
         )
