@@ -35,7 +35,13 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "train_agent": ("seed", "model", "training"),
     "train_designer": ("seed", "model", "training"),
     "publish": ("model", "training"),
-    "heldout": ("model", "evaluation", "run.heldout_envs", "run.heldout_suites"),
+    "heldout": (
+        "model",
+        "evaluation",
+        "run.heldout_envs",
+        "run.heldout_suites",
+        "run.heldout_plays",
+    ),
 }
 """Config fields each stage's result depends on, top-level or dotted (``inference``,
 ``storage`` and ``metrics`` are where work runs or is reported, not what it computes, so they

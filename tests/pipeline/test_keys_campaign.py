@@ -37,6 +37,9 @@ def test_config_hash_follows_only_the_sections_a_stage_reads():
     trained = load_config(overrides={"training.lr": 0.5})
     assert config_hash(base, "design") == config_hash(trained, "design")
     assert config_hash(base, "train_agent") != config_hash(trained, "train_agent")
+    fewer = load_config(overrides={"run.heldout_plays": 2})  # what the heldout stage plays
+    assert config_hash(base, "heldout") != config_hash(fewer, "heldout")
+    assert config_hash(base, "evaluate") == config_hash(fewer, "evaluate")
     moved = load_config(overrides={"storage.root": "/elsewhere", "inference.batch_size": 3})
     assert all(config_hash(base, s) == config_hash(moved, s) for s in STAGES)
 
