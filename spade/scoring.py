@@ -37,7 +37,9 @@ def outcomes(
     for i, att in enumerate(attempts):
         ident = att.env_id or f"slot{att.slot}-attempt{att.attempt}-{i}"
         if not att.accepted:
-            out.append(DesignOutcome(ident, att.skill, False, att.failure_kind or "rejected"))
+            progress = float((att.verdict or {}).get("progress") or 0.0)
+            kind = att.failure_kind or "rejected"
+            out.append(DesignOutcome(ident, att.skill, False, kind, progress=progress))
             continue
         ev = by_env[ident]
         out.append(

@@ -62,3 +62,14 @@ def test_design_flags_read_the_verdict_and_the_repair():
         ],
     )
     assert design_flags(repaired) == {"novel": True, "repaired": True}
+
+
+def test_rejected_designs_carry_the_verifiers_progress_into_their_reward():
+    """Two crashes of one round, at different depths: graded rewards tell them apart."""
+    early = _attempt(0, accepted=False, failure_kind="crash", verdict={"progress": 0.25})
+    late = _attempt(1, accepted=False, failure_kind="crash", verdict={"progress": 0.75})
+    unparsed = _attempt(2, accepted=False)  # no verdict: no progress
+    scored, _ = score([early, late, unparsed], [], ScoringConfig(rejected_reward="graded"))
+    assert [s.outcome.progress for s in scored] == [0.25, 0.75, 0.0]
+    # -(6 - 4 - 0.5 * progress) / 6 for the crashes, -5/6 for no code
+    assert [s.raw_reward for s in scored] == pytest.approx([-1.875 / 6, -1.625 / 6, -5 / 6])

@@ -4,7 +4,8 @@ DESIGN.md §2.6. A valid design is scored by the function ``ScoringConfig.design
 names (:data:`DESIGNER_REWARDS`); a design that failed verification by the one
 ``ScoringConfig.rejected_reward`` names (:data:`REJECTED_REWARDS`): ``flat`` (the reference:
 ``config.invalid_reward``, or ``config.timeout_penalty`` when it failed by timing out) or
-``graded`` (by how far it got through the verifier, :data:`REJECTED_TIERS`). Then, with
+``graded`` (by how far it got through the verifier: its tier in :data:`REJECTED_TIERS`, then
+its progress within the tier). Then, with
 ``config.centre_per_skill``, the mean reward of each skill is subtracted (no division by the
 std), so the designer is compared with itself on the same skill.
 
@@ -43,6 +44,8 @@ class DesignOutcome:
         win_rate: unhinted win rate in [0, 1]; required when valid.
         hinted_win_rate: hinted win rate in [0, 1], for the record; optional.
         regret: the regret estimate, ``>= 0``; required when valid.
+        progress: of a rejected design, how far it got within its failure's tier, in [0, 1]
+            (:func:`spade.scoring.verifier_progress`); 0 when unknown.
     """
 
     env_id: str
@@ -52,9 +55,12 @@ class DesignOutcome:
     win_rate: float | None = None
     hinted_win_rate: float | None = None
     regret: float | None = None
+    progress: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"design {self.env_id!r}"
+        if not 0.0 <= self.progress <= 1.0:
+            raise ValueError(f"{where}: progress must be in [0, 1], got {self.progress!r}")
         if self.valid and self.failure_kind is not None:
             raise ValueError(f"{where} is valid but has failure_kind {self.failure_kind!r}")
         if self.valid and (self.win_rate is None or self.regret is None):
@@ -209,26 +215,36 @@ def rejected_tier(failure_kind: str) -> int:
     raise ValueError(f"failure kind {failure_kind!r} has no place in REJECTED_TIERS")
 
 
-RejectedReward = Callable[[str, "ScoringConfig"], float]
-"""``(failure kind of a rejected design, config) -> reward``."""
+RejectedReward = Callable[[str, float, "ScoringConfig"], float]
+"""``(failure kind of a rejected design, its progress in [0, 1], config) -> reward``."""
+
+WITHIN_TIER = 0.5
+"""Share of a tier's step that progress within the tier can earn: below 1, so that no progress
+lifts a design to the next tier's value."""
 
 
-def flat_rejected(failure_kind: str, config: ScoringConfig) -> float:
-    """The reference's: ``timeout_penalty`` for a timeout, else ``invalid_reward``."""
+def flat_rejected(failure_kind: str, progress: float, config: ScoringConfig) -> float:
+    """The reference's: ``timeout_penalty`` for a timeout, else ``invalid_reward`` (progress
+    is ignored)."""
     return config.timeout_penalty if failure_kind == "timeout" else config.invalid_reward
 
 
-def graded_rejected(failure_kind: str, config: ScoringConfig) -> float:
-    """``graded_floor * (K - tier) / K`` with ``K = len(REJECTED_TIERS)`` (6) tiers.
+def graded_rejected(failure_kind: str, progress: float, config: ScoringConfig) -> float:
+    """``graded_floor * (K - tier - WITHIN_TIER * progress) / K``, ``K = len(REJECTED_TIERS)``.
 
-    With ``graded_floor = -1``: a duplicate -1, no code -5/6, syntax/import/policy -4/6,
-    contract -3/6, crash/limits -2/6, a verifier judgement (infeasible, trivial, ...) -1/6.
-    Every value is below 0, and every valid design's reward is >= 0 (:data:`DESIGNER_REWARDS`),
-    so the designer always prefers a valid design; after centring within a skill the order
-    stays.
+    With ``graded_floor = -1`` and no progress: a duplicate -1, no code -5/6,
+    syntax/import/policy -4/6, contract -3/6, crash/limits -2/6, a verifier judgement
+    (infeasible, trivial, ...) -1/6; progress in the tier (checks passed; a copy's distance from
+    the copy threshold) earns up to half a step more, so two designs that failed the same way
+    at different depths are still told apart (with two attempts a round, equal rewards mean no
+    update). Every value is below 0, and every valid design's reward is >= 0
+    (:data:`DESIGNER_REWARDS`), so the designer always prefers a valid design; after centring
+    within a skill the order stays.
     """
+    if not 0.0 <= progress <= 1.0:
+        raise ValueError(f"progress must be in [0, 1], got {progress!r}")
     k = len(REJECTED_TIERS)
-    return config.graded_floor * (k - rejected_tier(failure_kind)) / k
+    return config.graded_floor * (k - rejected_tier(failure_kind) - WITHIN_TIER * progress) / k
 
 
 REJECTED_REWARDS: dict[str, RejectedReward] = {"flat": flat_rejected, "graded": graded_rejected}
@@ -287,7 +303,7 @@ def raw_rewards(
     return [
         reward_of(o, config, previous)
         if o.valid
-        else rejected_of(str(o.failure_kind or "rejected"), config)
+        else rejected_of(str(o.failure_kind or "rejected"), o.progress, config)
         for o in outcomes
     ]
 

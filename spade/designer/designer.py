@@ -27,6 +27,7 @@ from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
 from spade.designer.corpus import Corpus, Document
 from spade.designer.extract import clean_hint, extract_code, leaks_solution
+from spade.designer.inherit import inherit_missing
 from spade.designer.prompts import (
     contract_references,
     design_prompt,
@@ -63,6 +64,8 @@ class DesignAttempt:
     ``strategy`` is how the design was asked for ("write", or "edit" of the memory record
     ``parent_id``; an edit slot with no parent is written). ``references`` are the designs it
     must not copy, ``{"name": env id, "code": whole code}``: its parent and its prompt's examples.
+    ``inherited`` names the parent's module-level definitions an edit used without writing them,
+    carried over into ``code`` (:func:`spade.designer.inherit.inherit_missing`).
     """
 
     slot: int
@@ -92,6 +95,7 @@ class DesignAttempt:
     first_failure_kind: str | None = None
     first_failure_reason: str | None = None
     repair_messages: list[dict[str, Any]] = field(default_factory=list)
+    inherited: list[str] = field(default_factory=list)
 
     @property
     def repairs(self) -> int:
@@ -208,6 +212,9 @@ def _take_code(att: DesignAttempt, comp: Completion) -> None:
     except DesignParseError as exc:  # the model wrote no usable module: data
         att.failure_kind, att.failure_reason = "parse", str(exc)
         return
+    parent = next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
+    if att.strategy == "edit" and parent is not None:
+        att.code, att.inherited = inherit_missing(att.code, parent, str(att.parent_id))
     att.env_id = env_id_for(att.code)
 
 

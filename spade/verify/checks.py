@@ -45,6 +45,7 @@ class Context:
     empty_play: Episode | None = None
     references: Sequence[Reference] = ()
     seed_solutions: dict[int, list[str]] = field(default_factory=dict)  # seed -> solution()
+    similarity: float | None = None  # source similarity of the closest reference
 
     def new_session(self) -> JailedSession:
         session = JailedSession(
@@ -292,6 +293,8 @@ def check_novelty(ctx: Context) -> str:
         max_tokens=cfg.similarity_max_tokens,
     )
     notes = list(ranking.notes)
+    if ranking.top:
+        ctx.similarity = ranking.top[0].similarity
     if ranking.top and ranking.top[0].similarity >= cfg.max_similarity:
         top = ranking.top[0]
         raise _fail(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spade.sandbox.failures import EnvFailure, Failure
+from spade.sandbox.failures import EnvFailure, Failure, FailureKind
 from spade.sandbox.policy import SandboxPolicy, load_policy
 from spade.verify.checks import CHECKS, Context
 from spade.verify.config import VerifyConfig
@@ -39,6 +39,8 @@ class Verdict:
     hint: str | None = None
     solution: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    similarity: float | None = None  # source similarity of the closest reference, if compared
+    progress: float = 0.0  # how far a rejected design got in its failure's tier: see _progress
 
     @property
     def solution_length(self) -> int:
@@ -62,6 +64,8 @@ class Verdict:
             "failure": {"kind": str(self.failure.kind), "reason": self.failure.reason}
             if self.failure
             else None,
+            "similarity": self.similarity,
+            "progress": self.progress,
         }
 
 
@@ -102,9 +106,26 @@ def verify(
     if ctx.info is not None:
         verdict.class_name, verdict.skill = ctx.info.class_name, ctx.info.skill
         verdict.tool_use, verdict.hint = ctx.info.tool_use, ctx.info.hint
-    verdict.solution = list(ctx.solution)
+    verdict.solution, verdict.similarity = list(ctx.solution), ctx.similarity
+    verdict.progress = _progress(verdict, ctx.config)
     verdict.seconds = time.perf_counter() - t_all
     return verdict
+
+
+def _progress(verdict: Verdict, config: VerifyConfig) -> float:
+    """How far a design got within the failure that stopped it, in [0, 1] (graded designer
+    rewards tell apart designs that failed the same way): the share of the checks it passed;
+    for a copy, how far its source similarity lies below a verbatim copy's, as a share of the
+    way to the copy threshold (a copy that plays like its reference but reads differently: 1).
+    An accepted design: 1."""
+    if verdict.failure is None:
+        return 1.0 if verdict.accepted else 0.0
+    if verdict.failure.kind == FailureKind.DUPLICATE:
+        sim = verdict.similarity
+        if sim is None or config.max_similarity >= 1.0:
+            return 0.0
+        return min(1.0, max(0.0, (1.0 - sim) / (1.0 - config.max_similarity)))
+    return sum(c.passed for c in verdict.checks) / len(CHECKS)
 
 
 def verify_file(path: str | Path, **kwargs: Any) -> Verdict:

@@ -1,5 +1,7 @@
 """Designer rewards, their centring per skill and the win-rate EMA, against hand-computed values."""
 
+import itertools
+
 import pytest
 
 from spade.config import ScoringConfig
@@ -27,8 +29,10 @@ def valid(env_id: str, skill: str, win: float, regret: float) -> DesignOutcome:
     return DesignOutcome(env_id, skill, valid=True, win_rate=win, regret=regret)
 
 
-def invalid(env_id: str, skill: str, kind: str = "bad_signature") -> DesignOutcome:
-    return DesignOutcome(env_id, skill, valid=False, failure_kind=kind)
+def invalid(
+    env_id: str, skill: str, kind: str = "bad_signature", progress: float = 0.0
+) -> DesignOutcome:
+    return DesignOutcome(env_id, skill, valid=False, failure_kind=kind, progress=progress)
 
 
 # ------------------------------------------------------------------------------------ plateau
@@ -273,16 +277,33 @@ GRADED = ScoringConfig(rejected_reward="graded", centre_per_skill=False)
     ],
 )
 def test_graded_rejections_by_how_far_they_got(kind, expected):
-    assert graded_rejected(kind, GRADED) == pytest.approx(expected)
+    assert graded_rejected(kind, 0.0, GRADED) == pytest.approx(expected)
     rewards, _ = designer_rewards([invalid("x", "s", kind)], GRADED)
     assert rewards == pytest.approx([expected])
+
+
+def test_progress_within_a_tier_ranks_equal_failures_and_never_reaches_the_next_tier():
+    kinds = [t[0] for t in REJECTED_TIERS]
+    for low, high in itertools.pairwise(kinds):
+        shallow, deep = graded_rejected(low, 0.25, GRADED), graded_rejected(low, 1.0, GRADED)
+        assert (
+            graded_rejected(low, 0.0, GRADED) < shallow < deep < graded_rejected(high, 0.0, GRADED)
+        )
+    # two crashes of one round, at reset (3 of 12 checks) and at feasibility (8 of 12): told
+    # apart, so the designer gets an update where equal rewards would give it none
+    crashes = [invalid("a", "s", "crash", 3 / 12), invalid("b", "s", "crash", 8 / 12)]
+    rewards, _ = designer_rewards(crashes, ScoringConfig(rejected_reward="graded"))  # centred
+    assert rewards[0] < 0 < rewards[1]
+    assert flat_rejected("crash", 1.0, GRADED) == flat_rejected("crash", 0.0, GRADED)
+    with pytest.raises(ValueError, match="progress"):
+        graded_rejected("crash", 1.5, GRADED)
 
 
 def test_graded_floor_scales_every_tier():
     config = ScoringConfig(rejected_reward="graded", graded_floor=-2.0)
     # -2 * 6/6, ..., -2 * 1/6
     kinds = ["duplicate", "parse", "syntax", "contract", "crash", "trivial"]
-    assert [graded_rejected(k, config) for k in kinds] == pytest.approx(
+    assert [graded_rejected(k, 0.0, config) for k in kinds] == pytest.approx(
         [-2.0, -10 / 6, -8 / 6, -1.0, -4 / 6, -2 / 6]
     )
 
@@ -312,8 +333,8 @@ def test_every_graded_rejection_is_below_every_valid_design():
         for name in DESIGNER_REWARDS
         for win in (0.0, 1.0)
     ]
-    best_rejected = max(graded_rejected(t[0], GRADED) for t in REJECTED_TIERS)
-    assert best_rejected == pytest.approx(-1 / 6) and min(worst_valid) == 0.0
+    best_rejected = max(graded_rejected(t[0], 1.0, GRADED) for t in REJECTED_TIERS)
+    assert best_rejected == pytest.approx(-0.5 / 6) and min(worst_valid) == 0.0
 
 
 def test_graded_centred_within_a_skill_keeps_the_order():

@@ -535,6 +535,46 @@ def test_edit_without_a_parent_that_fits_writes_and_says_so(corpus):
     assert "Turn it into a NEW environment" not in prompt and "Good earlier design" not in prompt
 
 
+def _quadratic_probe() -> str:
+    """polynomial_probe turned into a quadratic: the class alone, as the 0.5B coder answers an
+    edit (the module's regexes, import and docstring left out)."""
+    parent = (EXAMPLES / "polynomial_probe.py").read_text()
+    cls = parent[parent.index("class PolynomialProbeEnv") :]
+    for old, new in [
+        ("PolynomialProbeEnv", "QuadraticProbeEnv"),
+        ("self.degree = 3", "self.degree = 2"),
+        ("for _ in range(3)", "for _ in range(2)"),
+        ("a3*x^3 + a2*x^2", "a2*x^2"),
+        ("(a3 is not zero)", "(a2 is not zero)"),
+        ("a3, a2, a1, a0", "a2, a1, a0"),
+        ("answer 1, -2, 0, 7", "answer 1, -2, 7"),
+        ("len(nums) != 4", "len(nums) != 3"),
+        ("four integers", "three integers"),
+        ("right == 4", "right == 3"),
+        ("right / 4", "right / 3"),
+        ("of 4 coefficients", "of 3 coefficients"),
+        ("(0, 1, -1, 2)", "(0, 1, -1)"),
+    ]:
+        assert old in cls, old
+        cls = cls.replace(old, new)
+    return cls
+
+
+@pytest.mark.sandbox
+def test_an_edit_that_rewrote_only_the_class_keeps_the_parents_constants(corpus):
+    with serve(Script({MATH: [fenced(_quadratic_probe())]})) as server:
+        cfg = edit_config(server, corpus, attempts_per_slot=1)
+        memory = EnvironmentMemory(cfg.memory)
+        memory.extend(seed_records(cfg))
+        (attempt,) = run(cfg, memory)
+    assert (attempt.strategy, attempt.parent_id) == ("edit", "polynomial_probe")
+    assert attempt.inherited == ["re", "TextEnv", "_QUERY", "_INT"]
+    assert attempt.code is not None and attempt.env_id == env_id_for(attempt.code)
+    assert "# carried over from polynomial_probe, whose class this edits" in attempt.code
+    assert attempt.accepted, (attempt.failure_kind, attempt.failure_reason)  # novel, not a crash
+    assert "_QUERY = re.compile" not in attempt.completion  # the model's answer is kept as is
+
+
 def test_write_attempts_carry_their_examples_as_references(corpus):
     memory = EnvironmentMemory(MemoryConfig())
     memory.extend(import_pool(EXAMPLES, MemoryConfig()))

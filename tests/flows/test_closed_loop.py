@@ -163,9 +163,15 @@ def test_a_round_that_accepts_nothing_still_plays_trains_and_publishes(
     pool = [s for s in scored if s["source"] == "pool"]
     assert designs and not any(s["accepted"] for s in designs)
     assert {s["failure"] for s in designs} >= {"parse", "syntax"}
-    # graded: no code -5/6, syntax -4/6, infeasible -1/6 (before centring)
+    # graded: no code -5/6, syntax -4/6, infeasible -1/6 (before centring), and up to half a
+    # step more for the progress within the tier (checks passed)
     grades = {"parse": -5 / 6, "syntax": -4 / 6, "infeasible": -1 / 6, "seed_independent": -1 / 6}
-    assert all(s["raw_reward"] == pytest.approx(grades[s["failure"]]) for s in designs)
+    assert all(0 <= s["progress"] <= 1 for s in designs)
+    assert all(s["progress"] > 0 for s in designs if s["failure"] == "infeasible")
+    assert all(
+        s["raw_reward"] == pytest.approx(grades[s["failure"]] + 0.5 * s["progress"] / 6)
+        for s in designs
+    )
     assert len(pool) == 2 and all(s["reward"] is None for s in pool)  # never the designer's
     # the pool environments were verified, hinted (declared, or by the model) and played
     envs = read_jsonl(cs, cs.layout.stage_key(0, "pool", "environments.jsonl"))

@@ -98,6 +98,9 @@ def test_a_copy_in_disguise_is_a_duplicate(name):
     assert verdict.failure.reason == (
         f"a near-verbatim copy of {origin!r}: source similarity {similar:.3f} >= 0.99"
     )
+    # how far below a verbatim copy it lies, as a share of the way to the threshold
+    assert verdict.similarity == similar and verdict.to_dict()["similarity"] == similar
+    assert verdict.progress == pytest.approx(min(1.0, (1 - similar) / (1 - 0.99)))
 
 
 @pytest.mark.sandbox
@@ -119,6 +122,7 @@ def test_a_design_that_plays_exactly_like_a_reference_is_a_duplicate():
     assert reason.startswith("plays exactly like 'pick': identical transcripts over 3 seeds x ")
     text = float(reason.rsplit("source similarity ", 1)[1].rstrip(")"))
     assert text < VerifyConfig().max_similarity  # the sources alone do not give it away
+    assert verdict.progress == 1.0  # it reads differently: as far from a verbatim copy as can be
     # Without the side-by-side play it passes: the behaviour is what gives it away.
     assert verify(
         CLONE, references=[Reference("pick", GOOD)], config=VerifyConfig(behaviour_references=0)

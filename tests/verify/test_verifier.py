@@ -52,6 +52,18 @@ class PickEnv(TextEnv):
 def test_a_valid_design_is_accepted():
     verdict = verify(GOOD)
     assert verdict.accepted, verdict.to_dict()
+    assert verdict.progress == 1.0 and verdict.similarity is None  # no references compared
+
+
+def test_progress_is_the_share_of_checks_passed_before_the_failure():
+    """Graded designer rewards tell two failures of one kind apart by it."""
+    early = verify(GOOD.replace("self.tries = 0", "self.tries = 0; _missing"))  # in reset
+    late = verify(GOOD.replace("self.tries += 1", "self.tries += 1; _missing"))  # in play
+    assert early.failure.kind == late.failure.kind == "crash"
+    assert early.progress == CHECK_NAMES.index(early.failed_check) / len(CHECKS)
+    assert late.progress == CHECK_NAMES.index(late.failed_check) / len(CHECKS)
+    assert early.progress < late.progress
+    assert verify("class (").progress == 0.0 and verify("class (").to_dict()["progress"] == 0.0
 
 
 def test_first_failure_stops_the_run_and_is_recorded():
