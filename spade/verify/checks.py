@@ -282,7 +282,8 @@ def check_seed_dependence(ctx: Context) -> str:
 
 def check_novelty(ctx: Context) -> str:
     """Not a near-verbatim copy of a reference (source similarity), and not playing exactly
-    like the references most similar by source (side-by-side play)."""
+    like the references most similar by source (side-by-side play: every step answered alike,
+    whatever the first observation says)."""
     cfg = ctx.config
     if not ctx.references:
         return "no references to compare with"
@@ -322,10 +323,12 @@ def check_novelty(ctx: Context) -> str:
         finally:
             session.close()
         if outcome.identical:
+            opening = "; only its opening is worded differently" if outcome.where else ""
             raise _fail(
                 FailureKind.DUPLICATE,
                 f"plays exactly like {ref.name!r}: identical transcripts over {outcome.seeds}"
-                f" seeds x {outcome.actions} actions (source similarity {scored.similarity:.3f})",
+                f" seeds x {outcome.actions} actions (source similarity {scored.similarity:.3f})"
+                + opening,
             )
         differs.append(f"{ref.name!r} ({outcome.where})")
     parts = ["no reference could be compared"]

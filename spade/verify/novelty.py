@@ -153,7 +153,10 @@ class Plan:
 
 @dataclass(frozen=True)
 class Comparison:
-    """How a side-by-side play ended: identical throughout, or where it first differed."""
+    """How a side-by-side play ended: identical throughout, or where it first differed.
+
+    ``identical`` with a ``where``: every step played alike and only first observations differed
+    (the same game, reworded: what small models make of "give it a new theme")."""
 
     identical: bool
     seeds: int = 0
@@ -204,10 +207,12 @@ def _reference_call[**P, T](fn: Callable[P, T], *args: P.args, **kwargs: P.kwarg
 def play_side_by_side(
     design: JailedSession, reference: JailedSession, plan_list: Sequence[Plan]
 ) -> Comparison:
-    """Play every plan on both sessions in lockstep; stop at the first difference. A failure
-    of the design's session propagates (it is the design's failure); one of the reference's
-    counts as a difference."""
-    actions = 0
+    """Play every plan on both sessions in lockstep; stop at the first step whose result
+    differs. First observations may differ (noted in ``where``): a game whose every move is
+    answered alike is the same game, whatever its opening says. A failure of the design's
+    session propagates (it is the design's failure); one of the reference's counts as a
+    difference."""
+    actions, reworded = 0, ""
     for plan in plan_list:
         turn, obs = 0, None
         while turn < plan.steps:
@@ -216,8 +221,8 @@ def play_side_by_side(
                 if obs is None:  # (re)start the episode from the plan's seed
                     obs, _ = design.reset(plan.seed)
                     theirs, _ = _reference_call(reference.reset, plan.seed)
-                    if obs != theirs:
-                        return Comparison(False, where=f"{at}: first observations differ")
+                    if obs != theirs and not reworded:
+                        reworded = f"{at}: first observations differ"
                 action = plan.policy(turn, obs)
                 mine = design.step(action)
                 other = _reference_call(reference.step, action)
@@ -230,7 +235,7 @@ def play_side_by_side(
             if mine[:4] != other[:4]:
                 return Comparison(False, where=f"{at}, action {turn}: results differ")
             obs = None if mine[2] or mine[3] else mine[0]
-    return Comparison(True, seeds=len({p.seed for p in plan_list}), actions=actions)
+    return Comparison(True, seeds=len({p.seed for p in plan_list}), actions=actions, where=reworded)
 
 
 def open_reference(

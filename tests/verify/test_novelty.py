@@ -111,7 +111,7 @@ def test_a_small_real_variant_is_novel(name):
     assert verdict.accepted, verdict.to_dict()
     reason = verdict.checks[-1].reason
     assert reason.startswith(f"closest of {len(ALL_EXAMPLES)}: {origin!r}, source similarity 0.9")
-    assert f"plays differently from {origin!r} (seed 1234, solution play: first" in reason
+    assert f"plays differently from {origin!r} (seed 1234, solution play, action " in reason
 
 
 @pytest.mark.sandbox
@@ -127,6 +127,19 @@ def test_a_design_that_plays_exactly_like_a_reference_is_a_duplicate():
     assert verify(
         CLONE, references=[Reference("pick", GOOD)], config=VerifyConfig(behaviour_references=0)
     ).accepted
+
+
+@pytest.mark.sandbox
+def test_the_same_game_with_another_opening_is_a_duplicate():
+    """Every move answered alike, only the first observation reworded: the 0.5B coder's usual
+    answer to "give it a new theme" (it changed the intro's wording and nothing else)."""
+    reworded = CLONE.replace("I say higher or lower.", "I answer each guess: higher or lower.")
+    assert reworded != CLONE
+    verdict = verify(reworded, references=[Reference("pick", GOOD)])
+    assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
+    assert verdict.failure.reason.startswith("plays exactly like 'pick': identical transcripts")
+    assert verdict.failure.reason.endswith("; only its opening is worded differently")
+    assert verdict.progress == 1.0  # it reads differently: not a near-verbatim copy
 
 
 @pytest.mark.sandbox
