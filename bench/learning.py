@@ -144,6 +144,7 @@ def round_row(summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "round": summary["round"],
         "heldout_win_rate": summary.get("heldout_win_rate"),
+        "heldout_return": summary.get("heldout_mean_return"),
         "reasoning_gym": rg_score(summary.get("heldout_suites") or {}),
         "accepted": summary.get("accepted"),
         "pool_envs": summary.get("pool_envs"),
@@ -167,7 +168,13 @@ def mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
 def per_round_means(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Across seeds: each round's mean of every numeric column."""
     rounds = sorted({r["round"] for rows in runs.values() for r in rows})
-    keys = ("heldout_win_rate", "reasoning_gym", "designer_regret", "designer_reward")
+    keys = (
+        "heldout_win_rate",
+        "heldout_return",
+        "reasoning_gym",
+        "designer_regret",
+        "designer_reward",
+    )
     out = []
     for n in rounds:
         rows = [r for rows in runs.values() for r in rows if r["round"] == n]
@@ -189,6 +196,8 @@ def print_table(data: dict[str, Any]) -> None:
         "round",
         "spade win",
         "pool win",
+        "spade ret",
+        "pool ret",
         "spade rg",
         "pool rg",
         "regret",
@@ -201,6 +210,8 @@ def print_table(data: dict[str, Any]) -> None:
         "base",
         fmt(base["win_rate"]),
         fmt(base["win_rate"]),
+        fmt(base.get("return")),
+        fmt(base.get("return")),
         fmt(base["rg"]),
         fmt(base["rg"]),
         "",
@@ -210,6 +221,7 @@ def print_table(data: dict[str, Any]) -> None:
     for s, p in zip(spade, pool, strict=True):
         table.add_row(
             str(s["round"]), fmt(s["heldout_win_rate"]), fmt(p["heldout_win_rate"]),
+            fmt(s["heldout_return"]), fmt(p["heldout_return"]),
             fmt(s["reasoning_gym"]), fmt(p["reasoning_gym"]), fmt(s["designer_regret"]),
             fmt(s["designer_reward"]), fmt(s["designed_share"], 2),
         )  # fmt: skip
@@ -295,12 +307,26 @@ def sweep(load: Any, args: argparse.Namespace, store: Path, heldout: list[str]) 
                 "training.lora.alpha": 2 * rank,
             }
             rows = [round_row(s) for s in run_arm(load(over), f"sweep-lr{lr}-r{rank}")]
-            score = mean_of(rows, "heldout_win_rate")
-            results.append({"lr": lr, "rank": rank, "validation_win_rate": score, "rounds": rows})
-            print(f"sweep lr={lr} rank={rank}: mean validation win rate {fmt(score)}")
+            score, win = mean_of(rows, "heldout_return"), mean_of(rows, "heldout_win_rate")
+            results.append(
+                {
+                    "lr": lr,
+                    "rank": rank,
+                    "validation_return": score,
+                    "validation_win_rate": win,
+                    "rounds": rows,
+                }
+            )
+            print(
+                f"sweep lr={lr} rank={rank}: mean validation return {fmt(score)},"
+                f" win rate {fmt(win)}",
+                flush=True,
+            )
+    # by mean return (partial credit), not win rate: a small model wins nothing on most games,
+    # and a grid of zero win rates would pick its first setting
     best = max(
         results,
-        key=lambda r: -1.0 if r["validation_win_rate"] is None else r["validation_win_rate"],
+        key=lambda r: -1.0 if r["validation_return"] is None else r["validation_return"],
     )
     lr, rank = best["lr"], best["rank"]
     use = " ".join(
@@ -378,9 +404,15 @@ def main() -> None:
     ap.add_argument("--sweep-ranks", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--sweep-rounds", type=int, default=2)
     ap.add_argument("--sweep-val", type=int, default=2, help="pool environments for validation")
+    ap.add_argument(
+        "--sweep-only",
+        action="store_true",
+        help="the sweep alone (implies --sweep); JSON to <out>-sweep.json",
+    )
     ap.add_argument("--store", type=Path, help="keep the campaigns here (default: a temp folder)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args()
+    args.sweep = args.sweep or args.sweep_only
     if args.quick:
         args.rounds, args.rg_size = min(args.rounds, 2), 1
         args.sweep_lrs, args.sweep_ranks, args.sweep_rounds = args.sweep_lrs[:1], [4], 1
@@ -416,6 +448,11 @@ def main() -> None:
             return load_config(config_path, {**common, "run.rounds": args.rounds, **over})
 
         sweep_result = sweep(load, args, store, heldout) if args.sweep else None
+        if args.sweep_only:
+            out = args.out.with_name(args.out.stem + "-sweep.json")
+            write_json(out, {"machine": machine(), "timestamp": timestamp(), "sweep": sweep_result})
+            print(f"written: {out}")
+            return
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {arm: {} for arm in ARMS}
         base: dict[str, Any] = {}
         envs = load({}).designer.envs_per_round
@@ -428,7 +465,11 @@ def main() -> None:
             if not base:
                 cfg = load({"seed": seed, "storage.root": str(store / "base")})
                 got = base_heldout(cfg, "base")
-                base = {"win_rate": got.get("win_rate"), "rg": rg_score(got.get("suites") or {})}
+                base = {
+                    "win_rate": got.get("win_rate"),
+                    "return": got.get("mean_return"),
+                    "rg": rg_score(got.get("suites") or {}),
+                }
         if args.store is None:
             shutil.rmtree(store, ignore_errors=True)
     data = {

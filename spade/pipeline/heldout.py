@@ -67,9 +67,10 @@ async def _play_files(
     rec: StageRecord,
     weights: WeightsRef,
 ) -> dict[str, Any]:
-    """Play the held-out environment files; write ``results.jsonl``; their win rate."""
+    """Play the held-out environment files; write ``results.jsonl``; their win rate and mean
+    return (partial credit: where a small model wins nothing, what moves first)."""
     if not files:
-        return {"win_rate": None, "environments": 0}
+        return {"win_rate": None, "mean_return": None, "environments": 0}
     specs = []
     for f in files:
         code = f.read_text(encoding="utf-8")
@@ -82,17 +83,22 @@ async def _play_files(
             update={"evaluation": cfg.evaluation.model_copy(update={"unhinted_plays": plays})}
         )
     results = await evaluate_envs(backend, specs, cfg, policy)
+    returns = [fmean(r.unhinted_returns) if r.unhinted_returns else 0.0 for r in results]
     rows = [
         {
             "file": f.name,
             "env_id": r.env_id,
             "skill": r.skill,
             "win_rate": r.win_rate,
-            "mean_return": fmean(r.unhinted_returns) if r.unhinted_returns else 0.0,
+            "mean_return": mean_return,
             "failed_plays": r.failed_plays,
             "weights": weights.version,
         }
-        for f, r in zip(files, results, strict=True)
+        for f, r, mean_return in zip(files, results, returns, strict=True)
     ]
     rec.write_jsonl("results.jsonl", rows)
-    return {"win_rate": fmean(r.win_rate for r in results), "environments": len(rows)}
+    return {
+        "win_rate": fmean(r.win_rate for r in results),
+        "mean_return": fmean(returns),
+        "environments": len(rows),
+    }

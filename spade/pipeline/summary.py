@@ -146,6 +146,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "designer_loss": designer_loss,
         "designer_skipped": designer_skipped,
         "heldout_win_rate": heldout.get("win_rate"),
+        "heldout_mean_return": heldout.get("mean_return"),
         "heldout_suites": heldout.get("suites") or {},
         "weights": weights.get("version"),
         "stage_seconds": seconds,

@@ -36,6 +36,7 @@ def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> No
         assert s["designed_episodes"] + s["pool_episodes"] == p["pool_episodes"] > 0
         assert p["designed_episodes"] == 0 and p["designer_reward"] is None
         assert s["heldout_win_rate"] is not None and p["reasoning_gym"] is not None
+        assert 0.0 <= s["heldout_return"] <= 1.0 and 0.0 <= p["heldout_return"] <= 1.0
     assert 0.0 <= data["designed_share"] <= 1.0
     assert data["base"]["win_rate"] is not None  # the base weights, before any training
     assert len(data["means"]["spade"]) == len(data["means"]["pool"]) == 2
@@ -44,5 +45,6 @@ def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> No
     sweep = data["sweep"]
     assert len(sweep["validation"]) == 1 and not set(sweep["validation"]) & heldout
     assert sweep["best"] in sweep["results"] and "--set training.lr=" in sweep["use"]
+    assert all(r["validation_return"] is not None for r in sweep["results"])
     png = out.with_suffix(".png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

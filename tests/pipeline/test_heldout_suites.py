@@ -106,3 +106,9 @@ def test_heldout_plays_each_environment_as_often_as_configured(tmp_path, heldout
         overall = _heldout_round(cfg, "plays")
         chats = [r for r in server.requests if r.path.endswith("/chat/completions")]
     assert overall["environments"] == 1 and len(chats) == played  # one turn per play
+    cs = campaign_store(cfg, "plays")
+    prefix = f"{cs.layout.campaign_prefix}/round-0000/heldout"
+    (row,) = [json.loads(x) for x in cs.store.read_bytes(f"{prefix}/results.jsonl").splitlines()]
+    # the mean return beside the win rate (partial credit: what moves first for a small model)
+    assert overall["mean_return"] == row["mean_return"] and 0.0 <= row["mean_return"] <= 1.0
+    assert round_summary(cfg, "plays", 0)["heldout_mean_return"] == row["mean_return"]
