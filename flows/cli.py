@@ -196,10 +196,20 @@ app.command("resume")(resume)
 app.command("deploy")(deploy)
 
 
+PREFECT_DEFAULTS = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    # the embedded server creates and migrates its SQLite database on start: on a busy 2-core
+    # machine (a campaign and the test suite running) that took longer than Prefect's 20 s
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}
+"""Prefect settings ``spade`` uses unless the environment sets them."""
+
+
 def main() -> None:
-    """Console entry point: the full ``spade`` app, with quiet Prefect defaults."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    """Console entry point: the full ``spade`` app, with :data:`PREFECT_DEFAULTS`."""
+    for key, value in PREFECT_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     app()
 
 
