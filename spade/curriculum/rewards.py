@@ -45,7 +45,7 @@ class DesignOutcome:
         hinted_win_rate: hinted win rate in [0, 1], for the record; optional.
         regret: the regret estimate, ``>= 0``; required when valid.
         progress: of a rejected design, how far it got within its failure's tier, in [0, 1]
-            (:func:`spade.scoring.verifier_progress`); 0 when unknown.
+            (its verdict's ``progress``: :class:`spade.verify.verifier.Verdict`); 0 when unknown.
     """
 
     env_id: str

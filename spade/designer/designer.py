@@ -212,9 +212,10 @@ def _take_code(att: DesignAttempt, comp: Completion) -> None:
     except DesignParseError as exc:  # the model wrote no usable module: data
         att.failure_kind, att.failure_reason = "parse", str(exc)
         return
-    parent = next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
-    if att.strategy == "edit" and parent is not None:
-        att.code, att.inherited = inherit_missing(att.code, parent, str(att.parent_id))
+    if att.strategy == "edit":
+        parent = next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
+        if parent is not None:
+            att.code, att.inherited = inherit_missing(att.code, parent, str(att.parent_id))
     att.env_id = env_id_for(att.code)
 
 

@@ -100,7 +100,7 @@ def _binds(node: ast.stmt) -> set[str]:
 
 
 def _top_level_bound(tree: ast.Module) -> set[str]:
-    return set().union(*(_binds(node) for node in tree.body)) if tree.body else set()
+    return set().union(*(_binds(node) for node in tree.body))
 
 
 def _loaded(node: ast.AST) -> set[str]:
