@@ -14,6 +14,7 @@ from spade.config import ScoringConfig
 from spade.curriculum.memory import MemoryRecord
 from spade.curriculum.rewards import DesignOutcome, designer_rewards_with_raw
 from spade.designer.designer import DesignAttempt
+from spade.designer.extract import parse_progress
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,11 @@ def outcomes(
     for i, att in enumerate(attempts):
         ident = att.env_id or f"slot{att.slot}-attempt{att.attempt}-{i}"
         if not att.accepted:
-            progress = float((att.verdict or {}).get("progress") or 0.0)
             kind = att.failure_kind or "rejected"
+            if kind == "parse":  # no verdict: how much of its open code block parses
+                progress = parse_progress(att.completion)
+            else:
+                progress = float((att.verdict or {}).get("progress") or 0.0)
             out.append(DesignOutcome(ident, att.skill, False, kind, progress=progress))
             continue
         ev = by_env[ident]

@@ -73,3 +73,13 @@ def test_rejected_designs_carry_the_verifiers_progress_into_their_reward():
     assert [s.outcome.progress for s in scored] == [0.25, 0.75, 0.0]
     # -(6 - 4 - 0.5 * progress) / 6 for the crashes, -5/6 for no code
     assert [s.raw_reward for s in scored] == pytest.approx([-1.875 / 6, -1.625 / 6, -5 / 6])
+
+
+def test_two_cut_off_answers_differ_by_how_much_of_their_code_parses():
+    """A round whose two answers both ran out of tokens still updates the designer."""
+    env = "import re\n\n\nclass AEnv:\n    def f(self):\n        return 1\n"
+    tail = _attempt(0, accepted=False, completion=f"```python\n{env}\nprint(AEnv().f(\n")
+    mid = _attempt(1, accepted=False, completion="```python\n" + env.replace("1\n", "(1\n"))
+    scored, _ = score([tail, mid], [], ScoringConfig(rejected_reward="graded"))
+    assert scored[0].outcome.progress > scored[1].outcome.progress > 0.0
+    assert scored[0].reward > 0.0 > scored[1].reward  # centred: non-zero advantages

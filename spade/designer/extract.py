@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 
 from spade.errors import DesignParseError
+from spade.verify.static import parsed_share
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _CLASS_ENV = re.compile(r"^class\s+\w*Env\b", re.MULTILINE)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_OPEN_FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[^\n]*\n")
 
 
 def extract_code(completion: str) -> str:
@@ -34,6 +36,18 @@ def extract_code(completion: str) -> str:
     if blocks:
         raise DesignParseError("no code block defines a class whose name ends in 'Env'")
     raise DesignParseError("the completion contains no Python code block")
+
+
+def parse_progress(completion: str) -> float:
+    """How far a completion that yielded no module got, in [0, 1], for graded designer rewards:
+    for a code block left open (the completion was cut off), the share of it that parses
+    (:func:`spade.verify.static.parsed_share`): a whole class followed by a cut-off tail is
+    further along than a class cut in the middle. 0 for anything else (no code at all)."""
+    text = _THINK.sub("", completion)
+    if text.count("```") % 2 == 0:
+        return 0.0
+    opening = _OPEN_FENCE.match(text, text.rfind("```"))  # the last fence is the open one
+    return parsed_share(text[opening.end() :]) if opening else 0.0
 
 
 def clean_hint(completion: str, max_sentences: int = 3, max_chars: int = 600) -> str:

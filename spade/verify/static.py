@@ -95,6 +95,43 @@ def module_table(policy: SandboxPolicy) -> ModuleTable:
     return _probe(policy.interpreter, allow)
 
 
+_NOT_A_STATEMENT_START = (" ", "\t", "\r", "\n", "#", ")", "]", "}")
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # what does not parse
+        return False
+    return True
+
+
+def parsed_share(code: str) -> float:
+    """Share of ``code``'s lines in its longest prefix that parses, cut where a top-level
+    statement starts: how far the parser got through a module with a syntax error or cut off
+    in the middle (graded designer rewards tell such designs apart with it). 1.0 when all of
+    it parses, 0.0 for empty code.
+
+    A binary search over the cut points, assuming a prefix parses when a longer one does (true
+    of top-level statements; a line at column 0 inside a string can break it, and then the
+    share is an underestimate): ``log2(statements)`` parses, never one per prefix, so a
+    design-supplied string costs the host ``O(n log n)``.
+    """
+    lines = code.splitlines(keepends=True)
+    if not lines:
+        return 0.0
+    cuts = [i for i, line in enumerate(lines) if i and not line.startswith(_NOT_A_STATEMENT_START)]
+    cuts.append(len(lines))
+    lo, hi = -1, len(cuts) - 1  # cuts[lo] parses (-1: the empty prefix), find the last one
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _parses("".join(lines[: cuts[mid]])):
+            lo = mid
+        else:
+            hi = mid - 1
+    return 0.0 if lo < 0 else cuts[lo] / len(lines)
+
+
 def parse_source(code: str, max_bytes: int) -> ast.Module | Failure:
     """The module's syntax tree, or a SYNTAX failure saying why not."""
     size = len(code.encode("utf-8", "surrogatepass"))

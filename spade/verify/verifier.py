@@ -13,6 +13,7 @@ from spade.sandbox.policy import SandboxPolicy, load_policy
 from spade.verify.checks import CHECKS, Context
 from spade.verify.config import VerifyConfig
 from spade.verify.novelty import Reference
+from spade.verify.static import parsed_share
 
 
 @dataclass(frozen=True)
@@ -107,19 +108,25 @@ def verify(
         verdict.class_name, verdict.skill = ctx.info.class_name, ctx.info.skill
         verdict.tool_use, verdict.hint = ctx.info.tool_use, ctx.info.hint
     verdict.solution, verdict.similarity = list(ctx.solution), ctx.similarity
-    verdict.progress = _progress(verdict, ctx.config)
+    verdict.progress = _progress(verdict, ctx.config, code)
     verdict.seconds = time.perf_counter() - t_all
     return verdict
 
 
-def _progress(verdict: Verdict, config: VerifyConfig) -> float:
+def _progress(verdict: Verdict, config: VerifyConfig, code: str) -> float:
     """How far a design got within the failure that stopped it, in [0, 1] (graded designer
-    rewards tell apart designs that failed the same way): the share of the checks it passed;
-    for a copy, how far its source similarity lies below a verbatim copy's, as a share of the
-    way to the copy threshold (a copy that plays like its reference but reads differently: 1).
-    An accepted design: 1."""
+    rewards tell apart designs that failed the same way): the share of the checks it passed,
+    the parse check counted by the share of the code that parses
+    (:func:`spade.verify.static.parsed_share`), so that two syntax errors differ and a syntax
+    error stays below any design that parsed; for a copy, how far its source similarity lies
+    below a verbatim copy's, as a share of the way to the copy threshold (a copy that plays like
+    its reference but reads differently: 1). An accepted design: 1."""
     if verdict.failure is None:
         return 1.0 if verdict.accepted else 0.0
+    if verdict.failure.kind == FailureKind.SYNTAX:
+        if len(code.encode("utf-8", "surrogatepass")) > config.max_code_bytes:
+            return 0.0  # not parsed at all: over the size limit
+        return parsed_share(code) / len(CHECKS)
     if verdict.failure.kind == FailureKind.DUPLICATE:
         sim = verdict.similarity
         if sim is None or config.max_similarity >= 1.0:

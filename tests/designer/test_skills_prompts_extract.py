@@ -8,7 +8,7 @@ import pytest
 
 from spade.config import COGNITIVE_SKILLS, TOOL_SKILLS
 from spade.curriculum.memory import MemoryRecord
-from spade.designer.extract import clean_hint, extract_code, leaks_solution
+from spade.designer.extract import clean_hint, extract_code, leaks_solution, parse_progress
 from spade.designer.prompts import (
     FORMAT_EXAMPLE,
     GAME_CONTRACT,
@@ -234,6 +234,16 @@ def test_extract_ignores_think_blocks():
 def test_extract_unclosed_fence_says_it_was_cut_off():
     with pytest.raises(DesignParseError, match=r"not closed.*cut off"):
         extract_code(f"```python\n{ENV}    def play(self, mo")
+
+
+def test_parse_progress_grades_cut_off_code_by_the_share_that_parses():
+    whole = "import re\n\n\nclass AEnv:\n    def f(self):\n        return 1\n"
+    tail = "```python\n" + whole + "\nif __name__ == '__main__':\n    AEnv().f(\n"
+    mid = "```python\n" + whole.replace("return 1", "return (1")
+    assert parse_progress(tail) > parse_progress(mid) > 0.0  # the import parses
+    assert parse_progress("<think>```</think>" + tail) == parse_progress(tail)
+    for done in ("```python\n" + whole + "```\n", "no code at all", ""):
+        assert parse_progress(done) == 0.0  # nothing was cut off
 
 
 def test_extract_without_code_is_an_error():

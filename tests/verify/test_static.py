@@ -4,7 +4,13 @@ import pytest
 
 from spade.sandbox.failures import Failure, FailureKind
 from spade.sandbox.policy import ImportPolicy, load_policy
-from spade.verify.static import import_violations, module_table, name_violations, parse_source
+from spade.verify.static import (
+    import_violations,
+    module_table,
+    name_violations,
+    parse_source,
+    parsed_share,
+)
 
 POLICY = ImportPolicy()
 
@@ -21,6 +27,19 @@ def test_parse_failures_are_syntax_with_reasons():
         assert isinstance(result, Failure) and result.kind is FailureKind.SYNTAX
     too_big = parse_source("x = 1\n" * 100, 50)
     assert isinstance(too_big, Failure) and "limit" in too_big.reason
+
+
+WHOLE = "import re\n\nX = 1\n\n\nclass AEnv:\n    def f(self):\n        return X\n"
+
+
+def test_parsed_share_is_the_share_of_lines_in_the_longest_parsing_prefix():
+    assert parsed_share(WHOLE) == 1.0 and parsed_share("") == 0.0
+    assert parsed_share("def (:\n    pass\n") == 0.0  # the first statement is broken
+    cut = WHOLE + "\ndef g(:\n"  # a whole class, then a statement cut in the middle
+    assert parsed_share(cut) == 9 / 10  # up to the line where the broken statement starts
+    mid_class = WHOLE.replace("return X", "return (X")  # broken inside the class
+    assert parsed_share(mid_class) == 5 / 8  # the lines before the class parse
+    assert parsed_share("x = 1\x00\n") == 0.0  # what ast refuses is not parsed
 
 
 @pytest.mark.parametrize(
