@@ -325,6 +325,23 @@ def test_smollm2_resolves_offline_and_the_converted_copy_is_reused(smol_env, mon
     assert not model.training and tokenizer.eos_token == "<|im_end|>"
 
 
+def test_a_bfloat16_load_reads_its_own_copy_holding_the_float32_weights_cast(smol_env):
+    """Half the bytes to read per load, the same weights as the float32 copy loaded in bf16."""
+    import torch
+
+    resolved = resolve_model(ModelConfig())
+    wide, _ = load_model_and_tokenizer(resolved, "float32", "cpu")
+    narrow, _ = load_model_and_tokenizer(resolved, "bfloat16", "cpu")
+    copy = spade_models.converted_cache_dir(resolved, torch.bfloat16)
+    assert copy.name == spade_models.converted_cache_dir(resolved).name + "-bfloat16"
+    fp32_bytes = (spade_models.converted_cache_dir(resolved) / "model.safetensors").stat().st_size
+    assert (copy / "model.safetensors").stat().st_size < 0.6 * fp32_bytes
+    for (name, w), (_, n) in zip(
+        wide.state_dict().items(), narrow.state_dict().items(), strict=True
+    ):
+        assert n.dtype == torch.bfloat16 and torch.equal(w.to(torch.bfloat16), n), name
+
+
 def test_smollm2_answers_a_chat_with_tools(smol_env):
     backend = TransformersBackend(ModelConfig(device="cpu"), InferenceConfig(batch_size=2))
     messages = [
