@@ -405,9 +405,9 @@ class ScoringConfig(_Section):
         "flat",
         description="Reward of a rejected design. flat (the reference): invalid_reward, or"
         " timeout_penalty for a timeout. graded: by how far it got through the verifier (a"
-        " copy < no code < syntax/import/policy < contract < crash/limits < a verifier"
+        " copy < no code < syntax < import/policy < contract < crash/limits < a verifier"
         " judgement such as infeasible or trivial), evenly spaced from graded_floor up to"
-        " graded_floor / 6, so"
+        " graded_floor / 7, so"
         " below every valid design's reward (>= 0): a signal when nothing passes"
         " (spade.curriculum.rewards.REJECTED_TIERS).",
     )

@@ -71,8 +71,8 @@ def test_rejected_designs_carry_the_verifiers_progress_into_their_reward():
     unparsed = _attempt(2, accepted=False)  # no verdict: no progress
     scored, _ = score([early, late, unparsed], [], ScoringConfig(rejected_reward="graded"))
     assert [s.outcome.progress for s in scored] == [0.25, 0.75, 0.0]
-    # -(6 - 4 - 0.5 * progress) / 6 for the crashes, -5/6 for no code
-    assert [s.raw_reward for s in scored] == pytest.approx([-1.875 / 6, -1.625 / 6, -5 / 6])
+    # -(7 - 5 - 0.5 * progress) / 7 for the crashes, -6/7 for no code
+    assert [s.raw_reward for s in scored] == pytest.approx([-1.875 / 7, -1.625 / 7, -6 / 7])
 
 
 def test_two_cut_off_answers_differ_by_how_much_of_their_code_parses():

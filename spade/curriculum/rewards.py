@@ -177,7 +177,8 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
     # attempts were a copy and a cut-off answer still ranks them (the 0.5B coder's usual pair)
     ("duplicate",),
     ("inference", "parse", "rejected"),  # no code: the model wrote nothing usable
-    ("syntax", "import_denied", "policy_denied"),  # code, refused before it runs
+    ("syntax",),  # code that does not parse
+    ("import_denied", "policy_denied"),  # code that parses, refused before it runs
     ("contract", "exited", "protocol"),  # it runs, but is not an environment of the contract
     (  # an environment that broke while played: raised, or ran into a limit of the jail
         "crash",
@@ -232,10 +233,11 @@ def flat_rejected(failure_kind: str, progress: float, config: ScoringConfig) -> 
 def graded_rejected(failure_kind: str, progress: float, config: ScoringConfig) -> float:
     """``graded_floor * (K - tier - WITHIN_TIER * progress) / K``, ``K = len(REJECTED_TIERS)``.
 
-    With ``graded_floor = -1`` and no progress: a duplicate -1, no code -5/6,
-    syntax/import/policy -4/6, contract -3/6, crash/limits -2/6, a verifier judgement
-    (infeasible, trivial, ...) -1/6; progress in the tier (checks passed; a copy's distance from
-    the copy threshold) earns up to half a step more, so two designs that failed the same way
+    With ``graded_floor = -1`` and no progress: a duplicate -1, no code -6/7, syntax -5/7,
+    import/policy -4/7, contract -3/7, crash/limits -2/7, a verifier judgement (infeasible,
+    trivial, ...) -1/7; progress in the tier (checks passed; the share of a syntax error's or a
+    cut-off answer's code that parses; a copy's distance from the copy threshold) earns up to
+    half a step more, so two designs that failed the same way
     at different depths are still told apart (with two attempts a round, equal rewards mean no
     update). Every value is below 0, and every valid design's reward is >= 0
     (:data:`DESIGNER_REWARDS`), so the designer always prefers a valid design; after centring

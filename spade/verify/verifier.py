@@ -115,18 +115,18 @@ def verify(
 
 def _progress(verdict: Verdict, config: VerifyConfig, code: str) -> float:
     """How far a design got within the failure that stopped it, in [0, 1] (graded designer
-    rewards tell apart designs that failed the same way): the share of the checks it passed,
-    the parse check counted by the share of the code that parses
-    (:func:`spade.verify.static.parsed_share`), so that two syntax errors differ and a syntax
-    error stays below any design that parsed; for a copy, how far its source similarity lies
-    below a verbatim copy's, as a share of the way to the copy threshold (a copy that plays like
-    its reference but reads differently: 1). An accepted design: 1."""
+    rewards tell apart designs that failed the same way): the share of the checks it passed;
+    for a syntax error, the share of the code that parses before it
+    (:func:`spade.verify.static.parsed_share`: every syntax error fails the first check); for a
+    copy, how far its source similarity lies below a verbatim copy's, as a share of the way to
+    the copy threshold (a copy that plays like its reference but reads differently: 1). An
+    accepted design: 1."""
     if verdict.failure is None:
         return 1.0 if verdict.accepted else 0.0
     if verdict.failure.kind == FailureKind.SYNTAX:
         if len(code.encode("utf-8", "surrogatepass")) > config.max_code_bytes:
             return 0.0  # not parsed at all: over the size limit
-        return parsed_share(code) / len(CHECKS)
+        return parsed_share(code)
     if verdict.failure.kind == FailureKind.DUPLICATE:
         sim = verdict.similarity
         if sim is None or config.max_similarity >= 1.0:

@@ -256,24 +256,24 @@ GRADED = ScoringConfig(rejected_reward="graded", centre_per_skill=False)
 @pytest.mark.parametrize(
     ("kind", "expected"),
     [
-        ("duplicate", -1.0),  # a copy, lowest: copying must not pay (-1 * 6/6)
-        ("inference", -5 / 6),  # no code
-        ("parse", -5 / 6),
-        ("syntax", -4 / 6),
-        ("import_denied", -4 / 6),
-        ("policy_denied", -4 / 6),
-        ("contract", -3 / 6),
-        ("exited", -3 / 6),
-        ("protocol", -3 / 6),
-        ("crash", -2 / 6),
-        ("timeout", -2 / 6),
-        ("memory", -2 / 6),
-        ("output_limit", -2 / 6),
-        ("infeasible", -1 / 6),
-        ("trivial", -1 / 6),
-        ("nondeterministic", -1 / 6),
-        ("no_termination", -1 / 6),
-        ("seed_independent", -1 / 6),
+        ("duplicate", -1.0),  # a copy, lowest: copying must not pay (-1 * 7/7)
+        ("inference", -6 / 7),  # no code
+        ("parse", -6 / 7),
+        ("syntax", -5 / 7),
+        ("import_denied", -4 / 7),
+        ("policy_denied", -4 / 7),
+        ("contract", -3 / 7),
+        ("exited", -3 / 7),
+        ("protocol", -3 / 7),
+        ("crash", -2 / 7),
+        ("timeout", -2 / 7),
+        ("memory", -2 / 7),
+        ("output_limit", -2 / 7),
+        ("infeasible", -1 / 7),
+        ("trivial", -1 / 7),
+        ("nondeterministic", -1 / 7),
+        ("no_termination", -1 / 7),
+        ("seed_independent", -1 / 7),
     ],
 )
 def test_graded_rejections_by_how_far_they_got(kind, expected):
@@ -301,10 +301,10 @@ def test_progress_within_a_tier_ranks_equal_failures_and_never_reaches_the_next_
 
 def test_graded_floor_scales_every_tier():
     config = ScoringConfig(rejected_reward="graded", graded_floor=-2.0)
-    # -2 * 6/6, ..., -2 * 1/6
-    kinds = ["duplicate", "parse", "syntax", "contract", "crash", "trivial"]
+    # -2 * 7/7, ..., -2 * 1/7
+    kinds = ["duplicate", "parse", "syntax", "import_denied", "contract", "crash", "trivial"]
     assert [graded_rejected(k, 0.0, config) for k in kinds] == pytest.approx(
-        [-2.0, -10 / 6, -8 / 6, -1.0, -4 / 6, -2 / 6]
+        [-2.0, -12 / 7, -10 / 7, -8 / 7, -6 / 7, -4 / 7, -2 / 7]
     )
 
 
@@ -314,7 +314,7 @@ def test_every_failure_kind_has_a_tier():
     placed = {kind for tier in REJECTED_TIERS for kind in tier}
     assert {str(k) for k in FailureKind} <= placed
     assert len(placed) == sum(len(t) for t in REJECTED_TIERS)  # each kind in one tier only
-    assert rejected_tier("seed_independent") == rejected_tier(FailureKind.INFEASIBLE) == 5
+    assert rejected_tier("seed_independent") == rejected_tier(FailureKind.INFEASIBLE) == 6
     assert rejected_tier("duplicate") == 0 and rejected_tier("parse") == 1
 
 
@@ -334,20 +334,20 @@ def test_every_graded_rejection_is_below_every_valid_design():
         for win in (0.0, 1.0)
     ]
     best_rejected = max(graded_rejected(t[0], 1.0, GRADED) for t in REJECTED_TIERS)
-    assert best_rejected == pytest.approx(-0.5 / 6) and min(worst_valid) == 0.0
+    assert best_rejected == pytest.approx(-0.5 / 7) and min(worst_valid) == 0.0
 
 
 def test_graded_centred_within_a_skill_keeps_the_order():
     config = ScoringConfig(rejected_reward="graded")  # centred per skill
     outcomes = [
         invalid("a", "s", "duplicate"),  # -1.0
-        invalid("b", "s", "crash"),  # -2/6
+        invalid("b", "s", "crash"),  # -2/7
         valid("c", "s", 0.5, 0.0),  # 0.6 * 1 = 0.6
         invalid("d", "t", "syntax"),  # alone in its skill: 0
     ]
     rewards, _ = designer_rewards(outcomes, config)
-    mean = (-1.0 - 2 / 6 + 0.6) / 3
-    assert rewards == pytest.approx([-1.0 - mean, -2 / 6 - mean, 0.6 - mean, 0.0])
+    mean = (-1.0 - 2 / 7 + 0.6) / 3
+    assert rewards == pytest.approx([-1.0 - mean, -2 / 7 - mean, 0.6 - mean, 0.0])
     assert rewards[0] < rewards[1] < rewards[2]
 
 
@@ -358,11 +358,11 @@ def test_nothing_accepted_still_gives_the_designer_a_signal():
     flat, _ = designer_rewards(outcomes, ScoringConfig())
     graded, _ = designer_rewards(outcomes, ScoringConfig(rejected_reward="graded"))
     assert flat == [0.0, 0.0]
-    assert graded == pytest.approx([-1 / 3, 1 / 3])  # -5/6 and -1/6 around their mean -1/2
+    assert graded == pytest.approx([-5 / 14, 5 / 14])  # -6/7 and -1/7 around their mean -1/2
     # a copy and a cut-off answer (the 0.5B coder's usual pair) differ too
     pair = [invalid("a", "s", "duplicate"), invalid("b", "s", "parse")]
     graded, _ = designer_rewards(pair, ScoringConfig(rejected_reward="graded"))
-    assert graded == pytest.approx([-1 / 12, 1 / 12])
+    assert graded == pytest.approx([-1 / 14, 1 / 14])  # -1 and -6/7
 
 
 def test_raw_rewards_are_the_rewards_before_centring():

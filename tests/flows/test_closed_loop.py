@@ -163,13 +163,13 @@ def test_a_round_that_accepts_nothing_still_plays_trains_and_publishes(
     pool = [s for s in scored if s["source"] == "pool"]
     assert designs and not any(s["accepted"] for s in designs)
     assert {s["failure"] for s in designs} >= {"parse", "syntax"}
-    # graded: no code -5/6, syntax -4/6, infeasible -1/6 (before centring), and up to half a
-    # step more for the progress within the tier (checks passed)
-    grades = {"parse": -5 / 6, "syntax": -4 / 6, "infeasible": -1 / 6, "seed_independent": -1 / 6}
+    # graded: no code -6/7, syntax -5/7, infeasible -1/7 (before centring), and up to half a
+    # step more for the progress within the tier (checks passed, code that parses)
+    grades = {"parse": -6 / 7, "syntax": -5 / 7, "infeasible": -1 / 7, "seed_independent": -1 / 7}
     assert all(0 <= s["progress"] <= 1 for s in designs)
     assert all(s["progress"] > 0 for s in designs if s["failure"] == "infeasible")
     assert all(
-        s["raw_reward"] == pytest.approx(grades[s["failure"]] + 0.5 * s["progress"] / 6)
+        s["raw_reward"] == pytest.approx(grades[s["failure"]] + 0.5 * s["progress"] / 7)
         for s in designs
     )
     assert len(pool) == 2 and all(s["reward"] is None for s in pool)  # never the designer's
