@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from spade.pysource import parse_module
+
 if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
     from spade.config import DesignerConfig, MemoryConfig
 
@@ -294,7 +296,7 @@ def read_declarations(code: str) -> dict[str, str]:
         A dict with some of the keys ``"skill"``, ``"hint"``.
     """
     try:
-        tree = ast.parse(code)
+        tree = parse_module(code)
     except (SyntaxError, ValueError):  # broken designs are still worth remembering
         match = _SKILL_LINE.search(code)
         return {"skill": match.group(2)} if match else {}

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import builtins
 
+from spade.pysource import parse_module
+
 _BUILTINS = frozenset(dir(builtins))
 _ENV_BASES = frozenset({"TextEnv", "ToolUseEnv"})
 
@@ -35,7 +37,7 @@ def inherit_missing(code: str, parent: str, parent_name: str = "parent") -> tupl
         (the verifier names a syntax error; nothing is guessed).
     """
     try:
-        tree, ptree = ast.parse(code), ast.parse(parent)
+        tree, ptree = parse_module(code), parse_module(parent)
     except (SyntaxError, ValueError):  # not ours to report: the parse check names it
         return code, []
     bound = _top_level_bound(tree)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.skills import SKILL_DESCRIPTIONS
 from spade.envs.prelude import PRELUDE_MODULES
+from spade.pysource import parse_module
 
 Example = MemoryRecord
 
@@ -232,7 +233,7 @@ def module_level_names(code: str) -> list[str]:
     """Names a module binds at its top level besides its classes and imports (constants,
     helper functions), in order; none when the code does not parse. Only parsed, never run."""
     try:
-        tree = ast.parse(code)
+        tree = parse_module(code)
     except (SyntaxError, ValueError):  # a broken parent names nothing (it is not shown anyway)
         return []
     names: list[str] = []

@@ -33,6 +33,7 @@ import tokenize
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from spade.pysource import parse_module
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.session import JailedSession
@@ -57,7 +58,7 @@ class Reference:
 def source_tokens(code: str, max_tokens: int) -> list[str]:
     """The normalised token list of ``code``, at most ``max_tokens`` long (see the module
     docstring). Raises one of ``_UNPARSABLE`` for code that cannot be parsed."""
-    tree = ast.parse(code)
+    tree = parse_module(code)
     for node in ast.walk(tree):
         if (
             isinstance(node, _DOC_OWNERS)

@@ -28,6 +28,7 @@ from pathlib import Path
 import spade
 from spade.envs.prelude import prelude_bindings
 from spade.errors import SandboxError
+from spade.pysource import parse_module
 from spade.sandbox.failures import Failure, FailureKind
 from spade.sandbox.policy import ImportPolicy, SandboxPolicy
 
@@ -100,7 +101,7 @@ _NOT_A_STATEMENT_START = (" ", "\t", "\r", "\n", "#", ")", "]", "}")
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        parse_module(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # what does not parse
         return False
     return True
@@ -140,7 +141,7 @@ def parse_source(code: str, max_bytes: int) -> ast.Module | Failure:
             FailureKind.SYNTAX, f"source is {size} bytes, over the {max_bytes}-byte limit"
         )
     try:
-        return ast.parse(code, filename="env.py")
+        return parse_module(code, filename="env.py")
     except SyntaxError as exc:
         return Failure(FailureKind.SYNTAX, f"line {exc.lineno}: {exc.msg}")
     except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, absurd nesting

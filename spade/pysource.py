@@ -1,0 +1,20 @@
+"""Parsing a design's Python source on the host: the syntax tree only, never run, and quiet.
+
+The compiler warns about some source it still accepts (``SyntaxWarning: invalid escape
+sequence '\\s'`` in a regex the model wrote as a plain string); those warnings belong to the
+design, whose verdict and prompt already judge it, not to the log of whoever runs the campaign.
+"""
+
+from __future__ import annotations
+
+import ast
+import warnings
+
+
+def parse_module(code: str, filename: str = "<design>") -> ast.Module:
+    """``ast.parse(code)`` without the compiler's warnings; raises what ``ast.parse`` raises
+    (SyntaxError, ValueError for NUL bytes, RecursionError/MemoryError for absurd nesting)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # older Pythons' name for the same
+        return ast.parse(code, filename=filename)
