@@ -136,6 +136,8 @@ def cell(column: str, row: dict[str, Any]) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
+        if column == "designer_spread" and 0 < value < 0.005:
+            return "<.01"  # a signal, however small: "0.00" would read as none
         return f"{value:.2f}" if column in RATES else f"{value:.3f}"
     return str(value)
 

@@ -68,3 +68,12 @@ def test_status_fits_80_columns_and_says_why_a_role_did_not_train(tmp_path):
         spade("status", "wide", "--store", str(tmp_path / "store"), "--json", home=tmp_path).stdout
     )
     assert info["rounds"][0]["pool_envs"] == 12 and info["rounds"][0]["designer_loss"] == -12.3456
+
+
+def test_a_small_reward_spread_is_not_shown_as_none():
+    from spade.cli.campaign import cell
+
+    assert cell("designer_spread", {"designer_spread": 0.0004}) == "<.01"
+    assert cell("designer_spread", {"designer_spread": 0.0}) == "0.00"
+    assert cell("designer_spread", {"designer_spread": 0.17}) == "0.17"
+    assert cell("regret", {"regret": 0.0004}) == "0.00"
