@@ -11,11 +11,13 @@ update per round each:
   regeneration, nothing designed (the reference's fixed-environment GRPO baseline).
 
 Both arms play ``envs_per_round x evaluation.unhinted_plays`` unhinted episodes per round (what
-the agent trains on) and the same hinted plays (measurement only). The pool is the bundled
-examples that are not held out. Held out from both arms: ``run.heldout_envs`` (bundled examples)
-and a seeded reasoning-gym subset (``--rg-size`` tasks); after every round the held-out stage
-plays them unhinted with the round's published weights, and once before any training with the
-base weights (round -1, the same for both arms).
+the agent trains on) and the same hinted plays (measurement only). The pool is the config's
+``run.env_pool`` (the demo's: the two bundled games in which the 0.5B's plays earned partial
+rewards), or every bundled example not held out when the config names none. Held out from
+both arms: ``run.heldout_envs`` (bundled examples) and a seeded reasoning-gym subset
+(``--rg-size`` tasks); after every round the held-out stage plays them unhinted with the
+round's published weights, and once before any training with the base weights (round -1, the
+same for both arms).
 
 Per round: the held-out win rate (environment files) and reasoning-gym score of both arms; of
 the SPADE arm, the designer's mean regret on its accepted designs, its mean reward (before
