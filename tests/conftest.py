@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import random
 import shutil
 import socket
@@ -23,11 +24,15 @@ def no_leftovers_after_suite(tmp_path_factory):
 
     The run's session folders live in a private TMPDIR, so jails of another run on this host
     (a second pytest, a benchmark, the demo) are told apart from ours (``own_leaks``); it is
-    removed at the end unless something leaked (kept for a look). pytest's own tmp folders are
+    removed at exit unless something leaked (kept for a look). pytest's own tmp folders are
     placed before TMPDIR changes, under the system's temp folder, where pytest keeps only the
     last few runs' (inside the private TMPDIR every run's stayed: ~3.4 GB a run)."""
     tmp_path_factory.getbasetemp()
     root = Path(tempfile.mkdtemp(prefix="spade-tests-"))
+    leaked: list[object] = []
+    # at exit, after Prefect's test harness has removed its own temp folders in here (atexit
+    # runs last-registered first, and the harness registers its cleanup after this)
+    atexit.register(lambda: leaked or shutil.rmtree(root, ignore_errors=True))
     root.chmod(0o755)  # the jail's uid reads its session folder below it, as under /tmp
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TMPDIR", str(root))
@@ -37,8 +42,8 @@ def no_leftovers_after_suite(tmp_path_factory):
         deadline = time.monotonic() + 5  # nsjail reaps and removes cgroups as it exits
         while (leaks := own_leaks(before, root)) and time.monotonic() < deadline:
             time.sleep(0.1)
+    leaked.extend(leaks)  # kept for a look
     assert not leaks, leaks
-    shutil.rmtree(root, ignore_errors=True)  # logs of servers the tests started, and such
 
 
 @pytest.fixture(params=example_paths(), ids=lambda p: p.stem)
