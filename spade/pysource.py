@@ -10,11 +10,15 @@ from __future__ import annotations
 import ast
 import warnings
 
+PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError)
+"""What :func:`parse_module` raises for source that does not parse: a syntax error, NUL bytes
+(ValueError on some Pythons), absurd nesting (RecursionError, MemoryError)."""
+
 
 def parse_module(code: str, filename: str = "<design>") -> ast.Module:
-    """``ast.parse(code)`` without the compiler's warnings; raises what ``ast.parse`` raises
-    (SyntaxError, ValueError for NUL bytes, RecursionError/MemoryError for absurd nesting)."""
+    """``ast.parse(code)`` without the compiler's warnings; raises one of
+    :data:`PARSE_ERRORS` for source that does not parse."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)  # older Pythons' name for the same
+        warnings.simplefilter("ignore", DeprecationWarning)  # the compiler's other kind
         return ast.parse(code, filename=filename)

@@ -33,7 +33,7 @@ import tokenize
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from spade.pysource import parse_module
+from spade.pysource import PARSE_ERRORS, parse_module
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.session import JailedSession
@@ -44,7 +44,7 @@ _DOC_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _DROPPED = {tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER}
 _MARKERS = {tokenize.NEWLINE: "<nl>", tokenize.INDENT: "<in>", tokenize.DEDENT: "<de>"}
 _PLACEHOLDER = "<id>"
-_UNPARSABLE = (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError)
+_UNPARSABLE = (*PARSE_ERRORS, tokenize.TokenError)
 
 
 @dataclass(frozen=True)

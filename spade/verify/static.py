@@ -28,7 +28,7 @@ from pathlib import Path
 import spade
 from spade.envs.prelude import prelude_bindings
 from spade.errors import SandboxError
-from spade.pysource import parse_module
+from spade.pysource import PARSE_ERRORS, parse_module
 from spade.sandbox.failures import Failure, FailureKind
 from spade.sandbox.policy import ImportPolicy, SandboxPolicy
 
@@ -102,7 +102,7 @@ _NOT_A_STATEMENT_START = (" ", "\t", "\r", "\n", "#", ")", "]", "}")
 def _parses(code: str) -> bool:
     try:
         parse_module(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # what does not parse
+    except PARSE_ERRORS:  # what does not parse
         return False
     return True
 
