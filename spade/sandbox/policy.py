@@ -6,14 +6,28 @@ file) and validates every field. Defaults here equal the checked-in file.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from spade.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 POLICY_ENV_VAR = "SPADE_SANDBOX_POLICY"
 _REPO_POLICY = Path(__file__).resolve().parents[2] / "infra" / "sandbox.yaml"
@@ -27,13 +41,22 @@ DEFAULT_ALLOWED_MODULES = [
     "_strptime",
 ]  # fmt: skip
 
+# Allowing one of these allows every module: importlib.import_module, builtins.__import__.
+IMPORT_ANYTHING = frozenset({"importlib", "builtins"})
+
 SyscallName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$")]
 DEFAULT_SECCOMP_DENY = [
     "ptrace", "process_vm_readv", "process_vm_writev", "unshare", "setns", "mount", "umount",
     "pivot_root", "chroot", "bpf", "userfaultfd", "perf_event_open", "keyctl", "add_key",
     "request_key", "kexec_load", "init_module", "finit_module", "delete_module", "reboot",
-    "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "personality", "io_uring_setup",
+    "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "personality",
+    # the new mount API: a mount namespace's worth of kernel surface no design needs
+    "fsopen", "fsconfig", "fsmount", "fspick", "open_tree", "move_mount", "mount_setattr",
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
 ]  # fmt: skip
+# ENOSYS, not EPERM: glibc's pthread_create and fork try clone3 first and fall back to clone
+# (whose namespace flags jail.py filters) only when the kernel "lacks" it, as under Docker.
+DEFAULT_SECCOMP_ENOSYS = ["clone3"]
 
 
 class Limits(BaseModel):
@@ -51,7 +74,30 @@ class Limits(BaseModel):
         512,
         ge=0,
         le=1 << 20,
-        description="Memory cgroup limit (MiB), 0 disables; backstop for RLIMIT_AS.",
+        description=(
+            "Memory cgroup limit (MiB) of a whole session, swap included, 0 disables: the bound"
+            " on the sum of its processes (RLIMIT_AS bounds each one alone)."
+        ),
+    )
+    cgroup_pids: int = Field(
+        64,
+        ge=0,
+        le=1 << 16,
+        description="pids cgroup limit of a session (processes and threads), 0 disables.",
+    )
+    cgroup_cpu_ms_per_sec: int = Field(
+        1000,
+        ge=0,
+        le=1 << 20,
+        description="CPU cgroup quota of a session (ms of CPU per second; 1000 = one core), 0"
+        " disables.",
+    )
+    require_memory_bound: bool = Field(
+        False,
+        description=(
+            "Refuse to start a session (SandboxError) unless a memory cgroup bounds its total"
+            " memory; off: without one (non-root, no usable cgroup) RLIMIT_AS alone applies."
+        ),
     )
     processes: int = Field(
         16,
@@ -88,6 +134,12 @@ class Limits(BaseModel):
         16, ge=1, le=1 << 20, description="Size of the private writable /tmp (MiB)."
     )
 
+    @model_validator(mode="after")
+    def _bound_possible(self) -> Limits:
+        if self.require_memory_bound and self.cgroup_memory_mb == 0:
+            raise ValueError("require_memory_bound needs cgroup_memory_mb > 0")
+        return self
+
 
 class ImportPolicy(BaseModel):
     """What a design's code may import and name (checked statically and enforced at runtime)."""
@@ -99,8 +151,8 @@ class ImportPolicy(BaseModel):
         description=(
             "Importable modules; a dotted name allows its submodules. Private names of these"
             " modules and attributes holding a module not listed here (random._os, typing.sys)"
-            " are denied too. '*' allows everything: only for testing the jail's own"
-            " containment."
+            " are denied too. '*', importlib and builtins (each imports anything) are refused"
+            " in a policy."
         ),
     )
     forbidden_names: list[str] = Field(
@@ -207,6 +259,13 @@ class SandboxPolicy(BaseModel):
         default_factory=lambda: list(DEFAULT_SECCOMP_DENY),
         description="System calls that fail with EPERM in the jail (no design needs them).",
     )
+    seccomp_enosys: list[SyscallName] = Field(
+        default_factory=lambda: list(DEFAULT_SECCOMP_ENOSYS),
+        description=(
+            "System calls that fail with ENOSYS, as if the kernel lacked them; must hold clone3"
+            " (its flags live in memory, out of seccomp's reach)."
+        ),
+    )
     cgroup_parent: str = Field(
         "SPADE",
         pattern=r"^[A-Za-z0-9_-]+$",
@@ -214,25 +273,132 @@ class SandboxPolicy(BaseModel):
     )
     limits: Limits = Field(default_factory=Limits)
     imports: ImportPolicy = Field(default_factory=ImportPolicy)
+    # Set by load_policy: the file and the digest of the model as loaded (see policy_source).
+    _source: PolicySource | None = PrivateAttr(None)
+    _loaded_digest: str = PrivateAttr("")
+
+    @field_validator("readonly_binds")
+    @classmethod
+    def _no_host_root(cls, binds: list[Path]) -> list[Path]:
+        for bind in binds:
+            if why := _exposes_host(bind):
+                raise ValueError(f"{str(bind)!r} {why}")
+        return binds
+
+    @field_validator("devices")
+    @classmethod
+    def _only_devices(cls, devices: list[Path]) -> list[Path]:
+        for device in devices:
+            real = Path(os.path.realpath(device))
+            if not device.is_absolute() or real.parent != Path("/dev"):
+                raise ValueError(f"{str(device)!r} is not a node directly under /dev")
+        return devices
+
+    @field_validator("imports")
+    @classmethod
+    def _not_everything(cls, imports: ImportPolicy) -> ImportPolicy:
+        if every := [a for a in imports.allow if a == "*" or a.split(".")[0] in IMPORT_ANYTHING]:
+            raise ValueError(
+                f"imports.allow {every} would allow every import: list the modules instead"
+            )
+        return imports
+
+    @field_validator("seccomp_enosys")
+    @classmethod
+    def _clone3_closed(cls, enosys: list[str]) -> list[str]:
+        if "clone3" not in enosys:
+            raise ValueError("must hold clone3: its namespace flags are out of seccomp's reach")
+        return enosys
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """Where the policy in force came from: its file and the sha256 of the file's bytes (or,
+    for the built-in defaults or a policy changed in code, of the model's JSON)."""
+
+    path: str
+    sha256: str
+
+    def __str__(self) -> str:
+        return f"{self.path} (sha256 {self.sha256})"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def policy_source(policy: SandboxPolicy) -> PolicySource:
+    """The policy's file and digest; a policy changed since it was loaded says so."""
+    dump = _digest(policy.model_dump_json().encode())
+    if policy._source is not None and policy._loaded_digest == dump:
+        return policy._source
+    origin = "built-in defaults" if policy._source is None else policy._source.path
+    changed = " (changed in code)" if policy._source is not None else ""
+    return PolicySource(f"{origin}{changed}", dump)
+
+
+_said: set[tuple[str, ...]] = set()  # each warning and policy line once per process
+
+
+def _once(level: int, msg: str, *args: object) -> None:
+    if (key := (msg, *map(str, args))) not in _said:
+        _said.add(key)
+        log.log(level, msg, *args)
+
+
+def _exposes_host(bind: Path) -> str | None:
+    """Why binding ``bind`` would show the host's whole root, or None."""
+    if not bind.is_absolute():
+        return "is not an absolute path"
+    real = Path(os.path.realpath(bind))  # "/usr/.." or a link to / is / too
+    if real == Path("/"):
+        return "is the host's root"
+    if real == Path("/proc") or Path("/proc") in real.parents:
+        return "is under the host's /proc (/proc/<pid>/root is every process's root)"
+    return None
 
 
 def default_policy_path() -> Path | None:
     """``$SPADE_SANDBOX_POLICY`` or the checked-in ``infra/sandbox.yaml`` when present."""
+    default = _REPO_POLICY if _REPO_POLICY.is_file() else None
     if env := os.environ.get(POLICY_ENV_VAR):
+        _once(
+            logging.WARNING,
+            "%s=%s overrides the default sandbox policy %s",
+            POLICY_ENV_VAR,
+            env,
+            default or "(built-in defaults)",
+        )
         return Path(env)
-    return _REPO_POLICY if _REPO_POLICY.is_file() else None
+    return default
 
 
 def load_policy(path: str | Path | None = None) -> SandboxPolicy:
-    """Load and validate a policy file; without a path, the default (or built-in) policy."""
+    """Load and validate a policy file; without a path, the default (or built-in) policy.
+    The policy in force (file and sha256) is logged once per process."""
+    env = os.environ.get(POLICY_ENV_VAR)
+    if path is not None and env and Path(env).resolve() != Path(path).resolve():
+        _once(
+            logging.WARNING,
+            "%s=%s is ignored: the campaign's sandbox policy %s is in force",
+            POLICY_ENV_VAR,
+            env,
+            path,
+        )
     path = Path(path) if path is not None else default_policy_path()
     if path is None:
-        return SandboxPolicy()
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:  # unreadable or malformed file: user input
-        raise ConfigError(f"cannot read sandbox policy {path}: {exc}") from exc
-    try:
-        return SandboxPolicy.model_validate(data)
-    except ValidationError as exc:  # bad values: report every field
-        raise ConfigError(f"invalid sandbox policy {path}:\n{exc}") from exc
+        policy = SandboxPolicy()
+    else:
+        try:
+            raw = path.read_bytes()
+            data = yaml.safe_load(raw) or {}
+        except (OSError, yaml.YAMLError) as exc:  # unreadable or malformed file: user input
+            raise ConfigError(f"cannot read sandbox policy {path}: {exc}") from exc
+        try:
+            policy = SandboxPolicy.model_validate(data)
+        except ValidationError as exc:  # bad values: report every field
+            raise ConfigError(f"invalid sandbox policy {path}:\n{exc}") from exc
+        policy._source = PolicySource(str(path), _digest(raw))
+        policy._loaded_digest = _digest(policy.model_dump_json().encode())
+    _once(logging.INFO, "sandbox policy in force: %s", policy_source(policy))
+    return policy

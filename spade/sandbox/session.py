@@ -26,6 +26,7 @@ from typing import Any
 
 from spade.errors import SandboxError
 from spade.metrics import prom
+from spade.sandbox.cgroups import detect_cgroups, require_memory_bound
 from spade.sandbox.failures import (
     EnvFailure,
     Failure,
@@ -37,7 +38,6 @@ from spade.sandbox.jail import (
     CODE_DIR,
     JailFiles,
     build_config,
-    memory_cgroup_available,
     nsjail_binary,
     write_config,
 )
@@ -120,14 +120,14 @@ class JailedSession:
     def start(self) -> SessionInfo:
         """Start the jail and load the code; raise EnvFailure if the code does not load."""
         t0 = time.perf_counter()
+        cgroups = detect_cgroups(self.policy)
+        require_memory_bound(self.policy, cgroups)  # SandboxError: no memory cgroup here
         self._files = JailFiles(Path(tempfile.mkdtemp(prefix="spade-jail-")))
         self._files.root.chmod(0o755)
         self._files.code_dir.mkdir(mode=0o755)
         (self._files.code_dir / CODE_NAME).write_text(self.code, encoding="utf-8")
         (self._files.code_dir / CODE_NAME).chmod(0o644)
-        cfg = build_config(
-            self.policy, self._files, use_cgroup=memory_cgroup_available(self.policy)
-        )
+        cfg = build_config(self.policy, self._files, cgroups=cgroups)
         argv = [str(nsjail_binary(self.policy)), *write_config(cfg, self._files)]
         with open(self._files.stderr, "wb") as err:
             self._proc = subprocess.Popen(

@@ -54,8 +54,17 @@ def with_changes(
     return policy.model_copy(update=update)
 
 
-# The jail alone: any import allowed, so only nsjail and the host-side session stand in the way.
-OPEN_POLICY = with_changes(DEFAULT_POLICY, allow=["*"], call_timeout_s=JAIL_CALL_TIMEOUT_S)
+# The jail alone: the modules the attacks need are allowed (a policy may not allow every
+# import), so only nsjail and the host-side session stand in the way.
+ATTACK_MODULES = ["ctypes", "os", "signal", "socket", "subprocess", "threading", "time"]
+OPEN_POLICY = with_changes(
+    DEFAULT_POLICY,
+    allow=[*DEFAULT_POLICY.imports.allow, *ATTACK_MODULES],
+    call_timeout_s=JAIL_CALL_TIMEOUT_S,
+)
+# The runtime import guard off (an unvalidated copy: '*' is refused in every policy file):
+# only to show that each reach_* route is real, so the guard is what stops it.
+GUARD_OFF_POLICY = with_changes(OPEN_POLICY, allow=["*"])
 # The checked-in policy with a shorter call deadline, for the repeat of the whole list.
 FAST_POLICY = with_changes(DEFAULT_POLICY, call_timeout_s=JAIL_CALL_TIMEOUT_S)
 
@@ -105,7 +114,7 @@ ATTACKS = [
     Attack("sleep_forever", "sleep_forever", K.TIMEOUT, "step_contract", "wall-clock limit", K.TIMEOUT, op="step"),
     Attack("print_flood", "print_flood", K.OUTPUT_LIMIT, "step_contract", "log limit", K.OUTPUT_LIMIT, op="step"),
     Attack("huge_observation", "huge_observation", K.OUTPUT_LIMIT, "reset_contract", "reply larger", K.OUTPUT_LIMIT),
-    Attack("os_exit", "os_exit", K.IMPORT_DENIED, "import_policy", "os (line", K.EXITED, op="step"),
+    Attack("os_exit", "os_exit", K.IMPORT_DENIED, "import_policy", "ctypes (line", K.EXITED, op="step"),
     Attack("abort", "abort", K.IMPORT_DENIED, "import_policy", "os (line", K.EXITED, op="step"),
     Attack("self_kill", "self_kill", K.IMPORT_DENIED, "import_policy", "signal (line", K.CONTRACT, subs={"signal": "SIGKILL"}),
     Attack("self_term", "self_kill", K.IMPORT_DENIED, "import_policy", "signal (line", K.CONTRACT, subs={"signal": "SIGTERM"}),
@@ -123,6 +132,9 @@ ATTACKS = [
     Attack("reach_attr_private_os", "reach_attribute", K.IMPORT_DENIED, "import_policy", "random._os (line 12): private", K.IMPORT_DENIED, subs={"module": "random", "attr": "_os"}, default_policy=True),
     Attack("reach_attr_module_sys", "reach_attribute", K.IMPORT_DENIED, "import_policy", "typing.sys (line 12): the module 'sys'", K.IMPORT_DENIED, subs={"module": "typing", "attr": "sys"}, default_policy=True),
     Attack("reach_attr_module_builtins", "reach_attribute", K.IMPORT_DENIED, "import_policy", "dataclasses.builtins (line 12): the module 'builtins'", K.IMPORT_DENIED, subs={"module": "dataclasses", "attr": "builtins"}, default_policy=True),
+    # Kernel surface (seccomp) and the sum of several processes' memory (the memory cgroup).
+    Attack("raw_syscalls", "raw_syscalls", K.IMPORT_DENIED, "import_policy", "ctypes (line", None),
+    Attack("memory_fork_sum", "memory_fork_sum", K.IMPORT_DENIED, "import_policy", "ctypes (line", None, subs={"children": 3, "mib": 300}),
     Attack("wrong_step_types", "wrong_step_types", K.CONTRACT, "step_contract", "5-tuple", K.CONTRACT, op="step"),
     Attack("infeasible", "infeasible", K.INFEASIBLE, "feasibility", "below the goal", None, op=None),
     Attack("trivial", "trivial", K.TRIVIAL, "non_triviality", "empty actions", None, op=None),
@@ -130,7 +142,7 @@ ATTACKS = [
 ]  # fmt: skip
 
 
-# What each reach_* attack gets back in a jail whose guard is open (allow: ["*"]): proof that
+# What each reach_* attack gets back in a jail whose guard is off (GUARD_OFF_POLICY): proof that
 # the route is real and that the guard is what stops it under the checked-in policy.
 REACHED = {
     "reach_from_private": "<module 'os'",

@@ -6,8 +6,9 @@ Two layers are tested separately for each attack:
 (a) ``verify(code)`` with the checked-in policy rejects it with the expected failure kind at the
     expected check (the static checks for imports and forbidden names, otherwise the first
     runtime check the attack meets);
-(b) where the static layer would catch it, the jail alone (import guard opened with
-    ``allow: ["*"]``; sessions never run the static checks) contains it: the expected kind, and
+(b) where the static layer would catch it, the jail alone (the modules the attacks need
+    allowed, ``OPEN_POLICY``; sessions never run the static checks) contains it: the expected
+    kind, and
     a fact observed on the host that nothing escaped. Attacks that stay inside Python (modules
     reached through allowed ones, ``reach_*``) meet the runtime import guard instead, with the
     checked-in policy. That guard and the static checks are defence in depth; the jail is the
@@ -23,8 +24,10 @@ belongs to a live nsjail that another run started (see :func:`own_leaks`).
 from __future__ import annotations
 
 import ast
+import errno
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -42,8 +45,9 @@ from spade.sandbox import (
     FailureKind,
     JailedSession,
     SandboxPolicy,
+    jail,
 )
-from spade.sandbox.jail import memory_cgroup_available
+from spade.sandbox.cgroups import detect_cgroups
 from spade.verify import verify
 from tests.leaks import HostSnapshot, child_pids
 from tests.sandbox.attack_kit import (
@@ -53,6 +57,7 @@ from tests.sandbox.attack_kit import (
     CODE_BREAKER,
     DEFAULT_POLICY,
     FAST_POLICY,
+    GUARD_OFF_POLICY,
     JAIL_CALL_TIMEOUT_S,
     MOVE,
     OPEN_POLICY,
@@ -170,13 +175,14 @@ def memory_cgroup() -> Iterator[tuple[SandboxPolicy, Path | None]]:
         OPEN_POLICY, cgroup_parent=f"SPADE_attacks_{os.getpid()}", call_timeout_s=10.0
     )
     parent = CGROUP_MEMORY / policy.cgroup_parent
-    available = memory_cgroup_available(policy)  # creates the parent when it can
-    yield policy, parent if available else None
-    if parent.exists():
-        wait_for(lambda: not list(parent.glob("NSJAIL.*")), SETTLE_S)
-        left = list(parent.glob("NSJAIL.*"))
-        parent.rmdir()
-        assert not left, f"session cgroups left: {left}"
+    found = detect_cgroups(policy)  # creates the parents (memory, pids, cpu) when it can
+    yield policy, parent if found.version == 1 and found.memory else None
+    left = []
+    for where in set(found.parents.values()):
+        wait_for(lambda: not list(where.glob("NSJAIL.*")), SETTLE_S)  # noqa: B023 (waited here)
+        left += list(where.glob("NSJAIL.*"))
+        where.rmdir()
+    assert not left, f"session cgroups left: {left}"
 
 
 # -- (a) the full verifier --------------------------------------------------------------------
@@ -384,6 +390,116 @@ def test_memory_bombs_are_capped(name: str, memory_cgroup: tuple[SandboxPolicy, 
         assert peak is not None and limit - (64 << 20) < peak <= limit + (8 << 20)
 
 
+@pytest.mark.attack
+def test_processes_whose_sum_exceeds_the_memory_cgroup_are_contained(
+    memory_cgroup: tuple[SandboxPolicy, Path | None],
+):
+    """Each of three children stays under RLIMIT_AS; together they would hold 900 MiB. The
+    session's memory cgroup (512 MiB, swap off) holds their sum: the kernel kills a child, the
+    others finish, and the session never held more than its limit."""
+    policy, parent = memory_cgroup
+    if parent is None:
+        pytest.skip("no cgroup-v1 memory hierarchy here: RLIMIT_AS alone bounds each process")
+    lim, children, mib = policy.limits, 3, 300
+    assert mib < lim.address_space_mb and children * mib > lim.cgroup_memory_mb
+    (parent / "memory.max_usage_in_bytes").write_text("0")
+    with jailed(attack("memory_fork_sum", children=children, mib=mib), policy) as s:
+        obs, info = s.reset(1)
+        after = s.step(MOVE)  # the session itself lives on
+    peak = int((parent / "memory.max_usage_in_bytes").read_text())
+    assert -signal.SIGKILL in info["codes"], obs  # the OOM killer took at least one child
+    assert set(info["codes"]) <= {0, -signal.SIGKILL}, obs
+    assert peak <= (lim.cgroup_memory_mb << 20) + (8 << 20)
+    assert after == ("ok", 1.0, True, False, {})
+
+
+@pytest.mark.attack
+def test_a_session_runs_under_memory_pids_and_cpu_cgroups(
+    memory_cgroup: tuple[SandboxPolicy, Path | None],
+):
+    """On a cgroup-v1 host as root, a live session's interpreter sits in one cgroup per
+    controller, with the policy's limits (memory+swap equal to memory: swap off)."""
+    policy, parent = memory_cgroup
+    if parent is None:
+        pytest.skip("no cgroup-v1 memory hierarchy here")
+    lim = policy.limits
+    found = detect_cgroups(policy)
+    assert found.version == 1 and set(found.parents) == {"memory", "pids", "cpu"}, found
+    with jailed(attack("daemon"), policy) as s:
+        s.reset(1)
+        assert s._proc is not None
+        (interpreter,) = child_pids(s._proc.pid)
+        own = {c: found.parents[c] / f"NSJAIL.{interpreter}" for c in found.parents}
+        values = {
+            f: (own[c] / f).read_text().strip()
+            for c, f in [
+                ("memory", "memory.limit_in_bytes"),
+                ("memory", "memory.memsw.limit_in_bytes"),
+                ("pids", "pids.max"),
+                ("cpu", "cpu.cfs_quota_us"),
+                ("cpu", "cpu.cfs_period_us"),
+            ]
+        }
+        members = {c: set((own[c] / "cgroup.procs").read_text().split()) for c in own}
+    mem = str(lim.cgroup_memory_mb << 20)
+    assert values == {
+        "memory.limit_in_bytes": mem,
+        "memory.memsw.limit_in_bytes": mem,
+        "pids.max": str(lim.cgroup_pids),
+        "cpu.cfs_quota_us": str(lim.cgroup_cpu_ms_per_sec * 1000),
+        "cpu.cfs_period_us": "1000000",
+    }
+    assert all(len(m) == 2 and str(interpreter) in m for m in members.values()), members
+
+
+# probe -> (its errno under the jail's seccomp filter, the errno without the filter): each
+# probe reaches the kernel without the filter; 0 means the call worked.
+SECCOMP_PROBES = {
+    "clone_newuser": (errno.EPERM, 0),
+    "clone_newuser_fsopen": (errno.EPERM, 0),  # a new user+mount namespace, then fsopen there
+    "clone3": (errno.ENOSYS, 0),
+    "clone3_plain": (errno.ENOSYS, 0),  # so glibc falls back to clone, which is filtered
+    "open_tree": (errno.EPERM, 0),
+    "fsconfig": (errno.EPERM, errno.EINVAL),
+    "mount_setattr": (errno.EPERM, errno.EINVAL),
+    # These four check CAP_SYS_ADMIN first: EPERM for uid 65534 either way; what the filter
+    # adds is that no namespace can grant it (clone_newuser_fsopen).
+    "fsopen": (errno.EPERM, errno.EPERM),
+    "fsmount": (errno.EPERM, errno.EPERM),
+    "fspick": (errno.EPERM, errno.EPERM),
+    "move_mount": (errno.EPERM, errno.EPERM),
+    "io_uring_setup": (errno.EPERM, 0),
+    "io_uring_enter": (errno.EPERM, errno.EBADF),
+    "io_uring_register": (errno.EPERM, errno.EINVAL),
+    "thread": (0, 0),  # threads and fork still work (clone without namespace flags)
+    "fork": (0, 0),
+}
+
+
+@pytest.fixture(scope="module")
+def syscall_probes(private_tmpdir: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """The raw_syscalls attack's results in the jail, and (the control) in the same jail with
+    its seccomp policy replaced by DEFAULT ALLOW."""
+    code = attack("raw_syscalls")
+    with jailed(code) as s:
+        filtered = ast.literal_eval(s.reset(1)[0])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jail, "seccomp_policy", lambda policy: "DEFAULT ALLOW")
+        with jailed(code) as s:
+            unfiltered = ast.literal_eval(s.reset(1)[0])
+    return filtered, unfiltered
+
+
+@pytest.mark.attack
+@pytest.mark.parametrize("probe", SECCOMP_PROBES)
+def test_seccomp_closes_namespaces_new_mount_api_and_io_uring(
+    probe: str, syscall_probes: tuple[dict[str, int], dict[str, int]]
+):
+    filtered, unfiltered = syscall_probes
+    assert set(filtered) == set(unfiltered) == set(SECCOMP_PROBES)
+    assert (filtered[probe], unfiltered[probe]) == SECCOMP_PROBES[probe]
+
+
 @pytest.mark.parametrize("name", ["cpu_spin", "sleep_forever"])
 def test_endless_step_is_cut_at_the_call_deadline(name: str):
     with jailed(attack(name)) as s:
@@ -537,7 +653,7 @@ def test_modules_reached_through_allowed_ones_are_denied_by_the_runtime_guard(at
     """Without static checks, the checked-in policy's import guard stops every route from an
     allowed module to one outside the allow-list; with the guard open, each route works."""
     code = attack(atk.file, **atk.subs)
-    with jailed(code) as s:  # positive control: the route is real
+    with jailed(code, GUARD_OFF_POLICY) as s:  # positive control: the route is real
         obs, _ = s.reset(1)
     assert obs.startswith("reached " + REACHED[atk.id]), obs
     name = f"{atk.subs['module']}.{atk.subs.get('taken', atk.subs.get('attr'))}"

@@ -1,6 +1,6 @@
-"""Attack: hard-exit the interpreter with os._exit(3) in step()."""
+"""Attack: hard-exit the interpreter with _exit(3) in step() (libc's, as os._exit calls it)."""
 
-import os
+import ctypes
 
 
 class OsExitEnv:
@@ -11,7 +11,7 @@ class OsExitEnv:
         return "Guess the number: answer with \\boxed{n}.", {}
 
     def step(self, action):
-        os._exit(3)
+        ctypes.CDLL(None)._exit(3)
 
     def solution(self):
         return ["\\boxed{7}"]
