@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -208,6 +209,43 @@ def test_sandbox_invalid_policy_file_fails(tmp_path):
         preflight(config(sandbox__policy_path=str(policy)), checks=["sandbox"])
     assert f"sandbox.policy_path '{policy}'" in str(err.value)
     assert "limits.processes" in str(err.value)
+
+
+@pytest.mark.sandbox
+def test_sandbox_detail_names_the_policy_and_every_limit_in_force():
+    from spade.sandbox.cgroups import detect_cgroups
+    from spade.sandbox.policy import load_policy, policy_source
+
+    policy = load_policy()
+    detail = only(config(), "sandbox").detail
+    assert f"policy {policy_source(policy)}" in detail
+    assert f"limits: {detect_cgroups(policy).describe(policy.limits)};" in detail
+    assert "per process: RLIMIT_AS 768 MiB, RLIMIT_NPROC 16, RLIMIT_CPU 120 s" in detail
+
+
+@pytest.mark.sandbox
+def test_sandbox_limits_on_a_root_cgroup_v1_host():
+    """This project's hosts (CI too): root, cgroup v1 memory, pids and cpu hierarchies."""
+    from spade.sandbox.cgroups import cgroup_mounts
+
+    if os.geteuid() != 0 or set(cgroup_mounts()[0]) != {"memory", "pids", "cpu"}:
+        pytest.skip("not root on a host with cgroup-v1 memory, pids and cpu hierarchies")
+    detail = only(config(), "sandbox").detail
+    assert "limits: cgroup v1: memory 512 MiB (swap off), pids 64, cpu 1000 ms/s;" in detail
+
+
+@pytest.mark.sandbox  # needs the nsjail binary: the bound is checked after it
+def test_sandbox_without_a_memory_bound_fails_when_the_policy_requires_one(tmp_path, monkeypatch):
+    from spade.sandbox import cgroups
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw 0 0\n")  # a host without cgroups (stand-in table)
+    monkeypatch.setattr(cgroups, "MOUNTS", mounts)
+    policy = write_policy(tmp_path / "policy.yaml", limits={"require_memory_bound": True})
+    with pytest.raises(SandboxError) as err:
+        preflight(config(sandbox__policy_path=str(policy)), checks=["sandbox"])
+    assert f"sandbox.policy_path '{policy}'" in str(err.value)
+    assert "limits.require_memory_bound is on, but no memory cgroup" in str(err.value)
 
 
 # -- corpus -----------------------------------------------------------------------------------

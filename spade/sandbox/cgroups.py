@@ -82,11 +82,12 @@ def wanted(limits: Limits) -> list[str]:
     return [c for c in CONTROLLERS if values[c]]
 
 
-def cgroup_mounts(mounts: Path = MOUNTS) -> tuple[dict[str, Path], list[Path]]:
-    """The v1 mount point of each of :data:`CONTROLLERS`, and every cgroup2 mount point."""
+def cgroup_mounts(mounts: Path | None = None) -> tuple[dict[str, Path], list[Path]]:
+    """The v1 mount point of each of :data:`CONTROLLERS`, and every cgroup2 mount point, from
+    ``mounts`` (default :data:`MOUNTS`)."""
     v1: dict[str, Path] = {}
     v2: list[Path] = []
-    for line in mounts.read_text().splitlines():
+    for line in (mounts or MOUNTS).read_text().splitlines():
         fields = line.split()
         if len(fields) < 4:
             continue
@@ -153,7 +154,7 @@ def detect_v2(want: list[str], parent: str, mount: Path) -> CgroupSupport:
     return CgroupSupport(2 if parents else None, parents, swap, missing)
 
 
-def detect_cgroups(policy: SandboxPolicy, mounts: Path = MOUNTS) -> CgroupSupport:
+def detect_cgroups(policy: SandboxPolicy, mounts: Path | None = None) -> CgroupSupport:
     """What nsjail can apply for ``policy`` here (creating the parent cgroups it needs)."""
     want = wanted(policy.limits)
     if not want:

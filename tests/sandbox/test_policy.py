@@ -278,3 +278,27 @@ def test_cgroup_v1_mounts_are_read_per_controller(tmp_path):
         "no cgroup limits; no memory cgroup (no v1 hierarchy mounted);"
         " no pids cgroup (no v1 hierarchy mounted)"
     )
+
+
+def test_a_session_without_a_memory_bound_is_refused_when_the_policy_requires_one(
+    tmp_path, monkeypatch
+):
+    """No cgroup mounted (a stand-in mount table): with the switch on, no jail starts and no
+    session folder is made; the error names the switch and why there is no bound."""
+    from spade.sandbox import cgroups
+    from spade.sandbox.session import JailedSession
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    monkeypatch.setattr(cgroups, "MOUNTS", mounts)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    policy = SandboxPolicy(limits=Limits(require_memory_bound=True))
+    session = JailedSession("class E: pass\n", policy=policy)
+    with pytest.raises(SandboxError) as err:
+        session.start()
+    session.close()
+    why = "no v1 hierarchy mounted" if os.geteuid() == 0 else "not root"
+    assert "limits.require_memory_bound is on, but no memory cgroup" in str(err.value)
+    assert f"({why})" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mounts"]
