@@ -211,6 +211,7 @@ def test_sandbox_invalid_policy_file_fails(tmp_path):
     assert "limits.processes" in str(err.value)
 
 
+@pytest.mark.attack
 @pytest.mark.sandbox
 def test_sandbox_detail_names_the_policy_and_every_limit_in_force():
     from spade.sandbox.cgroups import detect_cgroups
@@ -234,6 +235,7 @@ def test_sandbox_limits_on_a_root_cgroup_v1_host():
     assert "limits: cgroup v1: memory 512 MiB (swap off), pids 64, cpu 1000 ms/s;" in detail
 
 
+@pytest.mark.attack
 @pytest.mark.sandbox  # needs the nsjail binary: the bound is checked after it
 def test_sandbox_without_a_memory_bound_fails_when_the_policy_requires_one(tmp_path, monkeypatch):
     from spade.sandbox import cgroups

@@ -402,8 +402,12 @@ def test_processes_whose_sum_exceeds_the_memory_cgroup_are_contained(
         pytest.skip("no cgroup-v1 memory hierarchy here: RLIMIT_AS alone bounds each process")
     lim, children, mib = policy.limits, 3, 300
     assert mib < lim.address_space_mb and children * mib > lim.cgroup_memory_mb
+    code = attack("memory_fork_sum", children=children, mib=mib)
+    with jailed(code, with_changes(policy, cgroup_memory_mb=0)) as s:  # control: no cgroup
+        uncapped, _ = s.reset(1)
+    assert uncapped == "[0, 0, 0]"  # RLIMIT_AS alone let the three hold 900 MiB together
     (parent / "memory.max_usage_in_bytes").write_text("0")
-    with jailed(attack("memory_fork_sum", children=children, mib=mib), policy) as s:
+    with jailed(code, policy) as s:
         obs, info = s.reset(1)
         after = s.step(MOVE)  # the session itself lives on
     peak = int((parent / "memory.max_usage_in_bytes").read_text())

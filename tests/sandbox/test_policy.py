@@ -117,6 +117,7 @@ def test_policies_exposing_the_host_are_refused(tmp_path, text, field):
     assert f"\n{field}\n" in str(err.value)  # pydantic names the field on its own line
 
 
+@pytest.mark.attack
 def test_a_symlink_to_the_root_is_refused(tmp_path):
     (tmp_path / "root").symlink_to("/")
     with pytest.raises(ValidationError, match="host's root"):
@@ -126,6 +127,7 @@ def test_a_symlink_to_the_root_is_refused(tmp_path):
 # -- the policy in force: logged, with its digest; the env override is visible ----------------
 
 
+@pytest.mark.attack
 def test_the_policy_in_force_is_logged_with_its_digest(tmp_path, caplog):
     path = tmp_path / "p.yaml"
     path.write_text("hostname: logged\n")
@@ -139,6 +141,7 @@ def test_the_policy_in_force_is_logged_with_its_digest(tmp_path, caplog):
     assert policy_source(SandboxPolicy()).path == "built-in defaults"
 
 
+@pytest.mark.attack
 def test_the_env_override_is_logged_with_both_paths(tmp_path, monkeypatch, caplog):
     override, campaign = tmp_path / "env.yaml", tmp_path / "campaign.yaml"
     override.write_text("hostname: env\n")
@@ -280,6 +283,7 @@ def test_cgroup_v1_mounts_are_read_per_controller(tmp_path):
     )
 
 
+@pytest.mark.attack
 def test_a_session_without_a_memory_bound_is_refused_when_the_policy_requires_one(
     tmp_path, monkeypatch
 ):
