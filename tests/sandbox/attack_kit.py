@@ -132,9 +132,10 @@ ATTACKS = [
     Attack("reach_attr_private_os", "reach_attribute", K.IMPORT_DENIED, "import_policy", "random._os (line 12): private", K.IMPORT_DENIED, subs={"module": "random", "attr": "_os"}, default_policy=True),
     Attack("reach_attr_module_sys", "reach_attribute", K.IMPORT_DENIED, "import_policy", "typing.sys (line 12): the module 'sys'", K.IMPORT_DENIED, subs={"module": "typing", "attr": "sys"}, default_policy=True),
     Attack("reach_attr_module_builtins", "reach_attribute", K.IMPORT_DENIED, "import_policy", "dataclasses.builtins (line 12): the module 'builtins'", K.IMPORT_DENIED, subs={"module": "dataclasses", "attr": "builtins"}, default_policy=True),
-    # Kernel surface (seccomp) and the sum of several processes' memory (the memory cgroup).
+    # Kernel surface (seccomp) and the sum of several processes' memory (the memory cgroup;
+    # run alone only by its own test, with a roomy deadline: touching 900 MiB takes time).
     Attack("raw_syscalls", "raw_syscalls", K.IMPORT_DENIED, "import_policy", "ctypes (line", None),
-    Attack("memory_fork_sum", "memory_fork_sum", K.IMPORT_DENIED, "import_policy", "ctypes (line", None, subs={"children": 3, "mib": 300}),
+    Attack("memory_fork_sum", "memory_fork_sum", K.IMPORT_DENIED, "import_policy", "ctypes (line", None, op=None, subs={"children": 3, "mib": 300}),
     Attack("wrong_step_types", "wrong_step_types", K.CONTRACT, "step_contract", "5-tuple", K.CONTRACT, op="step"),
     Attack("infeasible", "infeasible", K.INFEASIBLE, "feasibility", "below the goal", None, op=None),
     Attack("trivial", "trivial", K.TRIVIAL, "non_triviality", "empty actions", None, op=None),
