@@ -43,6 +43,7 @@ def test_checked_in_policy_is_the_default_and_valid():
     assert policy.uid == 65534 and policy.limits.call_timeout_s == 5
     assert policy.imports.allows("spade.envs") and policy.imports.allows("collections.abc")
     assert not policy.imports.allows("os") and not policy.imports.allows("spade.sandbox")
+    assert policy.model_dump() == SandboxPolicy().model_dump()  # the code's defaults agree
 
 
 def test_policy_env_var_overrides(tmp_path, monkeypatch):
