@@ -283,3 +283,21 @@ def test_stage_entries_are_what_the_flows_tasks_call():
     want = {s: set(e) for s, e in keys.STAGE_ENTRIES.items()}
     # pool_phase calls needs_model inside fill_pool: already in calls
     assert calls == want
+
+
+def test_a_remote_corpus_is_keyed_by_the_stores_content_identifiers():
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/keys-corpus/docs.jsonl", b'{"text": "one"}\n')
+    cfg = load_config(overrides={"corpus.path": "memory://keys-corpus/docs.jsonl"})
+    before = keys.config_hash(cfg, "sample_documents")
+    fs.pipe("/keys-corpus/docs.jsonl", b'{"text": "one, edited"}\n')
+    try:
+        assert keys.config_hash(cfg, "sample_documents") != before
+        fs.rm("/keys-corpus", recursive=True)
+        with pytest.raises(ConfigError, match=re.escape("corpus.path")):
+            keys.config_hash(cfg, "design")
+    finally:
+        if fs.exists("/keys-corpus"):
+            fs.rm("/keys-corpus", recursive=True)
