@@ -102,8 +102,14 @@ def _env_files(entries: list[str], field: str) -> str:
     return h.hexdigest()
 
 
+def pool_drawn(cfg: CampaignConfig) -> bool:
+    """Whether a round can draw from ``run.env_pool`` (pool mode, or a ``run.min_envs`` to
+    reach): only then does the pool stage read the pool's and the held-out files."""
+    return cfg.run.env_source == "pool" or cfg.run.min_envs > 0
+
+
 def _env_pool(cfg: CampaignConfig) -> str | None:
-    if cfg.run.env_source != "pool" and cfg.run.min_envs == 0:  # the pool is never drawn
+    if not pool_drawn(cfg):
         return None
     from spade.pipeline.pool import pool_paths  # run.env_pool, or the bundled examples' folder
 

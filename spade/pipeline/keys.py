@@ -17,11 +17,12 @@ import ast
 import functools
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from spade.config import CampaignConfig
-from spade.pipeline.inputs import FILE_FIELDS
+from spade.pipeline.inputs import FILE_FIELDS, pool_drawn
 from spade.storage.version import (
     SPADE_ROOT,
     clear_import_cache,
@@ -182,15 +183,27 @@ def config_hash(cfg: CampaignConfig, stage: str) -> str:
     return _digest(
         {
             "config": {name: _field(dump, name) for name in sections},
-            "files": {f: FILE_FIELDS[f](cfg) for f in stage_file_fields(stage)},
+            "files": {f: FILE_FIELDS[f](cfg) for f in stage_file_fields(stage, cfg)},
         }
     )
 
 
-def stage_file_fields(stage: str) -> list[str]:
-    """The path-valued fields (:data:`FILE_FIELDS`) in ``stage``'s config sections."""
+READ_WHEN: dict[tuple[str, str], Callable[[CampaignConfig], bool]] = {
+    ("pool", "run.heldout_envs"): pool_drawn,  # left out of a draw; a skip reads nothing
+}
+"""``(stage, field)``: a stage that reads a file only under a condition (default: always)."""
+
+
+def stage_file_fields(stage: str, cfg: CampaignConfig | None = None) -> list[str]:
+    """The path-valued fields (:data:`FILE_FIELDS`) in ``stage``'s config sections, less those
+    it does not read under ``cfg`` (:data:`READ_WHEN`; all of them without a config)."""
     sections = STAGE_SECTIONS[stage]
-    return [f for f in FILE_FIELDS if any(f == s or f.startswith(s + ".") for s in sections)]
+    return [
+        f
+        for f in FILE_FIELDS
+        if any(f == s or f.startswith(s + ".") for s in sections)
+        and (cfg is None or READ_WHEN.get((stage, f), lambda _: True)(cfg))
+    ]
 
 
 def _field(dump: dict[str, Any], dotted: str) -> Any:

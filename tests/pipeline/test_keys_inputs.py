@@ -60,7 +60,11 @@ def test_editing_a_file_a_stage_reads_changes_exactly_the_dependent_keys(tmp_pat
     assert _changed(after_policy, after_corpus) == {"sample_documents", "design"}
     held.write_text(held.read_text() + "\n# fixed\n")
     after_held = _keys(cfg)
-    assert _changed(after_corpus, after_held) == {"pool", "heldout"}
+    assert _changed(after_corpus, after_held) == {"heldout"}  # the pool is not drawn
+    drawn = cfg.model_copy(update={"run": cfg.run.model_copy(update={"min_envs": 2})})
+    before_drawn = _keys(drawn)
+    held.write_text(held.read_text() + "# fixed again\n")
+    assert _changed(before_drawn, _keys(drawn)) == {"pool", "heldout"}  # left out of the draw
 
 
 def test_a_local_model_and_a_seed_pool_are_keyed_by_contents(tmp_path):
