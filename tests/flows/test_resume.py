@@ -114,10 +114,11 @@ def test_sigkill_mid_round_then_resume(prefect_api, tmp_path, monkeypatch):
         cfg = _config(server, tmp_path, tmp_path / "store")
         _kill_during_evaluate(cfg, prefect_api, tmp_path)
         before = _kinds(server)
-        # the hint stage's code "changed"; design's did not
+        # the hint stage's code "changed" (one more module in its closure); design's did not
         monkeypatch.setitem(
-            keys.STAGE_MODULES, "hint", (*keys.STAGE_MODULES["hint"], "spade.errors")
+            keys.STAGE_ENTRIES, "hint", (*keys.STAGE_ENTRIES["hint"], "spade.scoring:score")
         )
+        keys.clear_caches()
         asyncio.run(campaign_flow(config=cfg, campaign_id=CID, rounds=1))
         after = _kinds(server)
     assert round_complete(campaign_store(cfg, CID), 0)
@@ -127,6 +128,7 @@ def test_sigkill_mid_round_then_resume(prefect_api, tmp_path, monkeypatch):
 
     # the same round, uninterrupted, in a fresh store: exactly the same objects
     monkeypatch.undo()
+    keys.clear_caches()
     with FakeOpenAIServer(script=ScriptedModel()) as server:
         clean = _config(server, tmp_path / "clean", tmp_path / "clean-store")
         asyncio.run(campaign_flow(config=clean, campaign_id=CID, rounds=1))

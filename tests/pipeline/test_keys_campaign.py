@@ -18,7 +18,7 @@ from spade.pipeline.campaign import (
     stop_requested,
 )
 from spade.pipeline.design import busy_seconds
-from spade.pipeline.keys import STAGE_MODULES, STAGE_SECTIONS, config_hash, stage_code_version
+from spade.pipeline.keys import STAGE_ENTRIES, STAGE_SECTIONS, config_hash, stage_code_version
 from spade.pipeline.record import StageRecord
 from spade.pipeline.state import carried_state, published_weights
 from spade.pipeline.summary import campaign_status
@@ -26,7 +26,7 @@ from spade.storage import STAGES, ObjectStore
 
 
 def test_every_stage_has_sections_and_modules():
-    assert set(STAGE_SECTIONS) == set(STAGES) == set(STAGE_MODULES)
+    assert set(STAGE_SECTIONS) == set(STAGES) == set(STAGE_ENTRIES)
     versions = {s: stage_code_version(s) for s in STAGES}
     assert all(len(v) == 16 for v in versions.values())
     assert versions["design"] != versions["evaluate"]
