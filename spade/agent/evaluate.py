@@ -124,9 +124,12 @@ async def evaluate_envs(
     return [_evaluation(env, trajectories, cfg) for env in envs]
 
 
-def check_failed_share(plays: Sequence[Trajectory], max_share: float) -> None:
-    """InferenceError when more than ``max_share`` of ``plays`` (one environment's) failed on
-    our side, or every play of its hinted or of its unhinted group did (no measure left)."""
+def check_failed_share(
+    plays: Sequence[Trajectory], max_share: float, what: str | None = None
+) -> None:
+    """InferenceError when more than ``max_share`` of ``plays`` (one environment's, or what
+    ``what`` names) failed on our side, or every play of its hinted or of its unhinted group
+    did (no measure left)."""
     failed = [t for t in plays if t.failed]
     if not failed:
         return
@@ -144,8 +147,8 @@ def check_failed_share(plays: Sequence[Trajectory], max_share: float) -> None:
             else f"share {share:.2f} > {max_share}"
         )
         raise InferenceError(
-            f"{len(failed)} of {len(plays)} plays of {plays[0].env_id} failed on the inference"
-            f" side ({why}; evaluation.max_failed_share), e.g. {first.get('kind')}:"
+            f"{len(failed)} of {len(plays)} plays of {what or plays[0].env_id} failed on the"
+            f" inference side ({why}; evaluation.max_failed_share), e.g. {first.get('kind')}:"
             f" {first.get('reason')}"
         )
 

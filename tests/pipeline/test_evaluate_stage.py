@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 
 import pytest
 
 from spade.agent.evaluate import EnvSpec
 from spade.config import load_config
-from spade.errors import InferenceError
+from spade.errors import InferenceError, StorageError
 from spade.inference.factory import open_backend
 from spade.inference.pool import WeightsRef
 from spade.pipeline.evaluate import evaluate_env
@@ -108,3 +109,22 @@ def test_an_unreadable_stored_play_is_played_again(tmp_path):
         _run(cfg, "c")
         assert len(server.chat_requests) == 7
         assert json.loads(cs.store.read_bytes(torn))["status"] == "terminated"
+
+
+def test_a_retry_after_a_failed_final_write_plays_nothing_again(tmp_path):
+    """The store refuses trajectories.jsonl (a folder stands at its path: a real failed write,
+    no fake), after every play ended; the retry reads all six plays back and sends nothing."""
+    with FakeOpenAIServer(script=lambda r: "\\boxed{azure}") as server:
+        cfg = _config(server, str(tmp_path))
+        cs, traj_key = _stored(cfg, "c", "trajectories.jsonl")
+        blocker = tmp_path / traj_key
+        (blocker / "in-the-way").mkdir(parents=True)
+        with pytest.raises((OSError, StorageError)):
+            _run(cfg, "c")
+        assert len(server.chat_requests) == 6
+        shutil.rmtree(blocker)
+        again = _run(cfg, "c")
+        assert len(server.chat_requests) == 6  # nothing played twice
+    assert again.win_rate == 1.0 and len(read_jsonl(cs, traj_key)) == 6
+    cs, summary = _stored(cfg, "c", "summary.json")
+    assert cs.store.read_json(summary)["reused_plays"] == 6
