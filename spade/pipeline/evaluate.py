@@ -4,12 +4,13 @@ designs and pool environments, each row marked with its ``source``).
 Each environment is evaluated on its own (the flow maps over them, so a resumed round replays
 only the environments it had not finished); :func:`commit_evaluations` then commits the stage.
 
-Plays are stored as they finish, under ``envs/<env_id>/plays/<key>/<job index>.json``, where
-``key`` digests what decides a play (the weights, the stage's config and code, the
-environment): a retry of the stage (after an outage, a failed write, a killed worker) plays
-only what is not stored yet, and one with other weights or settings finds nothing. Plays that
-failed on our side are not stored, so a retry plays them again. ``trajectories.jsonl`` and
-``summary.json`` are written once every play is in, as readers expect.
+Plays are stored as they finish, as ``envs/<env_id>/plays/<job index>.json`` holding the
+trajectory and a ``key`` that digests what decides the play (the weights, the stage's config
+and code, the environment): a retry of the stage (after an outage, a failed write, a killed
+worker) plays only what is not stored yet, and one with other weights or settings reuses
+nothing (its plays overwrite the old ones). Plays that failed on our side are not stored, so a
+retry plays them again. ``trajectories.jsonl`` and ``summary.json`` are written once every play
+is in, as readers expect.
 """
 
 from __future__ import annotations
@@ -44,15 +45,15 @@ async def evaluate_env(
     started = time.time()
     cs = campaign_store(cfg, campaign_id)
     prefix = f"envs/{env.env_id}"
-    plays = cs.layout.stage_key(
-        round, "evaluate", f"{prefix}/plays/{plays_key(cfg, env, backend, weights)}"
-    )
-    stored = _stored_plays(cs, plays)
+    plays = cs.layout.stage_key(round, "evaluate", f"{prefix}/plays")
+    key = plays_key(cfg, env, backend, weights)
+    stored = _stored_plays(cs, plays, key)
 
     def store(index: int, traj: Trajectory) -> None:
         if not traj.failed:  # an outage's play is played again by the retry
-            # as trajectories.jsonl encodes it (a -inf log-prob is kept, not refused)
-            cs.store.write_bytes(f"{plays}/{index:04d}.json", json.dumps(traj.to_dict()).encode())
+            # encoded as trajectories.jsonl is (a -inf log-prob is kept, not refused)
+            row = {"key": key, "trajectory": traj.to_dict()}
+            cs.store.write_bytes(f"{plays}/{index:04d}.json", json.dumps(row).encode())
 
     policy = load_policy(cfg.sandbox.policy_path)
     (evaluation,) = await evaluate_envs(
@@ -87,13 +88,15 @@ def plays_key(
     )
 
 
-def _stored_plays(cs: CampaignStore, prefix: str) -> dict[int, Trajectory]:
-    """The plays an earlier attempt stored under ``prefix``, by job index."""
+def _stored_plays(cs: CampaignStore, prefix: str, key: str) -> dict[int, Trajectory]:
+    """The plays an earlier attempt stored under ``prefix`` with this ``key``, by job index."""
     out = {}
-    for key in cs.store.list(prefix):
-        name = key.rsplit("/", 1)[-1].removesuffix(".json")
+    for name in cs.store.list(prefix):
         try:  # an unreadable play (a torn write elsewhere, an older format) is played again
-            out[int(name)] = Trajectory.from_dict(json.loads(cs.store.read_bytes(key)))
+            row = json.loads(cs.store.read_bytes(name))
+            if row["key"] == key:
+                index = int(name.rsplit("/", 1)[-1].removesuffix(".json"))
+                out[index] = Trajectory.from_dict(row["trajectory"])
         except (ValueError, TypeError, KeyError):
             continue
     return out

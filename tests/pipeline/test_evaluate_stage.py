@@ -97,6 +97,8 @@ def test_stored_plays_of_other_weights_are_not_reused(tmp_path):
         assert len(server.chat_requests) == 12
         cs, summary = _stored(cfg, "c", "summary.json")
         assert cs.store.read_json(summary)["reused_plays"] == 0
+        cs, plays = _stored(cfg, "c", "plays")
+        assert len(cs.store.list(plays)) == 6  # the new plays replaced the old ones
 
 
 def test_an_unreadable_stored_play_is_played_again(tmp_path):
@@ -108,7 +110,7 @@ def test_an_unreadable_stored_play_is_played_again(tmp_path):
         cs.store.write_bytes(torn, b'{"env_id": "sky", "turns": [')
         _run(cfg, "c")
         assert len(server.chat_requests) == 7
-        assert json.loads(cs.store.read_bytes(torn))["status"] == "terminated"
+        assert json.loads(cs.store.read_bytes(torn))["trajectory"]["status"] == "terminated"
 
 
 def test_a_retry_after_a_failed_final_write_plays_nothing_again(tmp_path):
