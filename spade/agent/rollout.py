@@ -174,13 +174,16 @@ async def run_episodes(
             begun = await asyncio.gather(
                 *(_begin(i, job, pools) for i, job in starting), return_exceptions=True
             )
+            unstarted = []
             for (index, _job), started in zip(starting, begun, strict=True):
                 if isinstance(started, Trajectory):  # failed before the first turn
-                    await end(index, started)
+                    unstarted.append((index, started))
                 elif isinstance(started, _Live):
                     live.append(started)
             if errors := [e for e in begun if isinstance(e, BaseException)]:
                 raise errors[0]
+            for index, traj in unstarted:  # after every started session is in ``live``
+                await end(index, traj)
             if not live:
                 continue
             requests = [_request(ep, settings, backend) for ep in live]
