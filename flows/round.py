@@ -76,7 +76,9 @@ async def evaluate(
 ) -> EnvEvaluation:
     """Hinted and unhinted plays of one environment."""
     async with shared_backend(config, weights) as backend:
-        return await evaluate_stages.evaluate_env(config, campaign_id, round_index, env, backend)
+        return await evaluate_stages.evaluate_env(
+            config, campaign_id, round_index, env, backend, weights
+        )
 
 
 @task(

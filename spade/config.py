@@ -361,6 +361,16 @@ class EvaluationConfig(_Section):
         description="Episodes live at once: each holds a jailed session, their turns are "
         "generated as one batch and their environment steps run in parallel threads.",
     )
+    max_failed_share: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="Most plays of an environment that may fail on the inference side (server"
+        " down, request error or timeout) before its evaluation raises and is retried. Failed"
+        " plays are counted and left out of win rates, regret, the EMA, the memory and"
+        " training; a group (hinted or unhinted) whose every play failed raises whatever this"
+        " is.",
+    )
 
 
 class ScoringConfig(_Section):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -128,22 +128,42 @@ class _Pools:
         self.idle.clear()
 
 
+OnFinished = Callable[[int, Trajectory], None]
+"""Called (in a worker thread, one call at a time) with a job's index and its trajectory as
+soon as that episode ends; an exception it raises ends the run (e.g. a failed store write)."""
+
+
 async def run_episodes(
     backend: Backend,
     jobs: Sequence[EpisodeJob],
     settings: RolloutSettings = RolloutSettings(),
     *,
     policy: SandboxPolicy | None = None,
+    finished: Mapping[int, Trajectory] | None = None,
+    on_finished: OnFinished | None = None,
 ) -> list[Trajectory]:
     """Play every job to its end; trajectories come back in job order.
 
+    ``finished`` holds episodes already played (by job index, e.g. stored by an earlier attempt
+    of the stage): they are returned as they are, not played again. ``on_finished`` sees every
+    episode played here as it ends (so a caller can store it at once).
+
     Deterministic given the backend's answers: each episode's turns go in order, and episodes
-    are started, advanced and released in job order whatever order their steps finish in.
+    are started, advanced and released in job order whatever order their steps finish in. An
+    episode's sampling seeds depend on its job index only, so playing the rest of the jobs after
+    ``finished`` ones gives the episodes a whole run would.
     """
     pools = _Pools(policy or load_policy(), settings.max_turns, settings.max_parallel)
-    pending = deque(enumerate(jobs))
+    done = dict(finished or {})
+    pending = deque((i, job) for i, job in enumerate(jobs) if i not in done)
     live: list[_Live] = []
-    results: list[Trajectory | None] = [None] * len(jobs)
+    results: list[Trajectory | None] = [done.get(i) for i in range(len(jobs))]
+
+    async def end(index: int, traj: Trajectory) -> None:
+        results[index] = traj
+        if on_finished is not None:  # blocking I/O (a store write): off the event loop
+            await asyncio.to_thread(on_finished, index, traj)
+
     try:
         while pending or live:
             starting: list[tuple[int, EpisodeJob]] = []
@@ -154,13 +174,16 @@ async def run_episodes(
             begun = await asyncio.gather(
                 *(_begin(i, job, pools) for i, job in starting), return_exceptions=True
             )
+            unstarted = []
             for (index, _job), started in zip(starting, begun, strict=True):
                 if isinstance(started, Trajectory):  # failed before the first turn
-                    results[index] = started
+                    unstarted.append((index, started))
                 elif isinstance(started, _Live):
                     live.append(started)
             if errors := [e for e in begun if isinstance(e, BaseException)]:
                 raise errors[0]
+            for index, traj in unstarted:  # after every started session is in ``live``
+                await end(index, traj)
             if not live:
                 continue
             requests = [_request(ep, settings, backend) for ep in live]
@@ -174,17 +197,19 @@ async def run_episodes(
                     for ep, reply in zip(live, replies, strict=True)
                 )
             )
-            still = []
+            still, ended = [], []
             for ep, reply, step in zip(live, replies, stepped, strict=True):
-                done = _context_full(ep) if reply is None else _advance(ep, reply, step, settings)
-                if done:
+                over = _context_full(ep) if reply is None else _advance(ep, reply, step, settings)
+                if over:
                     ep.traj.wall_s = time.perf_counter() - ep.started
                     ep.traj.model = ep.traj.model or backend.model_name
-                    results[ep.index] = ep.traj
                     pools.release(ep.job.env_id, ep.session)
+                    ended.append(ep)
                 else:
                     still.append(ep)
-            live = still
+            live = still  # before the callbacks: a raising one must not close a released session
+            for ep in ended:
+                await end(ep.index, ep.traj)
     finally:
         pools.close([ep.session for ep in live])
     assert all(r is not None for r in results)
@@ -266,7 +291,7 @@ def _advance(
 ) -> bool:
     """Apply one reply and its step to the episode; True when the episode is over."""
     traj = ep.traj
-    if completion.failure is not None:
+    if completion.failure is not None:  # inference_failed: our side, left out of every measure
         kind = completion.failure.kind
         traj.status = (
             "context_limit" if kind is InferenceFailureKind.CONTEXT_LENGTH else "inference_failed"

@@ -1,4 +1,13 @@
-"""What one played episode leaves behind: every message, token, log-prob, reward and timing."""
+"""What one played episode leaves behind: every message, token, log-prob, reward and timing.
+
+How an episode ended (``status``) tells whose it was when it did not end normally:
+``env_failed`` is the environment's own failure (data about the design: return 0, counted
+like any play); ``inference_failed`` is a failure of OUR side (the model server down, a
+request error, a request timeout): it says nothing about the environment, so such a play
+(:attr:`Trajectory.failed`) is left out of win rates, regret, the EMA, the memory and
+training, and only counted. ``context_limit`` is the conversation outgrowing the model's
+context: a property of the episode, a play like any other.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +44,8 @@ class Trajectory:
 
     ``messages`` is the whole conversation (system, observations as user turns, replies as
     assistant turns). ``failure`` is a dict ``{"kind", "reason"}`` when the environment or the
-    model failed; the episode then ends as data with return 0.
+    model failed; the episode then ends as data with return 0 (see the module docstring for
+    which failures are left out of every measure: :attr:`failed`).
     """
 
     env_id: str
@@ -54,6 +64,11 @@ class Trajectory:
     @property
     def terminated(self) -> bool:
         return self.status == "terminated"
+
+    @property
+    def failed(self) -> bool:
+        """Our side failed (inference): the play measures nothing and is only counted."""
+        return self.status == "inference_failed"
 
     @property
     def final_reward(self) -> float:

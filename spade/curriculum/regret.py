@@ -8,8 +8,10 @@ than without it (DESIGN.md §2.6). Estimators are chosen by name from :data:`REG
 - ``max_gap``: ``max(0, max(hinted) - mean(unhinted))`` — PAIRED-style: the best hinted play
   stands for what the environment allows.
 
-Inputs are episode returns (floats, normally in [-1, 1]). A failed or non-terminated episode
-returns 0.0 by the return rule, so the caller passes 0.0 for it: there is no "failed" case here.
+Inputs are episode returns (floats, normally in [-1, 1]). An episode the environment broke or
+that did not terminate returns 0.0 by the return rule, so the caller passes 0.0 for it. A play
+that failed on our side (inference: ``Trajectory.failed``) measures nothing and is left out by
+the caller (:mod:`spade.agent.evaluate`): there is no "failed" case here.
 """
 
 from __future__ import annotations

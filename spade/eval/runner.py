@@ -1,4 +1,9 @@
-"""Playing a held-out suite: its seeded subset, one unhinted play per task, scored per item."""
+"""Playing a held-out suite: its seeded subset, one unhinted play per task, scored per item.
+
+A play that failed on the inference side (``Trajectory.failed``) scores nothing: it is counted
+(``failed_plays``) and left out of the suite's mean; past ``evaluation.max_failed_share`` of
+the suite's plays :func:`play_suite` raises InferenceError (the heldout stage is retried).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from spade.agent.evaluate import rollout_settings
+from spade.agent.evaluate import check_failed_share, rollout_settings
 from spade.agent.rollout import EpisodeJob, run_episodes
 from spade.agent.trajectory import Trajectory
 from spade.config import CampaignConfig, HeldoutSuiteConfig
@@ -25,13 +30,14 @@ class SuiteResult:
 
     @property
     def score(self) -> float:
-        return suite_score([r["score"] for r in self.rows])
+        """Mean score of the plays that did not fail on the inference side."""
+        return suite_score([r["score"] for r in self.rows if r["status"] != "inference_failed"])
 
     def summary(self) -> dict[str, Any]:
         return {
             "score": self.score,
             "tasks": len(self.rows),
-            "failed_plays": sum(1 for r in self.rows if r["failure"] is not None),
+            "failed_plays": sum(1 for r in self.rows if r["status"] == "inference_failed"),
         }
 
 
@@ -67,6 +73,7 @@ async def play_suite(
     )
     jobs = [EpisodeJob(t.env_id, t.code, sc.seed, None, t.tool_use) for t in tasks]
     trajectories = await run_episodes(backend, jobs, settings, policy=policy)
+    check_failed_share(trajectories, cfg.evaluation.max_failed_share, f"suite {sc.name}")
     rows, transcripts = [], []
     for task, traj in zip(tasks, trajectories, strict=True):
         rows.append(_row(task, traj, suite.score(task, traj)))

@@ -3,37 +3,103 @@ designs and pool environments, each row marked with its ``source``).
 
 Each environment is evaluated on its own (the flow maps over them, so a resumed round replays
 only the environments it had not finished); :func:`commit_evaluations` then commits the stage.
+
+Plays are stored as they finish, as ``envs/<env_id>/plays/<job index>.json`` holding the
+trajectory and a ``key`` that digests what decides the play (the weights, the stage's config
+and code, the environment): a retry of the stage (after an outage, a failed write, a killed
+worker) plays only what is not stored yet, and one with other weights or settings reuses
+nothing (its plays overwrite the old ones). Plays that failed on our side are not stored, so a
+retry plays them again. ``trajectories.jsonl`` and ``summary.json`` are written once every play
+is in, as readers expect.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 
 from spade.agent.evaluate import EnvEvaluation, EnvSpec, evaluate_envs
+from spade.agent.trajectory import Trajectory
 from spade.config import CampaignConfig
 from spade.inference.base import Backend
+from spade.inference.pool import WeightsRef
 from spade.pipeline.design import busy_seconds
+from spade.pipeline.keys import config_hash, fingerprint, stage_code_version
 from spade.pipeline.record import StageRecord, campaign_store, jsonl
 from spade.sandbox.policy import load_policy
+from spade.storage import CampaignStore
 
 
 async def evaluate_env(
-    cfg: CampaignConfig, campaign_id: str, round: int, env: EnvSpec, backend: Backend
+    cfg: CampaignConfig,
+    campaign_id: str,
+    round: int,
+    env: EnvSpec,
+    backend: Backend,
+    weights: WeightsRef | None = None,
 ) -> EnvEvaluation:
-    """All plays of one environment; its trajectories and summary go to the store."""
+    """All plays of one environment (those an earlier attempt stored are not played again);
+    its trajectories and summary go to the store. ``weights``: what the backend serves (None:
+    its model name stands for them)."""
     started = time.time()
-    (evaluation,) = await evaluate_envs(backend, [env], cfg, load_policy(cfg.sandbox.policy_path))
     cs = campaign_store(cfg, campaign_id)
     prefix = f"envs/{env.env_id}"
+    plays = cs.layout.stage_key(round, "evaluate", f"{prefix}/plays")
+    key = plays_key(cfg, env, backend, weights)
+    stored = _stored_plays(cs, plays, key)
+
+    def store(index: int, traj: Trajectory) -> None:
+        if not traj.failed:  # an outage's play is played again by the retry
+            # encoded as trajectories.jsonl is (a -inf log-prob is kept, not refused)
+            row = {"key": key, "trajectory": traj.to_dict()}
+            cs.store.write_bytes(f"{plays}/{index:04d}.json", json.dumps(row).encode())
+
+    policy = load_policy(cfg.sandbox.policy_path)
+    (evaluation,) = await evaluate_envs(
+        backend, [env], cfg, policy, finished=stored, on_finished=store
+    )
     cs.store.write_bytes(
         cs.layout.stage_key(round, "evaluate", f"{prefix}/trajectories.jsonl"),
         jsonl(t.to_dict() for t in evaluation.trajectories),
     )
     cs.store.write_json(
         cs.layout.stage_key(round, "evaluate", f"{prefix}/summary.json"),
-        evaluation.summary() | {"started": started, "finished": time.time()},
+        evaluation.summary()
+        | {"started": started, "finished": time.time(), "reused_plays": len(stored)},
     )
     return evaluation
+
+
+def plays_key(
+    cfg: CampaignConfig, env: EnvSpec, backend: Backend, weights: WeightsRef | None
+) -> str:
+    """What decides an environment's plays, digested: the weights, the evaluate stage's config
+    and code, and the environment (code, hint, tool use)."""
+    return fingerprint(
+        {
+            "weights": weights.to_dict() if weights is not None else backend.model_name,
+            "config": config_hash(cfg, "evaluate"),
+            "code": stage_code_version("evaluate"),
+            "env": hashlib.sha256(env.code.encode()).hexdigest(),
+            "hint": env.hint,
+            "tool_use": env.tool_use,
+        }
+    )
+
+
+def _stored_plays(cs: CampaignStore, prefix: str, key: str) -> dict[int, Trajectory]:
+    """The plays an earlier attempt stored under ``prefix`` with this ``key``, by job index."""
+    out = {}
+    for name in cs.store.list(prefix):
+        try:  # an unreadable play (a torn write elsewhere, an older format) is played again
+            row = json.loads(cs.store.read_bytes(name))
+            if row["key"] == key:
+                index = int(name.rsplit("/", 1)[-1].removesuffix(".json"))
+                out[index] = Trajectory.from_dict(row["trajectory"])
+        except (ValueError, TypeError, KeyError):
+            continue
+    return out
 
 
 def commit_evaluations(

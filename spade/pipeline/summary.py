@@ -3,7 +3,8 @@
 A round's numbers come from its committed files: ``score/scored.jsonl`` (a row per design
 attempt, ``source: designed``, then a row per pool environment played, ``source: pool``; rows
 written before pool environments existed have no ``source`` and are designs),
-``evaluate/evaluations.jsonl`` (plays per environment), the training stages' ``outcome.json``,
+``evaluate/evaluations.jsonl`` (plays per environment, and ``failed_plays``: plays that failed
+on the inference side, left out of every measure), the training stages' ``outcome.json``,
 ``publish/weights.json`` and ``heldout/summary.json``.
 """
 
@@ -109,8 +110,10 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         _json(cs, round, "train_designer", "outcome.json") or {}
     )
     episodes = Counter[str]()
+    failed_plays = 0
     for e in _rows(cs, round, "evaluate", "evaluations.jsonl"):
         episodes[e.get("source", "designed")] += len(e.get("unhinted_returns") or [])
+        failed_plays += int(e.get("failed_plays") or 0)
     weights = _json(cs, round, "publish", "weights.json") or {}
     heldout = _json(cs, round, "heldout", "summary.json") or {}
     seconds = {}
@@ -141,6 +144,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "designer_spread": _spread([s["reward"] for s in designed]),
         "designed_episodes": episodes["designed"],
         "pool_episodes": episodes["pool"],
+        "failed_plays": failed_plays,  # inference failures: counted, left out of every measure
         "train_loss": agent_loss,
         "agent_skipped": agent_skipped,
         "designer_loss": designer_loss,

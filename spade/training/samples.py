@@ -104,11 +104,12 @@ def samples_from_trajectories(
     default) they are skipped. ``reward`` is the episode return and ``group`` the env id, so
     advantages compare the plays of one environment. When the chat template is not prefix-stable
     (``token_view()`` is None) every turn becomes its own sample (its prompt masked) carrying
-    the episode's return. Episodes and turns without generated tokens are skipped.
+    the episode's return. Episodes and turns without generated tokens are skipped, and so are
+    plays that failed on our side (``Trajectory.failed``: an outage's return 0 is no signal).
     """
     out: list[TrainSample] = []
     for traj in trajectories:
-        if traj.hinted and only_unhinted:
+        if (traj.hinted and only_unhinted) or traj.failed:
             continue
         reward = traj.episode_return()
         view = traj.token_view()

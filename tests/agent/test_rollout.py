@@ -196,3 +196,64 @@ def test_action_format_decides_whether_a_plain_move_is_played(action_format):
         assert turn.action == turn.text and "\\boxed" in turn.observation
     else:
         assert turn.action == "\\boxed{0123}" and "\\boxed" not in turn.observation
+
+
+def _play_with(server, jobs, **kwargs):
+    async def go():
+        b = backend(server)
+        try:
+            return await run_episodes(b, jobs, RolloutSettings(max_parallel=3), **kwargs)
+        finally:
+            await b.aclose()
+
+    return asyncio.run(go())
+
+
+def test_finished_episodes_are_not_played_again_and_the_callback_sees_the_rest():
+    jobs = [EpisodeJob("cb", CODE_BREAKER, seed=i) for i in range(3)]
+    with FakeOpenAIServer(script=lambda r: "\\boxed{0123}") as server:
+        whole = _play_with(server, jobs)
+        before = len(server.chat_requests)
+        seen: list[tuple[int, int]] = []
+        again = _play_with(
+            server,
+            jobs,
+            finished={0: whole[0], 2: whole[2]},
+            on_finished=lambda i, t: seen.append((i, t.seed)),
+        )
+        assert len(server.chat_requests) - before == 10  # one episode of ten guesses
+    assert seen == [(1, 1)]
+    assert again[0] is whole[0] and again[2] is whole[2]
+    assert [turn.observation for turn in again[1].turns] == [
+        turn.observation for turn in whole[1].turns
+    ]
+
+
+def test_a_raising_callback_ends_the_run_and_closes_every_session(monkeypatch):
+    """A failed store write (the callback raising) ends the run; no started jail is left,
+    also when the episode that ended first never got a session (it did not load)."""
+    opened: list[session_mod.JailedSession] = []
+    closed: set[int] = set()
+    real_start, real_close = session_mod.JailedSession.start, session_mod.JailedSession.close
+
+    def start(self):
+        opened.append(self)
+        return real_start(self)
+
+    def close(self):
+        closed.add(id(self))
+        return real_close(self)
+
+    monkeypatch.setattr(session_mod.JailedSession, "start", start)
+    monkeypatch.setattr(session_mod.JailedSession, "close", close)
+
+    def store_down(index, traj):
+        raise RuntimeError("store down")
+
+    jobs = [EpisodeJob("bad", "class (:", 0)] + [EpisodeJob("cb", CODE_BREAKER, i) for i in (1, 2)]
+    with (
+        FakeOpenAIServer(script=lambda r: "\\boxed{0123}") as server,
+        pytest.raises(RuntimeError, match="store down"),
+    ):
+        _play_with(server, jobs, on_finished=store_down)
+    assert len(opened) == 3 and all(id(s) in closed for s in opened)
