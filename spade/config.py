@@ -277,7 +277,8 @@ class DesignerConfig(_Section):
         ge=1,
         le=10,
         description="Hint requests per design; an empty hint or one that gives away the"
-        " solution is asked again, and after the last try the design has no hint.",
+        " solution is asked again, and after the last try the design has no hint (one whose"
+        " request failed on the inference side is asked again too, then raises).",
     )
     seed: int = Field(
         0, ge=0, le=2**32 - 1, description="Seed of document sampling and skill rotation."
@@ -306,6 +307,17 @@ class DesignerConfig(_Section):
         " no usable code block) gets the verifier's named failure back in the same conversation"
         " and answers with the whole corrected module, verified again. Inference only: the"
         " designer trains on the first answer. 0: off.",
+    )
+    max_failed_share: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="Most requests of one design or repair batch that may fail on the"
+        " inference side (server down, request error or timeout) before the stage raises and"
+        " is retried. A failed attempt is counted (failed_designs) and left out of the"
+        " designer's rewards, its training batch, the memory and the acceptance counts; its"
+        " slot is tried again with the next attempt. A design left without a hint because a"
+        " hint request failed always raises (its regret would read 0).",
     )
 
     @model_validator(mode="after")

@@ -22,9 +22,14 @@ class DesignParseError(SpadeError):
 
 
 class InferenceError(SpadeError):
-    """A backend or server cannot serve (set-up problem): a launch, adapter load or listing failed.
+    """Inference cannot be trusted: a backend or server cannot serve (set-up problem: a launch,
+    adapter load or listing failed), or too many requests of one stage failed.
 
-    A single request that fails is *data* (:class:`spade.inference.base.InferenceFailure`).
+    A single request that fails is *data* (:class:`spade.inference.base.InferenceFailure`),
+    counted and left out of what is measured; past a threshold (``evaluation.max_failed_share``
+    of an environment's plays, ``designer.max_failed_share`` of a design or repair batch, or
+    any hint request that leaves a design without a hint) the stage raises this, so that
+    Prefect retries it instead of storing numbers made of an outage.
     """
 
 

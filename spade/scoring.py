@@ -2,6 +2,8 @@
 
 The pure math lives in :mod:`spade.curriculum`; this module only lines up each design attempt
 with what its environment scored, so that the score and remember stages are one call each.
+Attempts that failed on our side (:attr:`DesignAttempt.failed`: an outage, not a design) are
+left out of both: no reward, no part in the centring or the EMA, no memory record.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ class ScoredAttempt:
 def outcomes(
     attempts: Sequence[DesignAttempt], evaluations: Sequence[EnvEvaluation]
 ) -> list[DesignOutcome]:
-    """The scoring view of every attempt; an accepted design without an evaluation is an error
-    in our pipeline, not in the design."""
+    """The scoring view of every attempt (none may have failed on our side: see :func:`score`);
+    an accepted design without an evaluation is an error in our pipeline, not in the design."""
     by_env = {e.env_id: e for e in evaluations}
     out = []
     for i, att in enumerate(attempts):
+        if att.failed:  # an outage has no outcome: scoring one is a bug upstream
+            raise ValueError(f"attempt {att.slot}.{att.attempt} failed on the inference side")
         ident = att.env_id or f"slot{att.slot}-attempt{att.attempt}-{i}"
         if not att.accepted:
             kind = att.failure_kind or "rejected"
@@ -58,15 +62,17 @@ def score(
     config: ScoringConfig,
     ema: Mapping[str, float] | None = None,
 ) -> tuple[list[ScoredAttempt], dict[str, float]]:
-    """Designer rewards for every attempt (rejected ones included) and the updated EMA.
+    """Designer rewards for every attempt (rejected ones included, failed ones left out: the
+    result holds the others, in order) and the updated EMA.
 
     Only designs are scored: evaluations of pool environments (``source == "pool"``) in
     ``evaluations`` are ignored here, so the designer is never rewarded for them and they do
     not move the EMA."""
-    outs = outcomes(attempts, evaluations)
+    measured = [a for a in attempts if not a.failed]
+    outs = outcomes(measured, evaluations)
     raw, rewards, new_ema = designer_rewards_with_raw(outs, config, ema)
     scored = [
-        ScoredAttempt(a, o, r, w) for a, o, r, w in zip(attempts, outs, rewards, raw, strict=True)
+        ScoredAttempt(a, o, r, w) for a, o, r, w in zip(measured, outs, rewards, raw, strict=True)
     ]
     return scored, new_ema
 

@@ -176,7 +176,7 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
     # what small models do when shown an example; below no code, so that a round whose
     # attempts were a copy and a cut-off answer still ranks them (the 0.5B coder's usual pair)
     ("duplicate",),
-    ("inference", "parse", "rejected"),  # no code: the model wrote nothing usable
+    ("parse", "rejected"),  # no code: the model wrote nothing usable
     ("syntax",),  # code that does not parse
     ("import_denied", "policy_denied"),  # code that parses, refused before it runs
     ("contract", "exited", "protocol"),  # it runs, but is not an environment of the contract
@@ -200,10 +200,12 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
 )
 """Failure kinds of rejected designs by how far through the verifier they got, lowest first.
 
-``inference``/``parse`` come from the designer (no code), ``rejected`` is a rejection without a
-named failure; the rest are :class:`spade.sandbox.failures.FailureKind` values (kept as strings,
+``parse`` comes from the designer (no code), ``rejected`` is a rejection without a named
+failure; the rest are :class:`spade.sandbox.failures.FailureKind` values (kept as strings,
 so this module needs no sandbox import; a test checks every kind is here). A design accepted
 after a repair turn is valid and scored as such: its final outcome counts, not its first answer.
+An attempt whose request failed on our side (``inference``) is no design and has no tier: it is
+left out of scoring (:func:`spade.scoring.score`).
 """
 
 

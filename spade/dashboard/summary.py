@@ -104,7 +104,12 @@ def summarize(
     environments are the replayed ones. Pool environments (``source: pool`` in
     ``scored.jsonl``) count in the win rates and regret, not as designs."""
     scored = parse_jsonl(files["scored"]) if "scored" in files else []
-    designs = [s for s in scored if s.get("source", "designed") == "designed"]
+    designs = [  # an attempt whose request failed on our side is no design: not counted here
+        s
+        for s in scored
+        if s.get("source", "designed") == "designed"
+        and not (s.get("failed") or s.get("failure") == "inference")
+    ]
     pool = [s for s in scored if s.get("source") == "pool"]  # played, never the designer's
     accepted = [s for s in designs if s.get("accepted")]
     sampled = manifests.get("sample_documents")

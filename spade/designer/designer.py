@@ -11,6 +11,13 @@ failure (inference only: the attempt's training tokens stay the first answer's).
 Every attempt is recorded, accepted or not, with the reason it failed: rejected designs are
 data (the designer is trained on them too). Slots whose attempt failed get a new document
 and try again, up to ``attempts_per_slot``; attempts of all open slots go out as one batch.
+
+An attempt whose design or repair request failed on our side (server down, request error,
+timeout: :attr:`DesignAttempt.failed`) is not data: it is counted and left out of the
+designer's rewards, its training batch, the memory and the acceptance counts. Past
+``designer.max_failed_share`` of a batch's requests, and whenever a hint request's failure
+leaves an accepted design without a hint (its regret would read 0), the step raises
+:class:`~spade.errors.InferenceError`, so the stage is retried instead of storing an outage.
 """
 
 from __future__ import annotations
@@ -26,17 +33,17 @@ from typing import Any
 from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
 from spade.designer.corpus import Corpus, Document
-from spade.designer.extract import clean_hint, extract_code, leaks_solution
+from spade.designer.extract import extract_code
+from spade.designer.hints import hint_designs
 from spade.designer.inherit import inherit_missing
 from spade.designer.prompts import (
     contract_references,
     design_prompt,
     edit_prompt,
-    hint_prompt,
     repair_message,
 )
 from spade.designer.skills import active_skills, slot_skills
-from spade.errors import DesignParseError
+from spade.errors import DesignParseError, InferenceError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
 from spade.sandbox.policy import SandboxPolicy
 from spade.verify import Reference, Verdict, verify
@@ -45,6 +52,8 @@ TRACEBACK_LINES = 6
 """Last lines of a failed check's traceback kept in the verdict and told to a repair turn."""
 REASON_CHARS = 500
 """Longest failure reason told to a repair turn."""
+INFERENCE = "inference"
+"""Failure kind of an attempt whose design or repair request failed on our side."""
 
 
 def env_id_for(code: str) -> str:
@@ -66,6 +75,8 @@ class DesignAttempt:
     must not copy, ``{"name": env id, "code": whole code}``: its parent and its prompt's examples.
     ``inherited`` names the parent's module-level definitions an edit used without writing them,
     carried over into ``code`` (:func:`spade.designer.inherit.inherit_missing`).
+    ``failure_kind == INFERENCE`` (:attr:`failed`): a design or repair request failed on our
+    side; a failed repair keeps the code and verdict it was repairing, for the record.
     """
 
     slot: int
@@ -78,7 +89,7 @@ class DesignAttempt:
     code: str | None = None
     env_id: str | None = None
     accepted: bool = False
-    failure_kind: str | None = None  # inference, parse, or the verifier's failure kind
+    failure_kind: str | None = None  # INFERENCE, parse, or the verifier's failure kind
     failure_reason: str | None = None
     verdict: dict[str, Any] | None = None
     tool_use: bool = False
@@ -96,6 +107,11 @@ class DesignAttempt:
     first_failure_reason: str | None = None
     repair_messages: list[dict[str, Any]] = field(default_factory=list)
     inherited: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        """A request of this attempt failed on our side: it measures nothing about the designer."""
+        return self.failure_kind == INFERENCE
 
     @property
     def repairs(self) -> int:
@@ -183,7 +199,8 @@ def new_attempts(
 
 
 async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignConfig) -> None:
-    """One completion per attempt, extracted into code (or a parse/inference failure)."""
+    """One completion per attempt, extracted into code (or a parse/inference failure);
+    InferenceError past ``designer.max_failed_share`` of failed requests."""
     completions = await backend.complete([ChatRequest(a.messages, _params(cfg)) for a in batch])
     for att, comp in zip(batch, completions, strict=True):
         att.completion, att.model = comp.text, comp.model
@@ -193,6 +210,20 @@ async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignCo
             comp.logprobs,
         )
         _take_code(att, comp)
+    check_failed_share(batch, cfg.designer.max_failed_share, "design")
+
+
+def check_failed_share(batch: Sequence[DesignAttempt], max_share: float, what: str) -> None:
+    """InferenceError when more than ``max_share`` of the ``batch`` (the attempts whose request
+    ``what`` just answered) failed on our side: too many to trust the rest of the batch."""
+    failed = [a for a in batch if a.failed]
+    if not failed or len(failed) <= max_share * len(batch):
+        return
+    raise InferenceError(
+        f"{len(failed)} of {len(batch)} {what} requests failed on the inference side (share"
+        f" {len(failed) / len(batch):.2f} > designer.max_failed_share {max_share}), e.g."
+        f" {failed[0].failure_reason}"
+    )
 
 
 def _params(cfg: CampaignConfig) -> SamplingParams:
@@ -202,10 +233,7 @@ def _params(cfg: CampaignConfig) -> SamplingParams:
 def _take_code(att: DesignAttempt, comp: Completion) -> None:
     """The module in an answer, as the attempt's code; or the inference or parse failure."""
     if comp.failure is not None:
-        att.failure_kind, att.failure_reason = (
-            "inference",
-            f"{comp.failure.kind}: {comp.failure.reason}",
-        )
+        att.failure_kind, att.failure_reason = INFERENCE, _failure_text(comp)
         return
     try:
         att.code = extract_code(comp.text)
@@ -217,6 +245,11 @@ def _take_code(att: DesignAttempt, comp: Completion) -> None:
         if parent is not None:
             att.code, att.inherited = inherit_missing(att.code, parent, str(att.parent_id))
     att.env_id = env_id_for(att.code)
+
+
+def _failure_text(comp: Completion) -> str:
+    failure = comp.failure
+    return f"{failure.kind}: {failure.reason}" if failure is not None else ""
 
 
 def verify_design(
@@ -281,8 +314,9 @@ async def _verify_pending(
 
 
 def needs_repair(att: DesignAttempt) -> bool:
-    """A design rejected with code, or an answer with text but no usable module."""
-    if att.accepted:
+    """A design rejected with code, or an answer with text but no usable module (not one that
+    failed on our side: it stops there)."""
+    if att.accepted or att.failed:
         return False
     if att.code is not None:
         return att.verdict is not None
@@ -304,7 +338,9 @@ async def repair_designs(
 ) -> list[DesignAttempt]:
     """One repair turn for every attempt of ``batch`` that :func:`needs_repair`: the
     conversation so far plus the verifier's named failure, answered with a whole module that
-    becomes the attempt's code (verify it next). Returns the repaired attempts."""
+    becomes the attempt's code (verify it next). Returns the repaired attempts. A repair whose
+    request failed on our side leaves the attempt as it was, marked failed (left out of
+    scoring); InferenceError past ``designer.max_failed_share`` of the turn's requests."""
     todo = [a for a in batch if needs_repair(a)]
     if not todo:
         return []
@@ -315,6 +351,9 @@ async def repair_designs(
     ]
     completions = await backend.complete([ChatRequest(c, _params(cfg)) for c in conversations])
     for att, turn, comp in zip(todo, feedback, completions, strict=True):
+        if comp.failure is not None:  # no answer: the outcome is unknown, not this code's
+            att.failure_kind, att.failure_reason = INFERENCE, f"repair: {_failure_text(comp)}"
+            continue
         if not att.repair_messages:  # the first repair: keep what the first answer was
             att.first_code = att.code
             att.first_failure_kind, att.first_failure_reason = att.failure_kind, att.failure_reason
@@ -325,6 +364,7 @@ async def repair_designs(
         _take_code(att, comp)
         if att.code is not None and att.code == before.code:  # nothing changed: the verifier is
             _keep_verdict(att, before)  # deterministic, its verdict stands (no second run)
+    check_failed_share(todo, cfg.designer.max_failed_share, "repair")
     return todo
 
 
@@ -356,36 +396,3 @@ async def design_batch(
         open_slots = [a.slot for a in batch if not a.accepted]
     await hint_designs([a for a in attempts if a.accepted], backend, cfg)
     return attempts
-
-
-async def hint_designs(
-    accepted: list[DesignAttempt], backend: Backend, cfg: CampaignConfig
-) -> None:
-    """Ask for a hint per accepted design, of at most ``designer.hint_max_sentences``
-    sentences; an empty hint or one that spells out the solution is asked again, up to
-    ``designer.hint_tries`` requests, then dropped (the design is then evaluated without hinted
-    plays)."""
-    d = cfg.designer
-    params = SamplingParams(max_tokens=d.hint_max_tokens, temperature=d.hint_temperature)
-    todo = list(accepted)
-    for _ in range(d.hint_tries):
-        if not todo:
-            return
-        completions = await backend.complete(
-            [ChatRequest(hint_prompt(a.code or "", d.hint_max_sentences), params) for a in todo]
-        )
-        retry = []
-        for att, comp in zip(todo, completions, strict=True):
-            hint = clean_hint(comp.text, d.hint_max_sentences) if comp.ok else ""
-            solution = att.solution
-            if not hint:
-                att.hint_note = (
-                    "empty hint" if comp.ok else f"hint generation failed: {comp.failure}"
-                )
-                retry.append(att)
-            elif leaks_solution(hint, solution):
-                att.hint_note = "hint revealed the solution"
-                retry.append(att)
-            else:
-                att.hint, att.hint_note = hint, None
-        todo = retry

@@ -16,7 +16,8 @@ from spade.scoring import ScoredAttempt, design_flags, memory_records, score
 
 @dataclass
 class RoundScores:
-    """What the score stage returns: every attempt's reward and the updated EMA."""
+    """What the score stage returns: the reward of every attempt that did not fail on our side
+    (in order) and the updated EMA."""
 
     scored: list[ScoredAttempt]
     ema: dict[str, float]
@@ -37,30 +38,14 @@ def score_round(
     """Designer rewards for every attempt (rejected ones included) and the new EMA.
 
     ``scored.jsonl`` holds a row per design attempt (``source: designed``, in attempt order:
-    the designer's training reads them by position), then a row per pool environment played
-    (``source: pool``, no reward: the designer is never rewarded for those).
+    the designer's training reads them by position; an attempt that failed on our side has
+    ``failed: true`` and no reward), then a row per pool environment played (``source: pool``,
+    no reward: the designer is never rewarded for those).
     """
     scored, new_ema = score(attempts, evaluations, cfg.scoring, ema)
     rec = StageRecord(cfg, campaign_id, round, "score", {"ema": fingerprint(ema)})
-    rows = [
-        {
-            "env_id": s.outcome.env_id,
-            "skill": s.outcome.skill,
-            "source": "designed",
-            "accepted": s.outcome.valid,
-            "failure": s.outcome.failure_kind,
-            "progress": None if s.outcome.valid else s.outcome.progress,
-            "win_rate": s.outcome.win_rate,
-            "hinted_win_rate": s.outcome.hinted_win_rate,
-            "regret": s.outcome.regret,
-            "reward": s.reward,
-            "raw_reward": s.raw_reward,
-            "slot": s.attempt.slot,
-            "attempt": s.attempt.attempt,
-            **design_flags(s.attempt),
-        }
-        for s in scored
-    ]
+    by_attempt = {id(s.attempt): s for s in scored}
+    rows = [_row(by_attempt[id(a)]) if id(a) in by_attempt else _failed_row(a) for a in attempts]
     rows += [
         {
             "env_id": e.env_id,
@@ -82,6 +67,48 @@ def score_round(
     rec.write_json("ema.json", new_ema)
     rec.commit()
     return RoundScores(scored, new_ema)
+
+
+def _row(s: ScoredAttempt) -> dict[str, Any]:
+    """The score row of a design attempt."""
+    return {
+        "env_id": s.outcome.env_id,
+        "skill": s.outcome.skill,
+        "source": "designed",
+        "accepted": s.outcome.valid,
+        "failed": False,
+        "failure": s.outcome.failure_kind,
+        "progress": None if s.outcome.valid else s.outcome.progress,
+        "win_rate": s.outcome.win_rate,
+        "hinted_win_rate": s.outcome.hinted_win_rate,
+        "regret": s.outcome.regret,
+        "reward": s.reward,
+        "raw_reward": s.raw_reward,
+        "slot": s.attempt.slot,
+        "attempt": s.attempt.attempt,
+        **design_flags(s.attempt),
+    }
+
+
+def _failed_row(a: DesignAttempt) -> dict[str, Any]:
+    """The score row of an attempt that failed on our side: counted, never rewarded."""
+    return {
+        "env_id": a.env_id,
+        "skill": a.skill,
+        "source": "designed",
+        "accepted": False,
+        "failed": True,
+        "failure": a.failure_kind,
+        "failure_reason": a.failure_reason,
+        "progress": None,
+        "win_rate": None,
+        "hinted_win_rate": None,
+        "regret": None,
+        "reward": None,
+        "raw_reward": None,
+        "slot": a.slot,
+        "attempt": a.attempt,
+    }
 
 
 def remember(

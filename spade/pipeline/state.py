@@ -63,7 +63,8 @@ def delayed_designer_batch(
     ``round - training.designer_delay_steps`` (None before that round exists, and when that
     round designed nothing: it replayed environments, see :mod:`spade.pipeline.replay`, or
     took them all from the pool, ``run.env_source: pool``). Scored rows of pool environments
-    are not the designer's and are left out."""
+    are not the designer's and are left out, and so are attempts that failed on our side (an
+    outage: no reward, nothing to learn from)."""
     source = round - cfg.training.designer_delay_steps
     if source < 0:
         return None
@@ -81,7 +82,8 @@ def delayed_designer_batch(
     ]
     if len(scored) != len(attempts):
         raise StorageError(f"round {source}: {len(attempts)} attempts but {len(scored)} scores")
-    return source, attempts, [float(s["reward"]) for s in scored]
+    kept = [(a, s) for a, s in zip(attempts, scored, strict=True) if not a.failed]
+    return source, [a for a, _ in kept], [float(s["reward"]) for _, s in kept]
 
 
 def published_weights(cfg: CampaignConfig, campaign_id: str, round: int) -> WeightsRef | None:

@@ -1,11 +1,12 @@
 """Reading a campaign back: per-round summaries and where its artifacts are (status, UI).
 
 A round's numbers come from its committed files: ``score/scored.jsonl`` (a row per design
-attempt, ``source: designed``, then a row per pool environment played, ``source: pool``; rows
-written before pool environments existed have no ``source`` and are designs),
-``evaluate/evaluations.jsonl`` (plays per environment, and ``failed_plays``: plays that failed
-on the inference side, left out of every measure), the training stages' ``outcome.json``,
-``publish/weights.json`` and ``heldout/summary.json``.
+attempt, ``source: designed``; ``failed: true`` for one whose request failed on our side,
+counted as ``failed_designs`` and left out of every other count and measure; then a row per
+pool environment played, ``source: pool``; rows written before pool environments existed have
+no ``source`` and are designs), ``evaluate/evaluations.jsonl`` (plays per environment, and
+``failed_plays``: plays that failed on the inference side, left out of every measure), the
+training stages' ``outcome.json``, ``publish/weights.json`` and ``heldout/summary.json``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ def _novel(designed: list[dict[str, Any]]) -> int | None:
     return _count(accepted, "novel") if accepted else 0
 
 
+def _failed(row: dict[str, Any]) -> bool:
+    """A design attempt whose request failed on our side (older rows: failure ``inference``)."""
+    return bool(row.get("failed")) or row.get("failure") == "inference"
+
+
 def _training(outcome: dict[str, Any]) -> tuple[float | None, str | None]:
     return (outcome.get("metrics") or {}).get("loss"), outcome.get("skipped")
 
@@ -99,7 +105,8 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
     """Counts and means of one round from its committed artifacts (missing parts: None)."""
     done = cs.completed_stages(round)
     scored = _rows(cs, round, "score", "scored.jsonl")
-    designs = [s for s in scored if s.get("source", "designed") == "designed"]
+    every_design = [s for s in scored if s.get("source", "designed") == "designed"]
+    designs = [s for s in every_design if not _failed(s)]  # an outage is no attempt
     pool = [s for s in scored if s.get("source") == "pool"]
     accepted = [s for s in designs if s["accepted"]]
     played = accepted + pool
@@ -145,6 +152,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "designed_episodes": episodes["designed"],
         "pool_episodes": episodes["pool"],
         "failed_plays": failed_plays,  # inference failures: counted, left out of every measure
+        "failed_designs": len(every_design) - len(designs),  # likewise, of design requests
         "train_loss": agent_loss,
         "agent_skipped": agent_skipped,
         "designer_loss": designer_loss,

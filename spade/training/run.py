@@ -101,11 +101,13 @@ def load_samples(
 ) -> list[Any]:
     """Training samples (with advantages) from ``trajectories.jsonl`` (agent) or design
     attempts (designer: ``spade design``'s ``attempts.jsonl`` with ``evaluations``, or
-    attempts that carry a ``reward``)."""
+    attempts that carry a ``reward``); attempts that failed on our side are left out."""
     rows = _rows(path)
     if role == "agent":
         return agent_samples(cfg, (Trajectory.from_dict(r) for r in rows))
-    attempts = [DesignAttempt.from_dict(r) for r in rows]
+    pairs = [(r, DesignAttempt.from_dict(r)) for r in rows]
+    kept = [(r, a) for r, a in pairs if not a.failed]  # an outage is no data: no reward
+    rows, attempts = [r for r, _ in kept], [a for _, a in kept]
     rewards = _designer_rewards(cfg, path, rows, attempts, evaluations)
     return designer_samples(cfg, attempts, rewards)
 

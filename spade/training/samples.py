@@ -136,14 +136,18 @@ def samples_from_design_attempts(
     """Designer samples: prompt + completion ids, trained on the completion, grouped by skill.
 
     ``rewards[i]`` is the designer reward of ``attempts[i]`` (rejected designs included: they
-    are data). Attempts without completion tokens (failed inference, or a backend that returns
-    no token ids) cannot be trained on and are skipped, with a warning counting them.
+    are data); attempts that failed on our side (:attr:`DesignAttempt.failed`) must be left out
+    by the caller, with their rewards, and raise here. Attempts without completion tokens (a
+    backend that returns no token ids) cannot be trained on and are skipped, with a warning
+    counting them.
     """
     if len(attempts) != len(rewards):
         raise ValueError(f"{len(attempts)} design attempts but {len(rewards)} rewards")
     out: list[TrainSample] = []
     skipped = 0
     for attempt, reward in zip(attempts, rewards, strict=True):
+        if attempt.failed:  # its reward would be an outage's: the caller's pairing is wrong
+            raise ValueError(f"design attempt {attempt.slot}.{attempt.attempt} failed: no data")
         if not attempt.token_ids:
             skipped += 1
             continue

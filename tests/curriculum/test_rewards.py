@@ -257,7 +257,6 @@ GRADED = ScoringConfig(rejected_reward="graded", centre_per_skill=False)
     ("kind", "expected"),
     [
         ("duplicate", -1.0),  # a copy, lowest: copying must not pay (-1 * 7/7)
-        ("inference", -6 / 7),  # no code
         ("parse", -6 / 7),
         ("syntax", -5 / 7),
         ("import_denied", -4 / 7),
@@ -316,6 +315,8 @@ def test_every_failure_kind_has_a_tier():
     assert len(placed) == sum(len(t) for t in REJECTED_TIERS)  # each kind in one tier only
     assert rejected_tier("seed_independent") == rejected_tier(FailureKind.INFEASIBLE) == 6
     assert rejected_tier("duplicate") == 0 and rejected_tier("parse") == 1
+    with pytest.raises(ValueError, match="no place"):  # an outage is no design: never scored
+        rejected_tier("inference")
 
 
 def test_an_unknown_failure_kind_is_an_error_not_a_guess():
