@@ -8,7 +8,7 @@ import pytest
 from spade.agent.evaluate import EnvEvaluation
 from spade.config import ScoringConfig
 from spade.designer.designer import DesignAttempt
-from spade.scoring import design_flags, memory_records, score
+from spade.scoring import design_flags, memory_records, outcomes, score
 
 
 def _attempt(slot: int, *, accepted: bool, env_id: str | None = None, **more: object):
@@ -83,3 +83,25 @@ def test_two_cut_off_answers_differ_by_how_much_of_their_code_parses():
     scored, _ = score([tail, mid], [], ScoringConfig(rejected_reward="graded"))
     assert scored[0].outcome.progress > scored[1].outcome.progress > 0.0
     assert scored[0].reward > 0.0 > scored[1].reward  # centred: non-zero advantages
+
+
+def test_attempts_that_failed_on_our_side_are_left_out_of_rewards_and_memory():
+    """An outage is no design: the others score as if it was never asked for."""
+    good = _attempt(0, accepted=True, env_id="env-a")
+    copy = _attempt(1, accepted=False, failure_kind="duplicate")
+    outage = _attempt(2, accepted=False, failure_kind="inference", failure_reason="500")
+    assert outage.failed and not good.failed and not copy.failed
+    evaluations = [_evaluation("env-a", 0.5, 0.15)]
+    config = ScoringConfig(rejected_reward="graded")
+    with_outage, ema = score([good, outage, copy], evaluations, config)
+    without, ema_without = score([good, copy], evaluations, config)
+    assert [s.attempt for s in with_outage] == [good, copy]
+    assert (
+        [s.reward for s in with_outage] == [s.reward for s in without] == pytest.approx([1.0, -1.0])
+    )
+    assert ema == ema_without
+    assert memory_records([good, outage, copy], evaluations, 0) == memory_records(
+        [good, copy], evaluations, 0
+    )
+    with pytest.raises(ValueError, match="failed on the inference side"):
+        outcomes([outage], [])

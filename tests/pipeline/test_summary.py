@@ -33,9 +33,10 @@ def _designed(**row: object) -> dict[str, object]:
 
 
 def test_designs_and_pool_environments_are_counted_apart(tmp_path):
-    """Designs (tried, accepted, novel, copies, repaired) and pool environments in one round:
-    win rates and regret over every environment played, the designer's reward and its spread
-    over the designs only; training losses, or why a role was not trained."""
+    """Designs (tried, accepted, novel, copies, repaired, failed on our side) and pool
+    environments in one round: win rates and regret over every environment played, the
+    designer's reward and its spread over the designs only (those that failed on our side are
+    only counted); training losses, or why a role was not trained."""
     cfg = load_config(overrides={"storage.root": str(tmp_path)})
     cs = campaign_store(cfg, "c")
     rows = [
@@ -43,6 +44,8 @@ def test_designs_and_pool_environments_are_counted_apart(tmp_path):
                   repaired=True, reward=0.5, raw_reward=0.75),
         _designed(failure="duplicate", reward=-0.25, raw_reward=-0.2),
         _designed(failure="parse", reward=-0.25, raw_reward=-1.0),
+        _designed(failed=True, failure="inference", reward=None, raw_reward=None),
+        _designed(failure="inference", reward=-0.5, raw_reward=-1.0),  # before failed rows
         {"source": "pool", "accepted": True, "failure": None, "win_rate": 0.0,
          "hinted_win_rate": 0.5, "regret": 0.5, "reward": None, "raw_reward": None},
     ]  # fmt: skip
@@ -69,6 +72,7 @@ def test_designs_and_pool_environments_are_counted_apart(tmp_path):
     assert row["designer_spread"] == 0.75  # 0.5 - (-0.25)
     assert (row["designed_episodes"], row["pool_episodes"]) == (4, 4)
     assert row["failed_plays"] == 3  # inference failures, counted apart from the episodes
+    assert row["failed_designs"] == 2  # counted, and left out of every number above
     assert (row["train_loss"], row["agent_skipped"]) == (0.125, None)
     assert row["designer_loss"] is None and row["designer_skipped"] == skipped["skipped"]
 

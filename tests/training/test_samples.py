@@ -94,6 +94,10 @@ def test_design_attempts_train_on_the_completion_grouped_by_skill():
     assert [(s.group, s.reward) for s in samples] == [("logic", 0.3), ("math", -0.2)]
     with pytest.raises(ValueError, match="rewards"):
         samples_from_design_attempts(attempts, [0.0])
+    failed = _attempt("logic", [1], [7])  # a repair request failed: first answer's tokens
+    failed.failure_kind = "inference"
+    with pytest.raises(ValueError, match="failed"):  # the caller pairs only measured attempts
+        samples_from_design_attempts([failed], [0.0])
 
 
 def test_sample_validation():
