@@ -35,3 +35,16 @@ def test_designer_advantages_respect_centre_per_skill(tmp_path, centre_per_skill
     samples = load_samples(cfg, "designer", _scored_attempts(tmp_path))
     assert [s.group for s in samples] == ["logic", "logic", "math", "math"]
     assert [s.advantage for s in samples] == pytest.approx(expected)
+
+
+def test_attempts_that_failed_on_our_side_are_no_samples(tmp_path):
+    """A failed repair keeps its first answer's tokens and has no reward: it is left out, and
+    the others' advantages are what they are without it."""
+    path = _scored_attempts(tmp_path)
+    failed = DesignAttempt(slot=9, attempt=0, skill="logic", doc_id="d", messages=[],
+                           prompt_token_ids=[1, 2], token_ids=[5], logprobs=[-0.5],
+                           failure_kind="inference", failure_reason="repair: 500")  # fmt: skip
+    with path.open("a") as f:
+        f.write(json.dumps(failed.to_dict() | {"reward": None}) + "\n")
+    samples = load_samples(CampaignConfig(), "designer", path)
+    assert [s.advantage for s in samples] == pytest.approx([-1.0, 1.0, -5.0, 5.0])
