@@ -47,10 +47,21 @@ def _config(server: FakeOpenAIServer, tmp_path: Any) -> Any:
     )
 
 
+class PlayingScript(Script):
+    """The designer's script, and a move for the agent's turns (a play whose requests fail
+    is an inference failure, which fails the evaluate stage)."""
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        system = str(request["messages"][0]["content"])
+        if system.startswith(("You write correct", "You coach")):
+            return super().__call__(request)
+        return "\\boxed{0000}"
+
+
 def test_a_rejected_design_is_repaired_verified_and_settled_and_a_rerun_reuses_it(
     prefect_api, tmp_path
 ):
-    script = Script(
+    script = PlayingScript(
         {MATH: [fenced(BACKWARDS)], LOGIC: [fenced(STUBBORN)]},
         repairs={MATH: [fenced(CODE_BREAKER)]},
     )
