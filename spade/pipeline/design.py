@@ -5,7 +5,9 @@ attempts, and each stage here handles one pass. Within an attempt, designs rejec
 get up to ``designer.repair_turns`` repair turns (:func:`repair`, part of the design stage:
 ``attempt-<k>-repair-<t>.jsonl``), each verified and settled again. Environment code is stored
 content-addressed; a design's verdict is stored under its environment id, so verifying the
-same code twice in a round writes one object.
+same code twice in a round writes one object. An outage is not stored as data: past
+``designer.max_failed_share`` of failed requests (or a hint lost to one) a stage raises
+InferenceError before it commits, and its Prefect retries run it again.
 """
 
 from __future__ import annotations
@@ -193,7 +195,8 @@ async def hint(
     attempts: list[DesignAttempt],
     backend: Backend,
 ) -> list[DesignAttempt]:
-    """A strategy hint for every accepted design (one that leaks the solution is dropped)."""
+    """A strategy hint for every accepted design (one that leaks the solution is dropped; one
+    lost to failed requests raises InferenceError: see :mod:`spade.designer.hints`)."""
     rec = StageRecord(cfg, campaign_id, round, "hint")
     attempts = copy.deepcopy(attempts)
     await hint_designs([a for a in attempts if a.accepted], backend, cfg)
