@@ -275,9 +275,12 @@ class CampaignData:
 
     def rejected_checks(self, rnd: int) -> dict[str, int]:
         """Rejected designs of the round by the verifier check they failed (designs that never
-        reached the verifier: by their failure kind, e.g. ``inference`` or ``parse``)."""
+        reached the verifier: by their failure kind, e.g. ``parse``); attempts whose request
+        failed on our side as ``inference``, even a failed repair of a verified design."""
         counts = Counter(
-            (a.get("verdict") or {}).get("failed_check") or a.get("failure_kind") or "rejected"
+            "inference"
+            if a.get("failure_kind") == "inference"
+            else (a.get("verdict") or {}).get("failed_check") or a.get("failure_kind") or "rejected"
             for a in self.attempts(rnd)
             if not a.get("accepted")
         )
