@@ -10,14 +10,12 @@ no ``<tool_call>`` or ``<answer>`` block is its JSON objects that name a tool (b
 from __future__ import annotations
 
 import json
-import re
 from typing import Literal
 
-from spade.envs.actions import extract_all_boxed
+from spade.envs.actions import ANSWER, TOOL_CALL, blocks, extract_all_boxed
 
 ActionFormat = Literal["strict", "lenient"]
 
-_TOOL_OR_ANSWER = re.compile(r"<tool_call>.*?</tool_call>|<answer>.*?</answer>", re.DOTALL)
 _DECODER = json.JSONDecoder()
 
 
@@ -32,12 +30,12 @@ def extract_action(text: str, *, tool_use: bool, action_format: ActionFormat = "
     nothing either.
     """
     if tool_use:
-        blocks = _TOOL_OR_ANSWER.findall(text)
-        calls = [b for b in blocks if b.startswith("<tool_call>")]
+        found = [text[start:end] for start, end in blocks(text, (TOOL_CALL, ANSWER))]
+        calls = [b for b in found if b.startswith(TOOL_CALL[0])]
         if calls:
             return "\n".join(calls)
-        if blocks:
-            return blocks[-1]
+        if found:
+            return found[-1]
         if action_format == "lenient" and (bare := bare_tool_calls(text)):
             return "\n".join(f"<tool_call>{call}</tool_call>" for call in bare)
         return text
@@ -56,15 +54,24 @@ def _last_line(text: str) -> str:
 
 def bare_tool_calls(text: str) -> list[str]:
     """JSON objects in ``text`` with a string ``name``, re-serialised, in order (a JSON value
-    that does not parse is skipped: the model's prose is full of braces)."""
+    that does not parse is skipped: the model's prose is full of braces).
+
+    Linear in ``text``: after a value that does not parse, the search goes on from where the
+    decoder gave up, not from the next brace (which rescanned the rest of ``{"a": {"a": ...``
+    from every brace), so a call nested inside a broken object is not recovered; JSON nested
+    too deep to decode (or an int too long to convert) ends the search."""
     calls: list[str] = []
     pos = text.find("{")
     while pos != -1:
         try:  # raw_decode: a valid object starting here, or ValueError (prose, bad JSON)
             value, end = _DECODER.raw_decode(text, pos)
-        except ValueError:
-            pos = text.find("{", pos + 1)
+        except json.JSONDecodeError as exc:
+            pos = text.find("{", max(pos + 1, exc.pos))
             continue
+        # Nesting deeper than the interpreter recurses, or an int over the digit limit (a
+        # ValueError without a position): not a call, and no place to resume from.
+        except (RecursionError, ValueError):
+            break
         if isinstance(value, dict) and isinstance(value.get("name"), str):
             calls.append(json.dumps(value))
         pos = text.find("{", end)
