@@ -10,7 +10,7 @@ no ``<tool_call>`` or ``<answer>`` block is its JSON objects that name a tool (b
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from spade.envs.actions import ANSWER, TOOL_CALL, blocks, extract_all_boxed
 
@@ -63,10 +63,10 @@ def bare_tool_calls(text: str) -> list[str]:
     calls: list[str] = []
     pos = text.find("{")
     while pos != -1:
-        try:  # raw_decode: a valid object starting here, or ValueError (prose, bad JSON)
-            value, end = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            pos = text.find("{", max(pos + 1, exc.pos))
+        try:
+            value, end = _decode_at(text, pos)
+        except _Broken as exc:  # prose or bad JSON: go on from where the decoder gave up
+            pos = text.find("{", max(pos + 1, exc.at))
             continue
         # Nesting deeper than the interpreter recurses, or an int over the digit limit (a
         # ValueError without a position): not a call, and no place to resume from.
@@ -76,3 +76,28 @@ def bare_tool_calls(text: str) -> list[str]:
             calls.append(json.dumps(value))
         pos = text.find("{", end)
     return calls
+
+
+class _Broken(Exception):
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+
+def _decode_at(text: str, pos: int) -> tuple[Any, int]:
+    """The JSON value at ``pos`` and the index after it; _Broken with where it fails.
+
+    Decodes a window that grows until the failure is not an artefact of its end: the error
+    ``json`` raises counts the lines before its position, so decoding in ``text`` itself costs
+    O(pos) per failure, quadratic over prose full of braces (``\\boxed{`` repeated)."""
+    size = 256
+    while True:
+        window = text[pos : pos + size]
+        try:
+            value, end = _DECODER.raw_decode(window)
+            return value, pos + end
+        except json.JSONDecodeError as exc:
+            cut = pos + size < len(text)
+            if cut and (exc.pos >= len(window) - 8 or exc.msg.startswith("Unterminated")):
+                size *= 4  # it may have read to the window's end: look further
+                continue
+            raise _Broken(pos + exc.pos) from None

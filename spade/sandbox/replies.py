@@ -56,16 +56,17 @@ class SessionInfo:
 
 
 def nesting_exceeds(line: bytes, limit: int = MAX_DEPTH) -> bool:
-    """Whether the JSON text ``line`` nests arrays and objects deeper than ``limit`` (or has
-    brackets that do not pair up). Strings are cut out first, then everything but brackets;
-    each pass of ``replace`` removes the innermost level, so at most ``limit`` passes."""
+    """Whether the JSON text ``line`` nests arrays and objects deeper than ``limit``. Strings
+    are cut out first, then everything but brackets; each pass of ``replace`` removes the
+    innermost level, so at most ``limit`` passes. Brackets that do not pair up are left to the
+    decoder, which rejects them."""
     brackets = _STRING.sub(b"", line).translate(_SQUARE, _NON_BRACKETS)
     for _ in range(limit):
         if not brackets:
             return False
         shorter = brackets.replace(b"[]", b"")
-        if len(shorter) == len(brackets):  # brackets that do not pair: not JSON either
-            return True
+        if len(shorter) == len(brackets):  # brackets that cannot pair: the decoder says so
+            return False
         brackets = shorter
     return bool(brackets)
 
