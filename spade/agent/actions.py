@@ -10,6 +10,7 @@ no ``<tool_call>`` or ``<answer>`` block is its JSON objects that name a tool (b
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from spade.envs.actions import ANSWER, TOOL_CALL, blocks, extract_all_boxed
@@ -17,6 +18,7 @@ from spade.envs.actions import ANSWER, TOOL_CALL, blocks, extract_all_boxed
 ActionFormat = Literal["strict", "lenient"]
 
 _DECODER = json.JSONDecoder()
+_OBJECT_WITH_KEY = re.compile(r'\{\s*"')
 
 
 def extract_action(text: str, *, tool_use: bool, action_format: ActionFormat = "strict") -> str:
@@ -61,12 +63,12 @@ def bare_tool_calls(text: str) -> list[str]:
     from every brace), so a call nested inside a broken object is not recovered; JSON nested
     too deep to decode (or an int too long to convert) ends the search."""
     calls: list[str] = []
-    pos = text.find("{")
+    pos = _next_object(text, 0)
     while pos != -1:
         try:
             value, end = _decode_at(text, pos)
         except _Broken as exc:  # prose or bad JSON: go on from where the decoder gave up
-            pos = text.find("{", max(pos + 1, exc.at))
+            pos = _next_object(text, max(pos + 1, exc.at))
             continue
         # Nesting deeper than the interpreter recurses, or an int over the digit limit (a
         # ValueError without a position): not a call, and no place to resume from.
@@ -74,8 +76,15 @@ def bare_tool_calls(text: str) -> list[str]:
             break
         if isinstance(value, dict) and isinstance(value.get("name"), str):
             calls.append(json.dumps(value))
-        pos = text.find("{", end)
+        pos = _next_object(text, end)
     return calls
+
+
+def _next_object(text: str, pos: int) -> int:
+    """Where the next object with a key starts (``{`` then a quote): a call has a ``name``, so
+    other braces (``\\boxed{``, ``{}``, prose) are not worth decoding."""
+    found = _OBJECT_WITH_KEY.search(text, pos)
+    return found.start() if found else -1
 
 
 class _Broken(Exception):
@@ -89,7 +98,7 @@ def _decode_at(text: str, pos: int) -> tuple[Any, int]:
     Decodes a window that grows until the failure is not an artefact of its end: the error
     ``json`` raises counts the lines before its position, so decoding in ``text`` itself costs
     O(pos) per failure, quadratic over prose full of braces (``\\boxed{`` repeated)."""
-    size = 256
+    size = 64
     while True:
         window = text[pos : pos + size]
         try:

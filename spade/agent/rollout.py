@@ -31,6 +31,7 @@ from spade.inference.base import (
 )
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.sandbox.replies import REWARD_RANGE
 from spade.sandbox.session import JailedSession
 
 
@@ -58,6 +59,7 @@ class RolloutSettings:
     seeded_sampling: bool = False
     model: str | None = None  # adapter / model name to request (None: backend default)
     action_format: ActionFormat = "strict"  # see spade.agent.actions
+    reward_range: tuple[float, float] = REWARD_RANGE  # checked on every step (the verifier's)
 
 
 T = TypeVar("T")
@@ -87,9 +89,10 @@ class _Pools:
     """Started sessions per environment, waiting for their next episode, and the threads
     their blocking jail calls run in (one per live episode, so none waits for another)."""
 
-    def __init__(self, policy: SandboxPolicy, max_turns: int, threads: int) -> None:
+    def __init__(self, policy: SandboxPolicy, settings: RolloutSettings) -> None:
         self.policy = policy
-        self.max_turns = max_turns
+        self.max_turns, threads = settings.max_turns, settings.max_parallel
+        self.reward_range = settings.reward_range
         self.idle: dict[str, list[JailedSession]] = {}
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spade-env")
 
@@ -103,7 +106,10 @@ class _Pools:
         if idle:
             return idle.pop()
         session = JailedSession(
-            job.code, policy=self.policy, env_kwargs={"max_turns": self.max_turns}
+            job.code,
+            policy=self.policy,
+            env_kwargs={"max_turns": self.max_turns},
+            reward_range=self.reward_range,
         )
         try:
             await self.call(session.start)
@@ -140,7 +146,7 @@ async def run_episodes(
     Deterministic given the backend's answers: each episode's turns go in order, and episodes
     are started, advanced and released in job order whatever order their steps finish in.
     """
-    pools = _Pools(policy or load_policy(), settings.max_turns, settings.max_parallel)
+    pools = _Pools(policy or load_policy(), settings)
     pending = deque(enumerate(jobs))
     live: list[_Live] = []
     results: list[Trajectory | None] = [None] * len(jobs)

@@ -137,10 +137,12 @@ def session_info(result: Any) -> SessionInfo:
 
 
 def failure_from_error(error: dict[str, Any], *, load: bool, encode: bool) -> Failure:
-    """The classified failure of an error report (already checked by :func:`envelope`)."""
-    exc_type = str(error.get("type", "Exception"))
-    message = str(error.get("message", ""))
+    """The classified failure of an error report (already checked by :func:`envelope`), its
+    texts cut to what the jail's own server sends (a rewritten one could send a megabyte)."""
+    exc_type = str(error.get("type", "Exception"))[:200]
+    message = str(error.get("message", ""))[:2000]
     tb = error.get("traceback")
+    tb = tb[-8000:] if tb else None
     if encode:
         return Failure(FailureKind.CONTRACT, f"result is not JSON-serialisable: {message}", tb)
     if load and exc_type == "SyntaxError":

@@ -5,6 +5,9 @@ over JSON lines, so a whole episode pays the jail start once. Every call has a w
 deadline and a reply-size cap enforced here; the jail enforces memory, CPU, process, file
 and session-time limits. Whatever goes wrong comes back as an :class:`EnvFailure` carrying a
 classified :class:`Failure`; nothing a design does can raise anything else to the caller.
+Replies are read by :mod:`spade.sandbox.replies` (total, linear in the reply) and tool schemas
+checked by :mod:`spade.sandbox.schemas`, on every call: the design shares its interpreter with
+the jail's server and can rewrite it.
 """
 
 from __future__ import annotations

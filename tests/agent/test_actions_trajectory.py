@@ -128,8 +128,9 @@ def test_action_extraction_from_a_megabyte_reply_is_linear(unit):
         '{"a":' * 200_000,  # raw_decode from every brace: RecursionError in the host
         ('{"a":' * 500 + "0 ") * 400,  # 500 deep, never closed: each brace rescanned it
         '{"a": ' + "9" * 5000 + "}",  # an int over the digit limit: a ValueError, no position
+        '{"' * (1 << 17),  # a failed decode per brace: json's error counted the lines before it
     ],
-    ids=["deep", "unclosed", "huge-int"],
+    ids=["deep", "unclosed", "huge-int", "quoted-braces"],
 )
 def test_bare_tool_calls_in_hostile_text_neither_crash_nor_take_quadratic_time(text):
     assert bare_tool_calls(text) == []

@@ -203,3 +203,53 @@ def test_host_parsers_of_design_source_survive_absurd_nesting(code):
     assert module_level_names(design) == []
     assert inherit_missing(design, "K = 1\n") == (design, [])
     assert inherit_missing("class XEnv:\n    k = K\n", design) == ("class XEnv:\n    k = K\n", [])
+
+
+# -- the same checks during a rollout ---------------------------------------------------------
+
+
+def _rollout(job, **settings):
+    import asyncio
+
+    from spade.agent import RolloutSettings, run_episodes
+    from spade.config import InferenceConfig
+    from spade.inference.openai import OpenAIBackend
+    from tests.fakes.openai_server import FakeOpenAIServer
+
+    async def go(url: str, model: str):
+        cfg = InferenceConfig(backend="openai", base_url=url, max_retries=0, request_timeout_s=5)
+        backend = OpenAIBackend(cfg, model)
+        try:
+            return await run_episodes(
+                backend, [job], RolloutSettings(**settings), policy=FAST_POLICY
+            )
+        finally:
+            await backend.aclose()
+
+    with FakeOpenAIServer(script=lambda r: "\\boxed{x}") as server:
+        return asyncio.run(go(server.url, server.model))[0]
+
+
+@pytest.mark.sandbox
+@pytest.mark.attack
+def test_rollout_checks_rewards_in_the_verifiers_range():
+    from spade.agent import EpisodeJob
+
+    job = EpisodeJob("r", host_attack("bad_reward", reward="5.0"), seed=1)
+    failed = _rollout(job)
+    assert failed.status == "env_failed" and failed.failure is not None
+    assert failed.failure["kind"] == "contract" and "outside [-1, 1]" in failed.failure["reason"]
+    played = _rollout(job, reward_range=(-10.0, 10.0))
+    assert played.status == "terminated" and played.turns[-1].reward == 5.0
+
+
+@pytest.mark.sandbox
+@pytest.mark.attack
+def test_rollout_of_a_bad_tool_schema_is_an_env_failure_not_a_crash():
+    """The prompt was built from the schemas outside the rollout's try: AttributeError."""
+    from spade.agent import EpisodeJob
+
+    job = EpisodeJob("t", host_attack("bad_tool_schema", calls=0), seed=1, tool_use=True)
+    traj = _rollout(job)
+    assert traj.status == "env_failed" and traj.failure is not None
+    assert traj.failure["kind"] == "contract" and "JSON Schema" in traj.failure["reason"]
