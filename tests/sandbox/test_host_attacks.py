@@ -34,6 +34,13 @@ def host_attack(name: str, **subs: object) -> str:
     return attack(f"host/{name}", **subs)
 
 
+def host_traceback(output: str) -> bool:
+    """Whether ``output`` holds a traceback through host code (ours or a library's), as
+    opposed to the design's own traceback from inside the jail, which the CLI shows."""
+    frames = [ln for ln in output.splitlines() if ln.strip().startswith('File "')]
+    return any("/opt/spade/" not in ln and "/code/" not in ln for ln in frames)
+
+
 # -- the channel: a design rewrites the jail server's encoder ---------------------------------
 
 
@@ -76,7 +83,9 @@ def test_env_check_prints_no_traceback_for_what_designs_did(tmp_path):
         timeout=300,
     )
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "Traceback" not in out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr and not host_traceback(
+        out.stdout + out.stderr
+    )
     assert "protocol" in out.stdout and "[/] closes nothing" in out.stdout
     assert "0/2 accepted" in out.stdout
 
@@ -253,3 +262,23 @@ def test_rollout_of_a_bad_tool_schema_is_an_env_failure_not_a_crash():
     traj = _rollout(job)
     assert traj.status == "env_failed" and traj.failure is not None
     assert traj.failure["kind"] == "contract" and "JSON Schema" in traj.failure["reason"]
+
+
+@pytest.mark.sandbox
+@pytest.mark.attack
+@pytest.mark.parametrize(("seed", "shown"), [("1", "[/] closes nothing"), ("2", "[/] a step")])
+def test_env_play_shows_design_text_as_plain_text(tmp_path, seed, shown):
+    design = tmp_path / "markup_env.py"
+    design.write_text(host_attack("markup_reason"))
+    out = subprocess.run(
+        [sys.executable, "-m", "spade.cli", "env", "play", str(design), "--seed", seed],
+        capture_output=True,
+        text=True,
+        input="\\boxed{x}\n",
+        timeout=120,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert not host_traceback(out.stdout + out.stderr)  # the design's own one is shown
+    assert "[/] [bold" in out.stdout and shown in out.stdout + out.stderr
+    if seed == "2":
+        assert "[/] an observation that closes nothing" in out.stdout

@@ -1,5 +1,6 @@
-"""Attack: an exception message that is rich console markup (``[/]`` closes nothing), to end
-``spade env check``'s table rendering with MarkupError and a traceback."""
+"""Attack: text that is rich console markup (``[/]`` closes nothing) in an exception message,
+the skill and an observation, to end ``spade env check``'s or ``spade env play``'s rendering
+with MarkupError and a traceback. Seed 2 resets; every other seed raises."""
 
 
 class MarkupReasonEnv:
@@ -9,10 +10,12 @@ class MarkupReasonEnv:
         self.max_turns = max_turns
 
     def reset(self, seed=None):
+        if seed == 2:
+            return "[/] an observation that closes nothing [red", {}
         raise ValueError("[/] closes nothing [red")
 
     def step(self, action):
-        return "ok", 1.0, True, False, {}
+        raise ValueError("[/] a step that closes nothing [red")
 
     def solution(self):
         return ["\\boxed{x}"]
