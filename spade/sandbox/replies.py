@@ -61,9 +61,11 @@ def nesting_exceeds(line: bytes, limit: int = MAX_DEPTH) -> bool:
     innermost level, so at most ``limit`` passes. Brackets that do not pair up are left to the
     decoder, which rejects them."""
     brackets = _STRING.sub(b"", line).translate(_SQUARE, _NON_BRACKETS)
-    for _ in range(limit):
+    for done in range(limit):
         if not brackets:
             return False
+        if b"[" * (limit - done + 1) in brackets:  # a run of opening brackets that deep: no
+            return True  # need to peel it level by level (100,000 deep is found at once)
         shorter = brackets.replace(b"[]", b"")
         if len(shorter) == len(brackets):  # brackets that cannot pair: the decoder says so
             return False

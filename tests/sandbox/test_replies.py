@@ -31,6 +31,7 @@ def _nested(depth: int) -> bytes:
         (b'{"a": "\\\\"' + b"[" * 65 + b"]" * 65 + b"}", True),  # an escaped backslash does not
         (b'"unterminated [[[[', False),  # no brackets outside strings; the decoder rejects it
         (b"]]][[[", False),  # cannot pair: left to the decoder
+        (b"[[][" * 64 + b"]]" * 64, True),  # deep without a long run of opening brackets
         (b"", False),
     ],
 )
@@ -64,7 +65,7 @@ def test_nesting_bound_is_linear_on_a_megabyte(line):
         (b'{"ok": true, "id": 1, "result": ' + b"9" * 5000 + b"}", "ValueError"),  # digit limit
         (b"\xff\xfe", "unparseable"),
         (b"{", "unparseable"),
-        (b"[" * 1_000_000, "RecursionError"),  # brackets that never close: the decoder's limit
+        (b"[" * 1_000_000, "deeper than 64"),  # a run of opening brackets that never close
     ],
 )
 def test_decode_turns_every_hostile_reply_into_bad_reply(line, says):
@@ -123,6 +124,7 @@ def test_load_info_of_the_wrong_shape():
         (True, "number"),
         ("1", "number"),
     ],
+    ids=["int-401-digits", "negative-int-401-digits", "nan", "inf", "1.5", "bool", "str"],
 )
 def test_step_rewards_that_are_not_finite_numbers_in_range(reward, says):
     line = json.dumps({"ok": True, "id": 1, "result": ["o", reward, True, False, {}]})
