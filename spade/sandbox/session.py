@@ -28,7 +28,12 @@ from typing import Any, NoReturn
 
 from spade.errors import SandboxError
 from spade.metrics import prom
-from spade.sandbox.failures import EnvFailure, Failure, FailureKind, classify_exit
+from spade.sandbox.failures import (
+    EnvFailure,
+    Failure,
+    FailureKind,
+    classify_exit,
+)
 from spade.sandbox.jail import (
     CODE_DIR,
     JailFiles,
