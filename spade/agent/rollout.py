@@ -89,10 +89,16 @@ class _Pools:
     """Started sessions per environment, waiting for their next episode, and the threads
     their blocking jail calls run in (one per live episode, so none waits for another)."""
 
-    def __init__(self, policy: SandboxPolicy, settings: RolloutSettings) -> None:
+    def __init__(
+        self,
+        policy: SandboxPolicy,
+        max_turns: int,
+        threads: int,
+        reward_range: tuple[float, float] = REWARD_RANGE,
+    ) -> None:
         self.policy = policy
-        self.max_turns, threads = settings.max_turns, settings.max_parallel
-        self.reward_range = settings.reward_range
+        self.max_turns = max_turns
+        self.reward_range = reward_range
         self.idle: dict[str, list[JailedSession]] = {}
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spade-env")
 
@@ -146,7 +152,9 @@ async def run_episodes(
     Deterministic given the backend's answers: each episode's turns go in order, and episodes
     are started, advanced and released in job order whatever order their steps finish in.
     """
-    pools = _Pools(policy or load_policy(), settings)
+    pools = _Pools(
+        policy or load_policy(), settings.max_turns, settings.max_parallel, settings.reward_range
+    )
     pending = deque(enumerate(jobs))
     live: list[_Live] = []
     results: list[Trajectory | None] = [None] * len(jobs)
