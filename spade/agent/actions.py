@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from spade.envs.actions import extract_all_boxed
+from spade.envs.actions import ANSWER, TOOL_CALL, blocks, extract_all_boxed
 
 ActionFormat = Literal["strict", "lenient"]
 
-_TOOL_OR_ANSWER = re.compile(r"<tool_call>.*?</tool_call>|<answer>.*?</answer>", re.DOTALL)
 _DECODER = json.JSONDecoder()
+_OBJECT_WITH_KEY = re.compile(r'\{\s*"')
 
 
 def extract_action(text: str, *, tool_use: bool, action_format: ActionFormat = "strict") -> str:
@@ -32,12 +32,12 @@ def extract_action(text: str, *, tool_use: bool, action_format: ActionFormat = "
     nothing either.
     """
     if tool_use:
-        blocks = _TOOL_OR_ANSWER.findall(text)
-        calls = [b for b in blocks if b.startswith("<tool_call>")]
+        found = [text[start:end] for start, end in blocks(text, (TOOL_CALL, ANSWER))]
+        calls = [b for b in found if b.startswith(TOOL_CALL[0])]
         if calls:
             return "\n".join(calls)
-        if blocks:
-            return blocks[-1]
+        if found:
+            return found[-1]
         if action_format == "lenient" and (bare := bare_tool_calls(text)):
             return "\n".join(f"<tool_call>{call}</tool_call>" for call in bare)
         return text
@@ -56,16 +56,57 @@ def _last_line(text: str) -> str:
 
 def bare_tool_calls(text: str) -> list[str]:
     """JSON objects in ``text`` with a string ``name``, re-serialised, in order (a JSON value
-    that does not parse is skipped: the model's prose is full of braces)."""
+    that does not parse is skipped: the model's prose is full of braces).
+
+    Linear in ``text``: after a value that does not parse, the search goes on from where the
+    decoder gave up, not from the next brace (which rescanned the rest of ``{"a": {"a": ...``
+    from every brace), so a call nested inside a broken object is not recovered; JSON nested
+    too deep to decode (or an int too long to convert) ends the search."""
     calls: list[str] = []
-    pos = text.find("{")
+    pos = _next_object(text, 0)
     while pos != -1:
-        try:  # raw_decode: a valid object starting here, or ValueError (prose, bad JSON)
-            value, end = _DECODER.raw_decode(text, pos)
-        except ValueError:
-            pos = text.find("{", pos + 1)
+        try:
+            value, end = _decode_at(text, pos)
+        except _Broken as exc:  # prose or bad JSON: go on from where the decoder gave up
+            pos = _next_object(text, max(pos + 1, exc.at))
             continue
+        # Nesting deeper than the interpreter recurses, or an int over the digit limit (a
+        # ValueError without a position): not a call, and no place to resume from.
+        except (RecursionError, ValueError):
+            break
         if isinstance(value, dict) and isinstance(value.get("name"), str):
             calls.append(json.dumps(value))
-        pos = text.find("{", end)
+        pos = _next_object(text, end)
     return calls
+
+
+def _next_object(text: str, pos: int) -> int:
+    """Where the next object with a key starts (``{`` then a quote): a call has a ``name``, so
+    other braces (``\\boxed{``, ``{}``, prose) are not worth decoding."""
+    found = _OBJECT_WITH_KEY.search(text, pos)
+    return found.start() if found else -1
+
+
+class _Broken(Exception):
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+
+def _decode_at(text: str, pos: int) -> tuple[Any, int]:
+    """The JSON value at ``pos`` and the index after it; _Broken with where it fails.
+
+    Decodes a window that grows until the failure is not an artefact of its end: the error
+    ``json`` raises counts the lines before its position, so decoding in ``text`` itself costs
+    O(pos) per failure, quadratic over prose full of braces (``\\boxed{`` repeated)."""
+    size = 64
+    while True:
+        window = text[pos : pos + size]
+        try:
+            value, end = _DECODER.raw_decode(window)
+            return value, pos + end
+        except json.JSONDecodeError as exc:
+            cut = pos + size < len(text)
+            if cut and (exc.pos >= len(window) - 8 or exc.msg.startswith("Unterminated")):
+                size *= 4  # it may have read to the window's end: look further
+                continue
+            raise _Broken(pos + exc.pos) from None

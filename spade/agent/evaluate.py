@@ -78,6 +78,7 @@ def rollout_settings(cfg: CampaignConfig) -> RolloutSettings:
         max_parallel=ev.max_parallel_episodes,
         seed=cfg.seed,
         action_format=ev.action_format,
+        reward_range=(cfg.sandbox.verify.reward_min, cfg.sandbox.verify.reward_max),
     )
 
 

@@ -19,14 +19,24 @@ TOOL_SYSTEM = (
 )
 
 
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
 def tool_lines(tools: Sequence[dict[str, Any]]) -> str:
-    """One line per tool: ``name(param: type, ...) - description``."""
+    """One line per tool: ``name(param: type, ...) - description``. Total over any JSON: the
+    session rejects schemas of the wrong shape (:mod:`spade.sandbox.schemas`), but a part of
+    the wrong type here reads as ``any`` (or is left out), never as an exception."""
     lines = []
     for tool in tools:
-        fn = tool.get("function", {})
-        props = fn.get("parameters", {}).get("properties", {})
-        params = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in props.items())
-        lines.append(f"- {fn.get('name')}({params}): {fn.get('description', '')}")
+        fn = _field(tool, "function")
+        props = _field(_field(fn, "parameters"), "properties")
+        props = props if isinstance(props, dict) else {}
+        params = ", ".join(
+            f"{name}: {_field(spec, 'type') or 'any'}" for name, spec in props.items()
+        )
+        description = _field(fn, "description") or ""
+        lines.append(f"- {_field(fn, 'name')}({params}): {description}")
     return "\n".join(lines)
 
 

@@ -31,6 +31,7 @@ from spade.inference.base import (
 )
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.sandbox.replies import REWARD_RANGE
 from spade.sandbox.session import JailedSession
 
 
@@ -58,6 +59,7 @@ class RolloutSettings:
     seeded_sampling: bool = False
     model: str | None = None  # adapter / model name to request (None: backend default)
     action_format: ActionFormat = "strict"  # see spade.agent.actions
+    reward_range: tuple[float, float] = REWARD_RANGE  # checked on every step (the verifier's)
 
 
 T = TypeVar("T")
@@ -87,9 +89,16 @@ class _Pools:
     """Started sessions per environment, waiting for their next episode, and the threads
     their blocking jail calls run in (one per live episode, so none waits for another)."""
 
-    def __init__(self, policy: SandboxPolicy, max_turns: int, threads: int) -> None:
+    def __init__(
+        self,
+        policy: SandboxPolicy,
+        max_turns: int,
+        threads: int,
+        reward_range: tuple[float, float] = REWARD_RANGE,
+    ) -> None:
         self.policy = policy
         self.max_turns = max_turns
+        self.reward_range = reward_range
         self.idle: dict[str, list[JailedSession]] = {}
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spade-env")
 
@@ -103,7 +112,10 @@ class _Pools:
         if idle:
             return idle.pop()
         session = JailedSession(
-            job.code, policy=self.policy, env_kwargs={"max_turns": self.max_turns}
+            job.code,
+            policy=self.policy,
+            env_kwargs={"max_turns": self.max_turns},
+            reward_range=self.reward_range,
         )
         try:
             await self.call(session.start)
@@ -153,7 +165,9 @@ async def run_episodes(
     episode's sampling seeds depend on its job index only, so playing the rest of the jobs after
     ``finished`` ones gives the episodes a whole run would.
     """
-    pools = _Pools(policy or load_policy(), settings.max_turns, settings.max_parallel)
+    pools = _Pools(
+        policy or load_policy(), settings.max_turns, settings.max_parallel, settings.reward_range
+    )
     done = dict(finished or {})
     pending = deque((i, job) for i, job in enumerate(jobs) if i not in done)
     live: list[_Live] = []

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
 from spade.cli.report import print_traceback, summary_table, verdict_json, verdict_table
@@ -159,7 +160,7 @@ def play(
         )
     except EnvFailure as exc:  # the design cannot even start: say why, as data
         Console(stderr=True).print(
-            f"[red]environment failed:[/] {exc.failure.kind}: {exc.failure.reason}"
+            f"[red]environment failed:[/] {exc.failure.kind}: {escape(exc.failure.reason)}"
         )
         if exc.failure.traceback:
             Console(stderr=True).print(exc.failure.traceback, markup=False, highlight=False)

@@ -1,11 +1,17 @@
-"""The interactive loop of ``spade env play``: a person is the agent."""
+"""The interactive loop of ``spade env play``: a person is the agent.
+
+Everything the design wrote (names, observations, tool schemas, failure reasons) is shown as
+plain text, never read as rich markup: ``[/]`` in an observation would raise MarkupError.
+"""
 
 from __future__ import annotations
 
 import json
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
+from rich.text import Text
 
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
@@ -30,17 +36,19 @@ def play_session(
         hint = hint_text or (info.hint if use_hint else None)
         if use_hint and not hint:
             console.print("[yellow]this environment has no built-in hint; playing without one[/]")
-        console.print(f"[bold]{info.class_name}[/] ({info.skill or 'unknown skill'}), seed {seed}")
+        who = f"[bold]{escape(info.class_name)}[/] ({escape(info.skill or 'unknown skill')})"
+        console.print(f"{who}, seed {seed}")
         if info.tool_use:
             for tool in session.tools():
                 fn = tool.get("function", {})
-                console.print(f"  tool [cyan]{fn.get('name')}[/]: {fn.get('description', '')}")
+                name, about = escape(str(fn.get("name"))), escape(str(fn.get("description", "")))
+                console.print(f"  tool [cyan]{name}[/]: {about}")
                 console.print(
                     f"    parameters: {json.dumps(fn.get('parameters', {}).get('properties', {}))}",
                     markup=False,
                 )
         obs, _ = session.reset(seed, hint=hint)
-        console.print(Panel(obs, title="observation", title_align="left"))
+        console.print(Panel(Text(obs), title="observation", title_align="left"))
         total_turns = 0
         while True:
             try:
@@ -54,12 +62,14 @@ def play_session(
                 obs, reward, terminated, truncated, _ = session.step(action)
             except EnvFailure as exc:  # the design broke: show it and stop
                 console.print(
-                    f"[red]environment failed:[/] {exc.failure.kind}: {exc.failure.reason}"
+                    f"[red]environment failed:[/] {exc.failure.kind}: {escape(exc.failure.reason)}"
                 )
                 return 1
             total_turns += 1
             console.print(
-                Panel(obs, title=f"turn {total_turns} · reward {reward:g}", title_align="left")
+                Panel(
+                    Text(obs), title=f"turn {total_turns} · reward {reward:g}", title_align="left"
+                )
             )
             if terminated or truncated:
                 ended = "terminated" if terminated else "truncated"

@@ -1,4 +1,9 @@
-"""Rendering verdicts for people (rich tables) and for machines (JSON lines)."""
+"""Rendering verdicts for people (rich tables) and for machines (JSON lines).
+
+Reasons, class names and skills come from the design (an exception message, a class
+attribute): they are shown as plain text, never read as rich markup, where ``[/]`` in a
+design's exception would raise MarkupError and end ``spade env check`` with a traceback.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -19,14 +25,16 @@ def verdict_json(path: Path, verdict: Verdict) -> str:
 def verdict_table(path: Path, verdict: Verdict) -> Group:
     status = "[green]ACCEPTED[/]" if verdict.accepted else "[red]REJECTED[/]"
     who = f"{verdict.class_name or '?'}" + (f" · {verdict.skill}" if verdict.skill else "")
-    header = Text.from_markup(f"[bold]{path}[/]  {status}  {who}  ({verdict.seconds:.2f}s)")
+    header = Text.from_markup(
+        f"[bold]{escape(str(path))}[/]  {status}  {escape(who)}  ({verdict.seconds:.2f}s)"
+    )
     table = Table()
     table.add_column("check")
     table.add_column("", justify="center")
     table.add_column("reason", overflow="fold")
     for c in verdict.checks:
         mark = "[green]✓[/]" if c.passed else f"[red]✗ {c.kind}[/]"
-        table.add_row(c.name, mark, c.reason)
+        table.add_row(c.name, mark, Text(c.reason))
     return Group(header, table)
 
 
@@ -41,9 +49,9 @@ def summary_table(results: list[tuple[Path, Verdict]]) -> Table:
             else f"[red]{v.failure.kind if v.failure else 'rejected'}[/]"
         )
         table.add_row(
-            path.name,
-            v.class_name or "-",
-            v.skill or "-",
+            Text(path.name),
+            Text(v.class_name or "-"),
+            Text(v.skill or "-"),
             verdict,
             v.failed_check or "-",
             f"{v.seconds:.2f}s",

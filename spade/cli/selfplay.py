@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from spade.config import CampaignConfig, load_config
 from spade.errors import ConfigError, SpadeError
@@ -70,7 +71,7 @@ def design(
     for a in attempts:
         table.add_row(
             str(a.slot), str(a.attempt), a.skill, _strategy(a), _result(a),
-            a.env_id if a.accepted else (a.failure_reason or "")[:120],
+            Text(((a.env_id if a.accepted else a.failure_reason) or "")[:120]),  # not markup
         )  # fmt: skip
     console.print(table)
     console.print(design_summary(attempts) + f"; written to {out}")
@@ -138,7 +139,7 @@ def evaluate(
         table.add_column(col)
     for path, ev in zip(envs, results, strict=True):
         table.add_row(
-            path.name, ev.skill, f"{ev.win_rate:.2f}", _num(ev.hinted_win_rate, 2),
+            Text(path.name), Text(ev.skill), f"{ev.win_rate:.2f}", _num(ev.hinted_win_rate, 2),
             _num(_mean(ev.unhinted_returns), 3), _num(_mean(ev.hinted_returns), 3),
             f"{ev.regret:.3f}", str(ev.failed_plays),
         )  # fmt: skip

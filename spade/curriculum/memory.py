@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from spade.pysource import parse_module
+from spade.pysource import PARSE_ERRORS, parse_module
 
 if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
     from spade.config import DesignerConfig, MemoryConfig
@@ -297,7 +297,7 @@ def read_declarations(code: str) -> dict[str, str]:
     """
     try:
         tree = parse_module(code)
-    except (SyntaxError, ValueError):  # broken designs are still worth remembering
+    except PARSE_ERRORS:  # broken designs (absurd nesting too) are still worth remembering
         match = _SKILL_LINE.search(code)
         return {"skill": match.group(2)} if match else {}
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import builtins
 
-from spade.pysource import parse_module
+from spade.pysource import PARSE_ERRORS, parse_module
 
 _BUILTINS = frozenset(dir(builtins))
 _ENV_BASES = frozenset({"TextEnv", "ToolUseEnv"})
@@ -38,7 +38,7 @@ def inherit_missing(code: str, parent: str, parent_name: str = "parent") -> tupl
     """
     try:
         tree, ptree = parse_module(code), parse_module(parent)
-    except (SyntaxError, ValueError):  # not ours to report: the parse check names it
+    except PARSE_ERRORS:  # not ours to report: the parse check names it
         return code, []
     bound = _top_level_bound(tree)
     wanted = _loaded(tree) - bound - _BUILTINS

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.skills import SKILL_DESCRIPTIONS
 from spade.envs.prelude import PRELUDE_MODULES
-from spade.pysource import parse_module
+from spade.pysource import PARSE_ERRORS, parse_module
 
 Example = MemoryRecord
 
@@ -234,7 +234,7 @@ def module_level_names(code: str) -> list[str]:
     helper functions), in order; none when the code does not parse. Only parsed, never run."""
     try:
         tree = parse_module(code)
-    except (SyntaxError, ValueError):  # a broken parent names nothing (it is not shown anyway)
+    except PARSE_ERRORS:  # a broken parent names nothing (it is not shown anyway)
         return []
     names: list[str] = []
     for node in tree.body:

@@ -1,6 +1,10 @@
 """Parsing of agent actions: ``\\boxed{}`` moves, ``<tool_call>`` JSON and ``<answer>`` blocks.
 
 Standard library only, Python 3.11 compatible: this module is imported inside the jail.
+The host runs :func:`split_solution` on what a design's ``solution()`` returned, so every
+parser here is linear in its text: ``str.find`` loops, no pattern that can backtrack (a lazy
+``<tool_call>.*?</tool_call>`` rescans the rest of the text from every unclosed opening tag:
+quadratic).
 """
 
 from __future__ import annotations
@@ -9,23 +13,68 @@ import json
 import re
 from typing import Any
 
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_BLOCK_RE = re.compile(r"<tool_call>.*?</tool_call>|<answer>.*?</answer>|\\boxed\{", re.DOTALL)
+_BRACES = re.compile(r"[{}]")
+TOOL_CALL = ("<tool_call>", "</tool_call>")
+ANSWER = ("<answer>", "</answer>")
+_BOXED = "\\boxed{"
 
 
 def _boxed_span(text: str, start: int) -> tuple[str, int] | None:
     """Content of the ``\\boxed{`` at ``start`` (braces balanced) and the index after it."""
-    i = start + len("\\boxed{")
+    i = start + len(_BOXED)
     depth = 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j], j + 1
+    for brace in _BRACES.finditer(text, i):  # visits the braces only
+        depth += 1 if brace.group() == "{" else -1
+        if depth == 0:
+            return text[i : brace.start()], brace.end()
     return None
+
+
+class Finder:
+    """``text.find(needle, x)`` for non-decreasing ``x``, remembering the last answer: a search
+    never rescans what an earlier one passed over, so all of them together are linear."""
+
+    def __init__(self, text: str, needle: str) -> None:
+        self.text, self.needle = text, needle
+        self.since, self.at = 0, -2  # the first match at or after ``since`` is ``at``
+
+    def find(self, x: int) -> int:
+        if not (self.since <= x and (x <= self.at or self.at == -1)):
+            self.since, self.at = x, self.text.find(self.needle, x)
+        return self.at
+
+
+class BlockFinder:
+    """The first ``open ... close`` block at or after a position, for non-decreasing
+    positions: the earliest opening tag whose closing tag follows, closed by the nearest one
+    (what ``re.search("<a>.*?</a>|<b>.*?</b>", text, pos)`` finds), in linear time overall."""
+
+    def __init__(self, text: str, kinds: tuple[tuple[str, str], ...]) -> None:
+        self.kinds = [(len(o), len(c), Finder(text, o), Finder(text, c)) for o, c in kinds]
+
+    def first(self, pos: int) -> tuple[int, int] | None:
+        """``(start, end)`` of the first block at or after ``pos``, or None."""
+        best: tuple[int, int] | None = None
+        for n_open, n_close, opening, closing in self.kinds:
+            start = opening.find(pos)
+            end = closing.find(start + n_open) if start != -1 else -1
+            if end != -1 and (best is None or start < best[0]):
+                best = (start, end + n_close)
+        return best
+
+
+def blocks(text: str, kinds: tuple[tuple[str, str], ...]) -> list[tuple[int, int]]:
+    """``(start, end)`` of every block of the given kinds in ``text``, in order (what
+    ``re.findall`` with a lazy ``open.*?close`` alternative per kind finds), in linear time."""
+    found: list[tuple[int, int]] = []
+    finder = BlockFinder(text, kinds)
+    while (block := finder.first(found[-1][1] if found else 0)) is not None:
+        found.append(block)
+    return found
+
+
+def _bodies(text: str, kind: tuple[str, str]) -> list[str]:
+    return [text[start + len(kind[0]) : end - len(kind[1])] for start, end in blocks(text, (kind,))]
 
 
 def extract_all_boxed(text: str) -> list[str]:
@@ -49,7 +98,7 @@ def extract_boxed(text: str) -> str | None:
 
 def extract_answer(text: str) -> str | None:
     """The last ``<answer>...</answer>`` content, stripped, or None."""
-    found = _ANSWER_RE.findall(text)
+    found = _bodies(text, ANSWER)
     return found[-1].strip() if found else None
 
 
@@ -78,7 +127,7 @@ def parse_tool_call(body: str) -> tuple[str, dict[str, Any]]:
 
 def tool_call_bodies(text: str) -> list[str]:
     """The raw bodies of every ``<tool_call>`` block, in order."""
-    return [b.strip() for b in _TOOL_CALL_RE.findall(text)]
+    return [b.strip() for b in _bodies(text, TOOL_CALL)]
 
 
 def split_solution(solution: Any) -> list[str]:
@@ -97,18 +146,19 @@ def split_solution(solution: Any) -> list[str]:
             f"solution() must return a list of str or a str, got {type(solution).__name__}"
         )
     actions: list[str] = []
+    tagged, boxes = BlockFinder(solution, (TOOL_CALL, ANSWER)), Finder(solution, _BOXED)
     pos = 0
     while True:
-        m = _BLOCK_RE.search(solution, pos)
-        if m is None:
-            break
-        if m.group(0) == "\\boxed{":
-            span = _boxed_span(solution, m.start())
+        block, boxed = tagged.first(pos), boxes.find(pos)
+        if block is not None and (boxed == -1 or block[0] < boxed):
+            actions.append(solution[block[0] : block[1]])
+            pos = block[1]
+        elif boxed != -1:
+            span = _boxed_span(solution, boxed)
             if span is None:
                 break
-            actions.append("\\boxed{" + span[0] + "}")
+            actions.append(_BOXED + span[0] + "}")
             pos = span[1]
         else:
-            actions.append(m.group(0))
-            pos = m.end()
+            break
     return actions or [solution]

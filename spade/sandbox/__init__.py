@@ -6,7 +6,8 @@ it in the calling process.
 
 from spade.sandbox.failures import EnvFailure, Failure, FailureKind
 from spade.sandbox.policy import SandboxPolicy, load_policy
-from spade.sandbox.session import JailedSession, SessionInfo
+from spade.sandbox.replies import SessionInfo
+from spade.sandbox.session import JailedSession
 
 __all__ = [
     "EnvFailure",

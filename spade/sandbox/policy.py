@@ -142,7 +142,10 @@ class Limits(BaseModel):
 
 
 class ImportPolicy(BaseModel):
-    """What a design's code may import and name (checked statically and enforced at runtime)."""
+    """What a design's code may import and name (checked statically and enforced at runtime).
+
+    Defence in depth, not a boundary: introspection (``object.__subclasses__()``) reaches any
+    loaded module past both layers; the jail is the only barrier."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -47,9 +47,11 @@ def _private(name):
 
 
 def _make_guard(allow):
-    """The design's ``__import__``. Defence in depth only: the jail (namespaces, seccomp,
-    rlimits, an explicit mount list) is the security boundary, and Python-level policy can be
-    sidestepped by enough introspection; this layer makes the easy routes fail loudly.
+    """The design's ``__import__``. Defence in depth only, not a boundary: the jail
+    (namespaces, seccomp, rlimits, an explicit mount list) is the only barrier. Python-level
+    policy is sidestepped by introspection (``object.__subclasses__()`` reaches the os module
+    and ``sys.modules``, this server's own ``json`` included), so the host trusts nothing this
+    process sends (:mod:`spade.sandbox.replies`); this layer makes the easy routes fail loudly.
 
     Besides the module name, it checks what the design takes from a module: ``from M import
     x`` is denied when ``x`` is private or holds a module outside the allow-list (``from

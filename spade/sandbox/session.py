@@ -5,13 +5,15 @@ over JSON lines, so a whole episode pays the jail start once. Every call has a w
 deadline and a reply-size cap enforced here; the jail enforces memory, CPU, process, file
 and session-time limits. Whatever goes wrong comes back as an :class:`EnvFailure` carrying a
 classified :class:`Failure`; nothing a design does can raise anything else to the caller.
+Replies are read by :mod:`spade.sandbox.replies` (total, linear in the reply) and tool schemas
+checked by :mod:`spade.sandbox.schemas`, on every call: the design shares its interpreter with
+the jail's server and can rewrite it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import select
 import shutil
@@ -22,7 +24,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from spade.errors import SandboxError
 from spade.metrics import prom
@@ -31,7 +33,6 @@ from spade.sandbox.failures import (
     EnvFailure,
     Failure,
     FailureKind,
-    classify_exception,
     classify_exit,
 )
 from spade.sandbox.jail import (
@@ -42,20 +43,20 @@ from spade.sandbox.jail import (
     write_config,
 )
 from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.sandbox.replies import (
+    REWARD_RANGE,
+    BadReply,
+    SessionInfo,
+    check_reset,
+    check_step,
+    contract,
+    envelope,
+    failure_from_error,
+    session_info,
+)
+from spade.sandbox.schemas import check_tools
 
 CODE_NAME = "env.py"
-
-
-@dataclass
-class SessionInfo:
-    """What the jail reported after loading the code."""
-
-    class_name: str
-    tool_use: bool
-    accepts_options: bool
-    hint: str | None
-    skill: str | None
-    max_turns: int | None
 
 
 @dataclass
@@ -86,8 +87,10 @@ class JailedSession:
         policy: SandboxPolicy | None = None,
         env_kwargs: dict[str, Any] | None = None,
         class_name: str | None = None,
+        reward_range: tuple[float, float] = REWARD_RANGE,
     ) -> None:
         self.code = code
+        self.reward_range = reward_range
         self.policy = policy or load_policy()
         self.env_kwargs = dict(env_kwargs or {})
         self.class_name = class_name
@@ -151,14 +154,10 @@ class JailedSession:
             timeout=self.policy.limits.start_timeout_s,
             load=True,
         )
-        self.info = SessionInfo(
-            class_name=str(reply.get("class")),
-            tool_use=bool(reply.get("tool_use")),
-            accepts_options=bool(reply.get("accepts_options")),
-            hint=reply.get("hint"),
-            skill=reply.get("skill"),
-            max_turns=reply.get("max_turns"),
-        )
+        try:
+            self.info = session_info(reply)
+        except BadReply as exc:  # a rewritten server's answer: the channel cannot be trusted
+            self._die(Failure(FailureKind.PROTOCOL, str(exc)))
         self.stats.start_s = time.perf_counter() - t0
         prom.record_session_loaded(self.stats.start_s)
         return self.info
@@ -184,10 +183,10 @@ class JailedSession:
         options: dict[str, Any] | None = None,
     ) -> tuple[str, dict[str, Any]]:
         result = self._call({"op": "reset", "seed": seed, "options": options, "hint": hint})
-        return _check_reset(result)
+        return check_reset(result)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return _check_step(self._call({"op": "step", "action": action}))
+        return check_step(self._call({"op": "step", "action": action}), self.reward_range)
 
     def solution(self) -> list[str]:
         from spade.envs.actions import split_solution
@@ -196,12 +195,13 @@ class JailedSession:
         try:
             return split_solution(raw)
         except TypeError as exc:  # wrong return type from the design
-            raise _contract(f"solution(): {exc}") from None
+            raise contract(f"solution(): {exc}") from None
 
     def tools(self) -> list[dict[str, Any]]:
+        """The tool schemas, checked on every call (:mod:`spade.sandbox.schemas`)."""
         result = self._call({"op": "tools"})
-        if not isinstance(result, list) or not all(isinstance(t, dict) for t in result):
-            raise _contract("tools() must return a list of schemas")
+        if problem := check_tools(result):
+            raise contract(problem)
         return result
 
     # -- channel -----------------------------------------------------------------------------
@@ -236,24 +236,19 @@ class JailedSession:
 
     def _parse_reply(self, line: bytes, *, load: bool, rid: int) -> Any:
         try:
-            reply = json.loads(line)
-        except ValueError:  # forged or corrupted channel: the session cannot be trusted
-            self._die(Failure(FailureKind.PROTOCOL, f"unparseable reply: {line[:200]!r}"))
-        if not isinstance(reply, dict) or "ok" not in reply:
-            self._die(Failure(FailureKind.PROTOCOL, f"malformed reply: {str(reply)[:200]}"))
-        if reply.get("id") != rid:  # a stale or forged reply: the channel is out of step
-            self._die(
-                Failure(FailureKind.PROTOCOL, f"reply to request {reply.get('id')}, not {rid}")
-            )
+            reply = envelope(line, rid)
+        except BadReply as exc:  # forged or corrupted channel: the session cannot be trusted
+            self._die(Failure(FailureKind.PROTOCOL, str(exc)))
         if reply.get("denied"):
-            names = ", ".join(sorted(set(map(str, reply["denied"]))))
+            names = ", ".join(sorted(set(reply["denied"])))
             self._die(
                 Failure(FailureKind.IMPORT_DENIED, f"imports outside the allow-list: {names}")
             )
         if reply["ok"]:
             return reply.get("result")
-        error = reply.get("error") or {}
-        failure = _failure_from_error(error, load=load, encode=bool(reply.get("encode_error")))
+        failure = failure_from_error(
+            reply["error"], load=load, encode=reply.get("encode_error") is True
+        )
         if failure.kind is FailureKind.DISK_LIMIT and self._log_full():
             failure = Failure(
                 FailureKind.OUTPUT_LIMIT, "printed more than the log limit", failure.traceback
@@ -263,7 +258,7 @@ class JailedSession:
         prom.record_failure(failure.kind)
         raise EnvFailure(failure, fatal=False)
 
-    def _die(self, failure: Failure) -> None:
+    def _die(self, failure: Failure) -> NoReturn:
         self.failure = failure
         prom.record_failure(failure.kind)
         self._kill()
@@ -281,7 +276,9 @@ class JailedSession:
         assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         limit = self.policy.limits.max_message_bytes
-        while (nl := self._buf.find(b"\n")) < 0:
+        searched = 0  # bytes already searched for the newline: each byte is searched once
+        while (nl := self._buf.find(b"\n", searched)) < 0:
+            searched = len(self._buf)
             if len(self._buf) > limit:
                 self._kill()
                 raise _Dead(Failure(FailureKind.OUTPUT_LIMIT, f"reply larger than {limit} bytes"))
@@ -370,50 +367,3 @@ class JailedSession:
         if self._files is None or not self._files.jail_log.exists():
             return ""
         return self._files.jail_log.read_text(errors="replace")[-20000:]
-
-
-def _failure_from_error(error: dict[str, Any], *, load: bool, encode: bool) -> Failure:
-    exc_type = str(error.get("type", "Exception"))
-    message = str(error.get("message", ""))
-    tb = error.get("traceback")
-    if encode:
-        return Failure(FailureKind.CONTRACT, f"result is not JSON-serialisable: {message}", tb)
-    if load and exc_type == "SyntaxError":
-        return Failure(FailureKind.SYNTAX, message, tb)
-    if load and exc_type == "LookupError":
-        return Failure(FailureKind.CONTRACT, message, tb)
-    kind = classify_exception(exc_type, error.get("errno"), message)
-    return Failure(kind, f"{exc_type}: {message}", tb)
-
-
-def _contract(reason: str) -> EnvFailure:
-    prom.record_failure(FailureKind.CONTRACT)  # every contract failure is built here
-    return EnvFailure(Failure(FailureKind.CONTRACT, reason), fatal=False)
-
-
-def _check_reset(result: Any) -> tuple[str, dict[str, Any]]:
-    if not isinstance(result, list) or len(result) != 2:
-        raise _contract(f"reset() must return (observation, info), got {str(result)[:120]}")
-    obs, info = result
-    if not isinstance(obs, str):
-        raise _contract(f"reset() observation must be str, got {type(obs).__name__}")
-    if not isinstance(info, dict):
-        raise _contract(f"reset() info must be dict, got {type(info).__name__}")
-    return obs, info
-
-
-def _check_step(result: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-    if not isinstance(result, list) or len(result) != 5:
-        raise _contract(f"step() must return a 5-tuple, got {str(result)[:120]}")
-    obs, reward, terminated, truncated, info = result
-    if not isinstance(obs, str):
-        raise _contract(f"step() observation must be str, got {type(obs).__name__}")
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-        raise _contract(f"step() reward must be a number, got {type(reward).__name__}")
-    if not math.isfinite(reward):
-        raise _contract(f"step() reward must be finite, got {reward}")
-    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
-        raise _contract("step() terminated and truncated must be bool")
-    if not isinstance(info, dict):
-        raise _contract(f"step() info must be dict, got {type(info).__name__}")
-    return obs, float(reward), terminated, truncated, info

@@ -16,7 +16,8 @@ from typing import Any
 
 from spade.sandbox.failures import EnvFailure, Failure, FailureKind
 from spade.sandbox.policy import SandboxPolicy
-from spade.sandbox.session import JailedSession, SessionInfo
+from spade.sandbox.replies import SessionInfo
+from spade.sandbox.session import JailedSession
 from spade.verify.config import VerifyConfig
 from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
 from spade.verify.novelty import (
@@ -49,7 +50,10 @@ class Context:
 
     def new_session(self) -> JailedSession:
         session = JailedSession(
-            self.code, policy=self.policy, env_kwargs={"max_turns": self.config.max_turns}
+            self.code,
+            policy=self.policy,
+            env_kwargs={"max_turns": self.config.max_turns},
+            reward_range=(self.config.reward_min, self.config.reward_max),
         )
         self.sessions.append(session)
         session.start()
@@ -103,10 +107,20 @@ def check_class_found(ctx: Context) -> str:
     session = ctx.new_session()
     ctx.info = session.info
     assert ctx.info is not None
-    if ctx.info.tool_use:
-        ctx.tools = session.tools()
-    kind = f"tool use, {len(ctx.tool_names)} tools" if ctx.info.tool_use else "game"
+    kind = "tool use" if ctx.info.tool_use else "game"
     return f"{ctx.info.class_name} loads ({kind}) in {session.stats.start_s * 1000:.0f} ms"
+
+
+def check_tool_schemas(ctx: Context) -> str:
+    """A tool-use design's ``tools()`` are OpenAI function schemas whose parameters are valid
+    JSON Schema (:mod:`spade.sandbox.schemas`, the ``jsonschema`` library's metaschema check);
+    the session checks every later ``tools`` reply the same way."""
+    assert ctx.info is not None
+    if not ctx.info.tool_use:
+        return "not a tool-use design"
+    ctx.tools = ctx.session.tools()  # raises contract with the reason when a schema is bad
+    names = ", ".join(ctx.tool_names)
+    return f"{len(ctx.tools)} tool schemas are valid JSON Schema ({names[:120]})"
 
 
 def check_reset_contract(ctx: Context) -> str:
@@ -347,6 +361,7 @@ CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("parse", check_parse),
     ("import_policy", check_import_policy),
     ("class_found", check_class_found),
+    ("tool_schemas", check_tool_schemas),
     ("reset_contract", check_reset_contract),
     ("step_contract", check_step_contract),
     ("garbage_actions", check_garbage_actions),

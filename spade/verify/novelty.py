@@ -73,8 +73,14 @@ def source_tokens(code: str, max_tokens: int) -> list[str]:
         for n in ast.walk(tree)
         if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load)
     }
+    try:
+        text = ast.unparse(tree)
+    # The unparser recurses per level: an expression that parses but nests deeper than it
+    # recurses (a 1,000-term sum) is compared as written rather than crashing the host.
+    except RecursionError:
+        text = code
     tokens: list[str] = []
-    for tok in tokenize.generate_tokens(io.StringIO(ast.unparse(tree)).readline):
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
         if tok.type in _DROPPED:
             continue
         if tok.type == tokenize.NAME and tok.string in own:

@@ -1,8 +1,13 @@
 """Static checks of a design's source: it parses, and it stays inside the import policy.
 
 Pure analysis of the syntax tree; the design is never executed here. The import policy is
-defence in depth: the jail (namespaces, seccomp, rlimits, an explicit mount list) is the
-security boundary. The same policy is enforced again at runtime by the jail's import guard.
+defence in depth, not a boundary: the jail (namespaces, seccomp, rlimits, an explicit mount
+list) is the only barrier, and nothing may rely on these checks for safety. They read names
+written in the source: ``getattr(object, "__sub" + "classes__")()`` computes its name, walks
+to ``os._wrap_close.__init__.__globals__`` (the os module) in four lines and passes them
+(``tests/sandbox/attacks/host/reach_os_globals.py``; the jail contains what it then tries).
+They make the easy routes fail early, with a reason the designer can act on. The same policy
+is enforced again at runtime by the jail's import guard, which the same walk sidesteps.
 
 Allowed modules hold other modules as attributes (``random._os``, ``typing.sys``,
 ``dataclasses.builtins``), so checking import statements alone would let a design reach any

@@ -1,4 +1,6 @@
-from spade.agent.actions import extract_action
+import pytest
+
+from spade.agent.actions import bare_tool_calls, extract_action
 from spade.agent.trajectory import Trajectory, Turn
 
 
@@ -100,3 +102,55 @@ def test_trajectory_round_trips_through_its_dict():
     )
     again = Trajectory.from_dict(t.to_dict())
     assert again == t and again.episode_return() == 0.5
+
+
+# -- linear time and no crash on model-supplied text (issue 12) --------------------------------
+
+MEGABYTE = 1 << 20
+
+
+@pytest.mark.attack
+@pytest.mark.timeout(60, method="thread")
+@pytest.mark.parametrize("unit", ["<tool_call>", "<answer>", "\\boxed{"])
+def test_action_extraction_from_a_megabyte_reply_is_linear(unit):
+    """The lazy ``<tool_call>.*?</tool_call>|<answer>.*?</answer>`` rescanned the rest of the
+    reply from every unclosed tag: quadratic."""
+    text = unit * (MEGABYTE // len(unit))
+    assert extract_action(text, tool_use=True, action_format="lenient") == text
+    assert extract_action(text, tool_use=False) == text
+
+
+@pytest.mark.attack
+@pytest.mark.timeout(60, method="thread")
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":' * 200_000,  # raw_decode from every brace: RecursionError in the host
+        ('{"a":' * 500 + "0 ") * 400,  # 500 deep, never closed: each brace rescanned it
+        '{"a": ' + "9" * 5000 + "}",  # an int over the digit limit: a ValueError, no position
+        '{"' * (1 << 17),  # a failed decode per brace: json's error counted the lines before it
+    ],
+    ids=["deep", "unclosed", "huge-int", "quoted-braces"],
+)
+def test_bare_tool_calls_in_hostile_text_neither_crash_nor_take_quadratic_time(text):
+    assert bare_tool_calls(text) == []
+    assert extract_action(text, tool_use=True, action_format="lenient") == text
+
+
+def test_bare_tool_calls_after_broken_json_are_still_found():
+    text = 'try {"name": oops} then {"name": "look", "arguments": {}} {x}'
+    assert bare_tool_calls(text) == ['{"name": "look", "arguments": {}}']
+
+
+@pytest.mark.parametrize("size", [10, 250, 260, 5000])
+def test_bare_tool_calls_longer_than_the_first_window(size):
+    import json
+
+    call = json.dumps(
+        {"name": "note", "arguments": {"text": "y" * size, "n": 10 ** min(size, 1000)}}
+    )
+    assert bare_tool_calls(f"write {call} {{") == [call]
+    long_number = json.dumps({"name": "n", "arguments": {"v": 1}}).replace(
+        "1", "1" * min(size, 4000)
+    )
+    assert bare_tool_calls("{ " * 3 + long_number) == [long_number]

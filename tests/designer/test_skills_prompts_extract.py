@@ -333,3 +333,48 @@ def test_edit_prompts_name_the_parents_module_level_definitions():
     assert "(_QUERY, _helper): keep those" in text
     assert FORMAT_EXAMPLE not in text  # the parent shows the format; no second thing to copy
     assert FORMAT_EXAMPLE in _user(design_prompt("doc", "optimization", tool_use=False))
+
+
+# ------------------------------------------------- linear time on model-supplied text (issue 12)
+
+_PIECES = ["<answer>", "</answer>", "\\boxed{", "{", "}", "```", "\n", " py", "<think>", "</think>"]
+
+
+def test_linear_extraction_finds_what_the_regexes_found():
+    import random
+
+    from spade.designer.extract import _drop_thinking, fenced_blocks, move_contents
+
+    fence = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+    moves = re.compile(r"\\boxed\{(.*)\}|<answer>(.*?)</answer>", re.DOTALL)
+    rng = random.Random(12)
+    for _ in range(5000):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 12)))
+        assert fenced_blocks(text) == fence.findall(text), text
+        assert move_contents(text) == ["".join(m) for m in moves.findall(text)], text
+        thinking = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
+        assert _drop_thinking(text) == thinking, text
+
+
+MEGABYTE = 1 << 20
+
+
+@pytest.mark.attack
+@pytest.mark.timeout(60, method="thread")
+@pytest.mark.parametrize("unit", ["\\boxed{", "<answer>", "<answer>x</answer>\\boxed{"])
+def test_leak_check_of_a_megabyte_solution_is_linear(unit):
+    """The leak check's ``\\boxed\\{(.*)\\}`` rescanned the rest of the action from every
+    ``\\boxed{`` (0.26 s for 20 KB, 5.7 s for 80 KB: minutes for the 1 MB a reply may hold)."""
+    action = unit * (MEGABYTE // len(unit)) + "}"
+    assert leaks_solution("a hint", [action]) is False
+
+
+@pytest.mark.attack
+@pytest.mark.timeout(60, method="thread")
+@pytest.mark.parametrize("unit", ["```", "<think>", "```python\n"])
+def test_code_extraction_from_a_megabyte_completion_is_linear(unit):
+    completion = unit * (MEGABYTE // len(unit))
+    with pytest.raises(DesignParseError):
+        extract_code(completion)
+    parse_progress(completion)
+    clean_hint(completion)

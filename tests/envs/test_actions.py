@@ -1,3 +1,6 @@
+import random
+import re
+
 import pytest
 
 from spade.envs.actions import (
@@ -62,3 +65,54 @@ def test_split_solution_forms():
 def test_split_solution_rejects_wrong_types(bad):
     with pytest.raises(TypeError):
         split_solution(bad)
+
+
+# -- linear time on design-supplied text (issue 12) ------------------------------------------
+
+_OLD_BLOCK = re.compile(r"<tool_call>.*?</tool_call>|<answer>.*?</answer>|\\boxed\{", re.DOTALL)
+_PIECES = ["<tool_call>", "</tool_call>", "<answer>", "</answer>", "\\boxed{", "{", "}", "x", " "]
+
+
+def _regex_split(solution: str) -> list[str]:
+    """The splitter as it was (a lazy regex per block kind): the oracle for its results."""
+    actions: list[str] = []
+    pos = 0
+    while (m := _OLD_BLOCK.search(solution, pos)) is not None:
+        if m.group(0) == "\\boxed{":
+            found = extract_all_boxed(solution[m.start() :])
+            if not found:
+                break
+            actions.append("\\boxed{" + found[0] + "}")
+            pos = m.start() + len(actions[-1])
+        else:
+            actions.append(m.group(0))
+            pos = m.end()
+    return actions or [solution]
+
+
+def test_linear_parsers_find_what_the_regexes_found():
+    rng = random.Random(12)
+    for _ in range(5000):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 12)))
+        assert split_solution(text) == _regex_split(text), text
+        bodies = re.findall(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL)
+        assert tool_call_bodies(text) == [b.strip() for b in bodies], text
+        answers = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
+        assert extract_answer(text) == (answers[-1].strip() if answers else None), text
+
+
+MEGABYTE = 1 << 20
+
+
+@pytest.mark.attack
+@pytest.mark.timeout(60, method="thread")
+@pytest.mark.parametrize(
+    "unit", ["<tool_call>", "<answer>", "\\boxed{x}<tool_call>", "<tool_call>\\boxed{</tool_call>"]
+)
+def test_splitting_a_megabyte_solution_is_linear(unit):
+    """A ~1 MB solution string of unclosed tags kept ``spade env check`` busy for minutes
+    (each regex search rescanned the rest of the text); found in milliseconds now."""
+    text = unit * (MEGABYTE // len(unit))
+    assert split_solution(text)
+    tool_call_bodies(text)
+    extract_answer(text)

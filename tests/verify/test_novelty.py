@@ -171,3 +171,14 @@ def test_without_references_nothing_is_compared():
     verdict = verify(GOOD)
     assert verdict.checks[-1].name == "novelty" and verdict.checks[-1].passed
     assert verdict.checks[-1].reason == "no references to compare with"
+
+
+@pytest.mark.attack
+def test_source_too_deep_for_the_unparser_is_compared_as_written():
+    """A 1,000-term sum parses, but ``ast.unparse`` recursed past the limit: RecursionError in
+    the host's novelty check, outside every jail. Its tokens are now the source as written."""
+    deep = "K = " + "+".join(["1"] * 1000) + "\n"
+    tokens = source_tokens(deep, 5000)
+    assert tokens.count("+") == 999
+    ranking = rank_references(deep, [Reference("itself", deep)], keep=1, max_tokens=5000)
+    assert ranking.top[0].similarity == 1.0
