@@ -1,4 +1,4 @@
-"""A flaky object store for tests: ``flaky:///abs/path`` is the local folder ``/abs/path`` seen
+"""A flaky object store for tests: ``flaky://local/abs/path`` is the local folder ``/abs/path`` seen
 through fsspec, except that writes of chosen keys fail (an OSError, as s3fs raises for a
 dropped connection) a chosen number of times first. A true boundary fake: everything above the
 filesystem (the store, the stages, Prefect's result storage) is the real code.
@@ -28,6 +28,9 @@ class Fault:
     failed: list[str] = field(default_factory=list)  # the paths refused, in order
 
 
+PREFIX = "flaky://local"  # a host part: Prefect's RemoteFileSystem block wants one
+
+
 class FlakyFS(DirFileSystem):
     protocol = "flaky"
     faults: ClassVar[list[Fault]] = []
@@ -43,10 +46,10 @@ class FlakyFS(DirFileSystem):
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
         path = str(path)
-        return path[len("flaky://") :] if path.startswith("flaky://") else path
+        return path[len(PREFIX) :] if path.startswith(PREFIX) else path
 
     def unstrip_protocol(self, name: str) -> str:
-        return f"flaky://{name}"
+        return f"{PREFIX}{name}"
 
     @classmethod
     def fail(cls, pattern: str, times: int = 1) -> Fault:

@@ -32,10 +32,10 @@ def _no_faults():
 
 @pytest.mark.attack
 def test_every_store_failure_is_a_storage_error_naming_the_object(tmp_path):
-    store = ObjectStore(f"flaky://{tmp_path}/store")
+    store = ObjectStore(f"flaky://local{tmp_path}/store")
     fault = FlakyFS.fail("*/round-0000/score/ema.json")
     key = "campaign/c/round-0000/score/ema.json"
-    with pytest.raises(StorageError, match=f"cannot write flaky://{tmp_path}/store/{key}"):
+    with pytest.raises(StorageError, match=f"cannot write flaky://local{tmp_path}/store/{key}"):
         store.write_json(key, {"logic": 0.5})
     assert fault.failed == [f"{tmp_path}/store/{key}"]
     store.write_json(key, {"logic": 0.5})  # transient: the next write goes through

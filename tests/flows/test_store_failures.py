@@ -1,0 +1,106 @@
+"""A round on a flaky object store (tests/fakes/flaky_fs.py: writes of chosen keys fail once):
+each stage kind that writes retries and the round completes with every stage committed. Then
+a finished round whose outputs are damaged (a JSONL truncated, an output deleted) is resumed:
+exactly the stages owning them run again, the damage is reported, nothing else is recomputed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+import tests.fakes.flaky_fs  # noqa: F401  (registers flaky://)
+from flows.campaign import campaign_flow
+from flows.round import round_flow
+from spade.config import load_config
+from spade.pipeline.campaign import round_complete
+from spade.pipeline.record import campaign_store
+from spade.storage import STAGES
+from tests.fakes.flaky_fs import FlakyFS
+from tests.integration.scripted_designer import write_tiny_policy
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.attack]
+
+FAULTS = {  # task -> the write of its stage that fails once
+    "settle": "*/round-0000/verify/manifest.json",  # design side
+    "evaluate": "*/round-0000/evaluate/envs/*/summary.json",  # one environment's plays
+    "commit_evaluate": "*/round-0000/evaluate/evaluations.jsonl",
+    "score": "*/round-0000/score/ema.json",
+    "remember": "*/round-0000/memory/manifest.json",  # the memory stage
+    "train": "*/round-0000/train_agent/outcome.json",
+    "publish": "*/round-0000/publish/weights.json",
+    "heldout": "*/round-0000/heldout/manifest.json",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    return write_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
+
+
+@pytest.fixture(autouse=True)
+def _no_faults():
+    yield
+    FlakyFS.reset()
+
+
+async def _run_counts(flow_run_id) -> dict[str, int]:
+    """Task name -> the most runs any of its task runs took (2: retried once)."""
+    async with get_client() as client:
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    out: dict[str, int] = {}
+    for r in runs:
+        name = r.task_key.rsplit(".", 1)[-1].split("-")[0]
+        out[name] = max(out.get(name, 0), r.run_count)
+    return out
+
+
+def test_every_write_stage_retries_a_transient_store_failure_and_resume_repairs_damage(
+    prefect_api, scripted_server, scripted_overrides, tiny_policy, tmp_path, caplog
+):
+    cfg = load_config(
+        overrides={
+            **scripted_overrides,
+            "name": "flaky",
+            "storage.root": f"flaky://local{tmp_path}/store",
+            "storage.write_retry_delay_s": 0,
+            "model.name_or_path": str(tiny_policy),
+            "model.max_context_tokens": 16384,
+            "training.designer_delay_steps": 0,
+        }
+    )
+    faults = {task: FlakyFS.fail(pattern) for task, pattern in FAULTS.items()}
+    state = asyncio.run(round_flow(config=cfg, campaign_id="f1", round_index=0, return_state=True))
+    assert state.is_completed(), state
+    cs = campaign_store(cfg, "f1")
+    assert round_complete(cs, 0) and cs.unverified_stages(0) == {}
+    assert {t: len(f.failed) for t, f in faults.items()} == dict.fromkeys(FAULTS, 1)
+    counts = asyncio.run(_run_counts(state.state_details.flow_run_id))
+    retried = {t for t in FAULTS if counts.get(t, 0) >= 2}
+    assert retried == set(FAULTS), counts
+    assert counts["score"] == 2 and counts["design"] == 1  # once more, not more
+
+    # damage the finished round: one JSONL cut short, one output gone
+    finished = {s: cs.read_stage_manifest(0, s).finished for s in STAGES}  # type: ignore[union-attr]
+    rows = cs.layout.stage_key(0, "evaluate", "evaluations.jsonl")
+    cs.store.write_bytes(rows, cs.store.read_bytes(rows)[:-10])
+    ema = cs.layout.stage_key(0, "score", "ema.json")
+    cs.store.delete(ema)
+    requests = len(scripted_server.chat_requests)
+    caplog.set_level(logging.WARNING)
+    status = asyncio.run(campaign_flow(config=cfg, campaign_id="f1", rounds=1))
+    assert status["rounds"][0]["complete"]
+    assert len(scripted_server.chat_requests) == requests  # no design, hint or play again
+    again = {s: cs.read_stage_manifest(0, s).finished for s in STAGES}  # type: ignore[union-attr]
+    assert {s for s in STAGES if again[s] != finished[s]} == {"evaluate", "score"}
+    assert cs.unverified_stages(0) == {} and cs.store.exists(ema)
+    reported = caplog.text
+    assert (
+        f"corrupt {cs.store.url(rows)}" in reported and f"missing {cs.store.url(ema)}" in reported
+    )
