@@ -48,8 +48,9 @@ def read_jsonl(cs: CampaignStore, key: str) -> list[Any]:
 
 
 def _stored_key(ref: str) -> str | None:
-    """The store key an output reference names: a key, a blob's digest, or (a URL) none."""
-    if "://" in ref:
+    """The store key an output reference names: a key, a blob's digest, or (a URL or a local
+    path: a checkpoint folder) none."""
+    if "://" in ref or ref.startswith("/"):
         return None
     return blob_key(ref) if SHA256_HEX.fullmatch(ref) else ref
 

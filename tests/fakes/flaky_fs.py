@@ -48,6 +48,10 @@ class FlakyFS(DirFileSystem):
         path = str(path)
         return path[len(PREFIX) :] if path.startswith(PREFIX) else path
 
+    def _join(self, path: Any) -> Any:
+        """Full ``flaky://`` URLs (Prefect's blocks pass them) become local paths too."""
+        return self._strip_protocol(path)
+
     def unstrip_protocol(self, name: str) -> str:
         return f"{PREFIX}{name}"
 

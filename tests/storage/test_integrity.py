@@ -126,6 +126,7 @@ def test_a_stage_output_written_by_another_task_is_recorded_by_content(tmp_path)
     rec.cs.store.write_json(key, {"env_id": "e1"})
     rec.outputs["envs/e1/summary.json"] = key
     rec.outputs["checkpoint"] = "file:///elsewhere/ckpt"  # a URL: its own manifest checks it
+    rec.outputs["local_checkpoint"] = "/elsewhere/ckpt"  # a local store's checkpoint folder
     manifest = rec.commit()
     data = rec.cs.store.read_bytes(key)
     assert manifest.files == {
