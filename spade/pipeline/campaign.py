@@ -97,14 +97,25 @@ def first_incomplete_round(cs: CampaignStore, report: Callable[[str], Any] | Non
     return r
 
 
+def _lease(cfg: CampaignConfig, campaign_id: str) -> tuple[Lease, str]:
+    cs = campaign_store(cfg, campaign_id)
+    key = f"{cs.layout.campaign_prefix}/{LEASE_FILE}"
+    lease = Lease(cs.store, key, cfg.storage.lease_ttl_s, what=f"campaign {campaign_id!r}")
+    return lease, cs.store.url(key)
+
+
+def check_not_running(cfg: CampaignConfig, campaign_id: str) -> None:
+    """LeaseHeldError naming the run that holds the campaign now, if one does (the CLI's early,
+    clear error; the flow's :func:`campaign_lease` is what excludes a second run)."""
+    _lease(cfg, campaign_id)[0].check_free()
+
+
 @contextlib.contextmanager
 def campaign_lease(cfg: CampaignConfig, campaign_id: str) -> Iterator[None]:
     """Hold the campaign's lease while the block runs: a second run of the same campaign id
     (another process or machine) gets a LeaseHeldError naming this one. Nested holds in one
     process (a campaign flow running its round flows) share the outer lease."""
-    cs = campaign_store(cfg, campaign_id)
-    key = f"{cs.layout.campaign_prefix}/{LEASE_FILE}"
-    url = cs.store.url(key)
+    lease, url = _lease(cfg, campaign_id)
     with _held_lock:
         nested = _held.get(url, 0) > 0
         if nested:
@@ -116,7 +127,7 @@ def campaign_lease(cfg: CampaignConfig, campaign_id: str) -> Iterator[None]:
             with _held_lock:
                 _held[url] -= 1
         return
-    with Lease(cs.store, key, cfg.storage.lease_ttl_s, what=f"campaign {campaign_id!r}"):
+    with lease:
         with _held_lock:
             _held[url] = 1
         try:  # the count goes with the lease

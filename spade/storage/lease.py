@@ -176,6 +176,13 @@ class Lease:
 
     # -- the lease --------------------------------------------------------------------------
 
+    def check_free(self) -> None:
+        """LeaseHeldError naming the holder if another live holder has the lease now (a look,
+        not a claim: :meth:`acquire` is what excludes)."""
+        current = self._read_local() if self.store.local else self._read_remote()[0]
+        if current is not None and current.owner != self.owner and not current.gone():
+            raise LeaseHeldError(f"{self.what} is held by {current.describe()}")
+
     def acquire(self) -> None:
         """Take the lease; LeaseHeldError naming the holder if another live holder has it."""
         try:  # a store failure is a StorageError naming the lease, not a raw OSError

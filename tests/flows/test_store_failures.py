@@ -17,6 +17,7 @@ import tests.fakes.flaky_fs  # noqa: F401  (registers flaky://)
 from flows.campaign import campaign_flow
 from flows.round import round_flow
 from spade.config import load_config
+from spade.errors import LeaseHeldError
 from spade.pipeline.campaign import round_complete
 from spade.pipeline.record import campaign_store
 from spade.storage import STAGES
@@ -104,3 +105,20 @@ def test_every_write_stage_retries_a_transient_store_failure_and_resume_repairs_
     assert (
         f"corrupt {cs.store.url(rows)}" in reported and f"missing {cs.store.url(ema)}" in reported
     )
+
+
+def test_a_second_run_of_a_campaign_fails_at_once_naming_the_first(prefect_api, tmp_path):
+    from spade.pipeline.campaign import LEASE_FILE
+    from spade.storage.lease import Lease
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path / "store"), "name": "busy"})
+    cs = campaign_store(cfg, "busy")
+    with Lease(cs.store, f"campaign/busy/{LEASE_FILE}", 600) as first:
+        state = asyncio.run(
+            campaign_flow(config=cfg, campaign_id="busy", rounds=1, return_state=True)
+        )
+    assert state.is_failed()
+    with pytest.raises(LeaseHeldError, match="campaign 'busy' is held by") as err:
+        state.result()
+    assert first.owner in str(err.value)
+    assert cs.rounds() == []  # nothing ran
