@@ -5,6 +5,7 @@ flow and the CLI (run, resume, status) share these."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 import uuid
@@ -20,6 +21,7 @@ from spade.pipeline.record import CONFIG_KEY, campaign_store
 from spade.storage import CampaignStore, ObjectStore, RunLayout, utc_now
 from spade.storage.lease import Lease
 
+logger = logging.getLogger(__name__)
 CAMPAIGN_FILE = "campaign.json"
 STOP_FILE = "STOP"
 LEASE_FILE = "lease.json"
@@ -91,7 +93,7 @@ def first_incomplete_round(cs: CampaignStore, report: Callable[[str], Any] | Non
         if unverified := cs.unverified_stages(r):
             for stage, problems in unverified.items():
                 for line in problems:
-                    (report or print)(f"round {r} stage {stage}: {line}; it is recomputed")
+                    (report or logger.warning)(f"round {r} stage {stage}: {line}; it is recomputed")
             return r
         r += 1
     return r

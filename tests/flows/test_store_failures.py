@@ -122,3 +122,55 @@ def test_a_second_run_of_a_campaign_fails_at_once_naming_the_first(prefect_api, 
         state.result()
     assert first.owner in str(err.value)
     assert cs.rounds() == []  # nothing ran
+
+
+POOL_FAULTS = {  # pool mode's design half, the skipped designer, and a replay round
+    "skip_design": "*/round-0000/sample_documents/plan.json",
+    "skip_role": "*/round-0000/train_designer/outcome.json",
+    "replay": "*/round-0001/hint/environments.jsonl",
+    "replay_pool": "*/round-0001/pool/manifest.json",
+}
+
+
+@pytest.fixture
+def pool_server():
+    """The stand-in of the closed-loop tests (designs never pass; pool mode asks none)."""
+    from tests.fakes.openai_server import FakeOpenAIServer
+    from tests.flows.test_closed_loop import NothingPasses
+
+    with FakeOpenAIServer(script=NothingPasses()) as fake:
+        yield fake
+
+
+def test_pool_mode_and_replay_stages_retry_a_transient_store_failure(
+    prefect_api, pool_server, tiny_policy, tmp_path
+):
+    from tests.flows.test_closed_loop import _config
+
+    cfg = _config(
+        pool_server,
+        tmp_path,
+        tiny_policy,
+        0,
+        **{
+            "run.env_source": "pool",
+            "run.min_envs": 0,
+            "run.regen_interval": 2,
+            "training.lora.enabled": False,  # a LoRA on a remote store cannot be published
+            "storage.root": f"flaky://local{tmp_path}/store",
+            "storage.write_retry_delay_s": 0,
+        },
+    )
+    faults = {task: FlakyFS.fail(pattern) for task, pattern in POOL_FAULTS.items()}
+    counts: dict[str, int] = {}
+    for r in (0, 1):
+        state = asyncio.run(
+            round_flow(config=cfg, campaign_id="p1", round_index=r, return_state=True)
+        )
+        assert state.is_completed(), state
+        for task, n in asyncio.run(_run_counts(state.state_details.flow_run_id)).items():
+            counts[task] = max(counts.get(task, 0), n)
+    cs = campaign_store(cfg, "p1")
+    assert round_complete(cs, 0) and round_complete(cs, 1)
+    assert {t: len(f.failed) for t, f in faults.items()} == dict.fromkeys(POOL_FAULTS, 1)
+    assert {t: counts.get(t) for t in POOL_FAULTS} == dict.fromkeys(POOL_FAULTS, 2), counts
