@@ -27,7 +27,9 @@ from tests.integration.scripted_designer import write_tiny_policy
 pytestmark = [pytest.mark.sandbox, pytest.mark.attack]
 
 FAULTS = {  # task -> the write of its stage that fails once
+    "sample_documents": "*/round-0000/sample_documents/manifest.json",
     "settle": "*/round-0000/verify/manifest.json",  # design side
+    "hint": "*/round-0000/hint/environments.jsonl",
     "evaluate": "*/round-0000/evaluate/envs/*/summary.json",  # one environment's plays
     "commit_evaluate": "*/round-0000/evaluate/evaluations.jsonl",
     "score": "*/round-0000/score/ema.json",
