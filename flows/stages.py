@@ -7,7 +7,8 @@ source (``TASK_SOURCE``): a re-run recomputes only what changed and what depends
 
 A task that commits a stage names it (``commits``): before a cached result is reused, the
 outputs that stage's manifest records are verified (size and sha256); if one is missing or
-corrupt the key changes, so the task runs again and rewrites them, and the objects are logged.
+corrupt the objects are logged and the stage's repair count (kept in the store, part of the
+key) goes up, so the task runs again and rewrites them, and later resumes reuse that new result.
 
 Writes retry: a task that writes to the store and has no retries of its own is retried on a
 store failure (:class:`spade.errors.StorageError`, ``storage.write_retries``; see
@@ -66,23 +67,24 @@ class StageKey(CachePolicy):
         key = hash_objects(
             self.stage, config_hash(config, self.stage), stage_code_version(self.stage), rest
         )
-        if key is not None and (problems := self.unverified(inputs)):
-            for line in problems:
-                logger.warning("%s: recomputing, its output is %s", self.stage, line)
-            return hash_objects(key, "recompute", problems)
-        return key
+        repairs = self.repairs(inputs) if key is not None else []
+        return hash_objects(key, "repairs", repairs) if any(repairs) else key
 
-    def unverified(self, inputs: dict[str, Any]) -> list[str]:
-        """What is missing or corrupt among the outputs of the stages this task committed."""
+    def repairs(self, inputs: dict[str, Any]) -> list[int]:
+        """Per stage this task committed: how often its outputs were found missing or corrupt,
+        counting (and logging) what is damaged now. A new count is a new key: the task runs
+        again, and later resumes reuse that result, not the one from before the damage."""
         if not self.commits or "campaign_id" not in inputs or "round_index" not in inputs:
             return []
         cs = campaign_store(inputs["config"], inputs["campaign_id"])
-        under = self.under.format(**inputs)
-        return [
-            f"{line} (stage {stage.format(**inputs)})"
-            for stage in self.commits
-            for line in cs.verify_stage(inputs["round_index"], stage.format(**inputs), under)
-        ]
+        r, under = inputs["round_index"], self.under.format(**inputs)
+        counts = []
+        for stage in (s.format(**inputs) for s in self.commits):
+            problems = cs.verify_stage(r, stage, under)
+            for line in problems:
+                logger.warning("round %d stage %s: recomputing, its output is %s", r, stage, line)
+            counts.append(cs.repairs(r, stage, under, bump=bool(problems)))
+        return counts
 
 
 def cached(stage: str, commits: tuple[str, ...] = (), under: str = "") -> CachePolicy:

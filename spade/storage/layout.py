@@ -281,6 +281,21 @@ class CampaignStore:
                 )
         return problems
 
+    def repairs(self, round: int, stage: str, scope: str = "", *, bump: bool = False) -> int:
+        """How often the stage's outputs (those named ``scope...``) were found damaged and
+        recomputed; ``bump`` counts one more. A cache key holds it, so a repaired stage's new
+        result, not the one from before the damage, is what later resumes reuse."""
+        name = hashlib.sha256(scope.encode()).hexdigest()[:16] if scope else "stage"
+        key = f"{self.layout.stage_prefix(round, stage)}/repairs/{name}.json"
+        try:  # absent: never repaired
+            count = int(self.store.read_json(key)["count"])
+        except ObjectMissingError:
+            count = 0
+        if bump:
+            count += 1
+            self.store.write_json(key, {"count": count, "scope": scope, "at": utc_now()})
+        return count
+
     def unverified_stages(self, round: int) -> dict[str, list[str]]:
         """The round's done stages whose outputs do not verify, with what is wrong."""
         found = {}

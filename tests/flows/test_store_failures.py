@@ -107,6 +107,12 @@ def test_every_write_stage_retries_a_transient_store_failure_and_resume_repairs_
     assert (
         f"corrupt {cs.store.url(rows)}" in reported and f"missing {cs.store.url(ema)}" in reported
     )
+    assert cs.repairs(0, "score") == 1 and cs.repairs(0, "memory") == 0
+
+    # resumed again: the repaired results are the cached ones now; nothing runs
+    asyncio.run(campaign_flow(config=cfg, campaign_id="f1", rounds=1))
+    assert {s: cs.read_stage_manifest(0, s).finished for s in STAGES} == again  # type: ignore[union-attr]
+    assert len(scripted_server.chat_requests) == requests
 
 
 def test_a_second_run_of_a_campaign_fails_at_once_naming_the_first(prefect_api, tmp_path):

@@ -113,6 +113,9 @@ def test_manifests_record_size_and_sha256_and_resume_finds_what_broke(root):
     assert len(reports) == 2 and cs.store.url(gone) in reports[1]
     assert cs.verify_stage(0, "score", under="state") == []  # a task's share: only its names
 
+    assert cs.repairs(0, "score") == 0
+    assert cs.repairs(0, "score", bump=True) == 1 == cs.repairs(0, "score")
+    assert cs.repairs(0, "score", "envs/e1/") == 0  # counted per scope
     _commit(cfg, "score")
     _commit(cfg, "memory")  # recomputed: verified again
     assert cs.unverified_stages(0) == {} and first_incomplete_round(cs) == 1
