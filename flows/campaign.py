@@ -22,6 +22,7 @@ from flows.storage import task_runner
 from spade.config import CampaignConfig
 from spade.metrics.sinks import log_round
 from spade.pipeline.campaign import (
+    campaign_lease,
     first_incomplete_round,
     new_campaign_id,
     start_campaign,
@@ -62,25 +63,27 @@ async def campaign_flow(
 ) -> dict[str, Any]:
     """Run ``rounds`` rounds (default ``config.run.rounds``; 0: until stopped) of a campaign.
 
-    ``campaign_id`` None starts a new campaign; an existing id resumes it.
+    ``campaign_id`` None starts a new campaign; an existing id resumes it. One run per
+    campaign id at a time: a second one fails at once with a LeaseHeldError naming the first.
     """
     log = get_run_logger()
     cid = campaign_id or new_campaign_id(config)
     total = config.run.rounds if rounds is None else rounds
-    cs = start_campaign(config, cid)
-    r = first_incomplete_round(cs)
-    log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
-    runner = task_runner(config)
-    while total == 0 or r < total:
-        if stop_requested(cs):
-            log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
-            break
-        outcome = await round_flow.with_options(task_runner=runner)(config, cid, r)
-        await _report(cs)
-        # A side channel: it logs its own problems and never fails the round.
-        await asyncio.to_thread(log_round, config, cid, r, outcome.summary, logger=log)
-        r += 1
-    return await _report(cs)
+    with campaign_lease(config, cid):
+        cs = start_campaign(config, cid)
+        r = first_incomplete_round(cs, report=log.warning)
+        log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
+        runner = task_runner(config)
+        while total == 0 or r < total:
+            if stop_requested(cs):
+                log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
+                break
+            outcome = await round_flow.with_options(task_runner=runner)(config, cid, r)
+            await _report(cs)
+            # A side channel: it logs its own problems and never fails the round.
+            await asyncio.to_thread(log_round, config, cid, r, outcome.summary, logger=log)
+            r += 1
+        return await _report(cs)
 
 
 __all__ = ["artifact_key", "campaign_flow"]

@@ -26,7 +26,7 @@ from spade.cli.campaign import status as status_command
 from spade.cli.progress import CampaignProgress, StageLog
 from spade.config import CampaignConfig, load_config
 from spade.errors import SpadeError
-from spade.pipeline.campaign import new_campaign_id, saved_config
+from spade.pipeline.campaign import check_not_running, new_campaign_id, saved_config
 from spade.pipeline.record import campaign_store
 from spade.storage import ObjectStore
 
@@ -121,6 +121,10 @@ def run(
     except SpadeError as exc:
         raise _fail(exc) from None
     cid = campaign_id or new_campaign_id(cfg)
+    try:  # a campaign id another run is working on: one clear error
+        check_not_running(cfg, cid)
+    except SpadeError as exc:
+        raise _fail(exc) from None
     console.print(f"campaign [bold]{cid}[/] -> {cfg.storage.root}")
     _finish(cfg, cid, _run_campaign(cfg, cid, rounds, live))
 
@@ -135,6 +139,7 @@ def resume(
     try:  # an unknown id or unreachable store is one clear error
         cfg = saved_config(ObjectStore(store), campaign_id)
         cfg = cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"root": store})})
+        check_not_running(cfg, campaign_id)
         _check_inputs(cfg)
     except SpadeError as exc:
         raise _fail(exc) from None

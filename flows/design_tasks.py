@@ -30,13 +30,16 @@ from spade.pipeline import replay as replay_stage
 from spade.pipeline.replay import RoundPlan, plan_round
 from spade.verify import Verdict
 
+DESIGN_HALF = ("sample_documents", "design", "verify", "hint")
+"""The stages a replay round's (or pool mode's) design half commits in one task."""
+
 
 @task(
     name="sample_documents",
     retries=2,
     retry_delay_seconds=BACKOFF,
     timeout_seconds=IO_TIMEOUT_S,
-    cache_policy=cached("sample_documents"),
+    cache_policy=cached("sample_documents", commits=("sample_documents",)),
     **PERSIST,
 )
 async def sample_documents(
@@ -48,7 +51,12 @@ async def sample_documents(
     )
 
 
-@task(name="replay", timeout_seconds=IO_TIMEOUT_S, cache_policy=cached("hint"), **PERSIST)
+@task(
+    name="replay",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=cached("hint", commits=DESIGN_HALF),
+    **PERSIST,
+)
 async def replay(
     config: CampaignConfig, campaign_id: str, round_index: int, plan: RoundPlan
 ) -> list[DesignAttempt]:
@@ -59,7 +67,7 @@ async def replay(
 @task(
     name="design",
     task_run_name="design-r{round_index}-a{attempt}",
-    cache_policy=cached("design"),
+    cache_policy=cached("design", commits=("design",)),
     **INFERENCE,
 )
 async def design(
@@ -109,7 +117,12 @@ async def verify(
     )
 
 
-@task(name="settle", timeout_seconds=IO_TIMEOUT_S, cache_policy=cached("verify"), **PERSIST)
+@task(
+    name="settle",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=cached("verify", commits=("verify",)),
+    **PERSIST,
+)
 async def settle(
     config: CampaignConfig,
     campaign_id: str,
@@ -127,7 +140,7 @@ async def settle(
 @task(
     name="repair",
     task_run_name="repair-r{round_index}-a{attempt}-t{turn}",
-    cache_policy=cached("design"),
+    cache_policy=cached("design", commits=("design",)),
     **INFERENCE,
 )
 async def repair(
@@ -146,7 +159,12 @@ async def repair(
         )
 
 
-@task(name="hint", task_run_name="hint-r{round_index}", cache_policy=cached("hint"), **INFERENCE)
+@task(
+    name="hint",
+    task_run_name="hint-r{round_index}",
+    cache_policy=cached("hint", commits=("hint",)),
+    **INFERENCE,
+)
 async def hint(
     config: CampaignConfig,
     campaign_id: str,
@@ -162,7 +180,7 @@ async def hint(
 @task(
     name="skip_design",
     timeout_seconds=IO_TIMEOUT_S,
-    cache_policy=cached("sample_documents"),
+    cache_policy=cached("sample_documents", commits=DESIGN_HALF),
     **PERSIST,
 )
 async def skip_design(

@@ -37,7 +37,7 @@ async def verify_pool(config: CampaignConfig, code: str) -> Verdict:
 @task(
     name="fill_pool",
     task_run_name="pool-r{round_index}",
-    cache_policy=cached("pool"),
+    cache_policy=cached("pool", commits=("pool",)),
     **INFERENCE,
 )
 async def fill_pool(
@@ -57,7 +57,12 @@ async def fill_pool(
         return await pool_stage.fill(*args, backend)
 
 
-@task(name="replay_pool", timeout_seconds=IO_TIMEOUT_S, cache_policy=cached("pool"), **PERSIST)
+@task(
+    name="replay_pool",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=cached("pool", commits=("pool",)),
+    **PERSIST,
+)
 async def replay_pool(
     config: CampaignConfig, campaign_id: str, round_index: int, plan: RoundPlan
 ) -> list[EnvSpec]:
@@ -65,7 +70,12 @@ async def replay_pool(
     return await asyncio.to_thread(pool_stage.replay, config, campaign_id, round_index, plan)
 
 
-@task(name="skip_pool", timeout_seconds=IO_TIMEOUT_S, cache_policy=cached("pool"), **PERSIST)
+@task(
+    name="skip_pool",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=cached("pool", commits=("pool",)),
+    **PERSIST,
+)
 async def skip_pool(
     config: CampaignConfig, campaign_id: str, round_index: int, reason: str
 ) -> list[EnvSpec]:

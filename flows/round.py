@@ -45,6 +45,7 @@ from flows.stages import (
     TRAIN_TIMEOUT_S,
     StageKey,
     cached,
+    store_retries,
 )
 from flows.storage import result_storage, task_runner
 from spade.agent.evaluate import EnvEvaluation, EnvSpec
@@ -57,7 +58,7 @@ from spade.pipeline import evaluate as evaluate_stages
 from spade.pipeline import heldout as heldout_stage
 from spade.pipeline import score as score_stages
 from spade.pipeline import train as train_stages
-from spade.pipeline.campaign import ensure_campaign
+from spade.pipeline.campaign import campaign_lease, ensure_campaign
 from spade.pipeline.replay import plan_round
 from spade.pipeline.score import RoundScores
 from spade.pipeline.state import carried_state, delayed_designer_batch
@@ -68,7 +69,7 @@ from spade.pipeline.train import Role
 @task(
     name="evaluate",
     task_run_name="evaluate-r{round_index}-{env.env_id}",
-    cache_policy=cached("evaluate"),
+    cache_policy=cached("evaluate", commits=("evaluate",), under="envs/{env.env_id}/"),
     **INFERENCE,
 )
 async def evaluate(
@@ -84,7 +85,7 @@ async def evaluate(
 @task(
     name="commit_evaluate",
     timeout_seconds=IO_TIMEOUT_S,
-    cache_policy=cached("evaluate"),
+    cache_policy=cached("evaluate", commits=("evaluate",)),
     **PERSIST,
 )
 async def commit_evaluate(
@@ -104,7 +105,12 @@ async def commit_evaluate(
     )
 
 
-@task(name="score", timeout_seconds=IO_TIMEOUT_S, cache_policy=cached("score"), **PERSIST)
+@task(
+    name="score",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=cached("score", commits=("score",)),
+    **PERSIST,
+)
 async def score(
     config: CampaignConfig,
     campaign_id: str,
@@ -119,7 +125,12 @@ async def score(
     )
 
 
-@task(name="memory", timeout_seconds=IO_TIMEOUT_S, cache_policy=cached("memory"), **PERSIST)
+@task(
+    name="memory",
+    timeout_seconds=IO_TIMEOUT_S,
+    cache_policy=cached("memory", commits=("memory",)),
+    **PERSIST,
+)
 async def remember(
     config: CampaignConfig,
     campaign_id: str,
@@ -138,7 +149,7 @@ async def remember(
     name="train",
     task_run_name="train_{role}-r{round_index}",
     timeout_seconds=TRAIN_TIMEOUT_S,
-    cache_policy=cached("train_agent"),
+    cache_policy=cached("train_agent", commits=("train_{role}",)),
     **PERSIST,
 )
 async def train(
@@ -149,7 +160,8 @@ async def train(
     data: Any,
     parent: WeightsRef,
 ) -> train_stages.TrainOutcome:
-    """One GRPO update (no retries: a failed update is looked at, then re-run)."""
+    """One GRPO update (retried on a store failure only: a failed update is looked at, then
+    re-run)."""
     limit = config.run.gpu_concurrency_limit
     if limit is None:
         return train_stages.train(config, campaign_id, round_index, role, data, parent)  # type: ignore[arg-type]
@@ -160,7 +172,7 @@ async def train(
 @task(
     name="skip_training",
     timeout_seconds=IO_TIMEOUT_S,
-    cache_policy=cached("train_agent"),
+    cache_policy=cached("train_agent", commits=("train_agent", "train_designer")),
     **PERSIST,
 )
 async def skip_training(config: CampaignConfig, campaign_id: str, round_index: int) -> None:
@@ -171,7 +183,7 @@ async def skip_training(config: CampaignConfig, campaign_id: str, round_index: i
 @task(
     name="skip_role",
     timeout_seconds=IO_TIMEOUT_S,
-    cache_policy=cached("train_designer"),
+    cache_policy=cached("train_designer", commits=("train_{role}",)),
     **PERSIST,
 )
 async def skip_role(
@@ -186,7 +198,7 @@ async def skip_role(
     retries=INFERENCE_RETRIES,
     retry_delay_seconds=BACKOFF,
     timeout_seconds=INFERENCE_TIMEOUT_S,
-    cache_policy=cached("publish"),
+    cache_policy=cached("publish", commits=("publish",)),
     **PERSIST,
 )
 async def publish(
@@ -196,7 +208,7 @@ async def publish(
     return await train_stages.publish(config, campaign_id, round_index, weights)
 
 
-@task(name="heldout", cache_policy=cached("heldout"), **INFERENCE)
+@task(name="heldout", cache_policy=cached("heldout", commits=("heldout",)), **INFERENCE)
 async def heldout(
     config: CampaignConfig, campaign_id: str, round_index: int, weights: WeightsRef
 ) -> dict[str, Any]:
@@ -237,10 +249,15 @@ async def _train_phase(
 async def round_flow(
     config: CampaignConfig, campaign_id: str, round_index: int = 0
 ) -> RoundOutcome:
-    """One self-play round of a campaign; its state comes from the previous round's outputs."""
-    cid, r = campaign_id, round_index
+    """One self-play round of a campaign; its state comes from the previous round's outputs.
+    Holds the campaign's lease (shared with the campaign flow that runs it, if any)."""
     start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
-    t = _bound(await result_storage(config))
+    with campaign_lease(config, campaign_id):
+        return await _round(config, campaign_id, round_index)
+
+
+async def _round(config: CampaignConfig, cid: str, r: int) -> RoundOutcome:
+    t = _bound(await result_storage(config), config)
     ensure_campaign(config, cid)
     carried = carried_state(config, cid, r)
     plan = plan_round(config, cid, r)
@@ -268,8 +285,9 @@ async def round_flow(
     return RoundOutcome(cid, r, published, round_summary(config, cid, r))
 
 
-def _bound(storage: Any) -> Any:
-    """Every task of the round, persisting its results to ``storage``."""
+def _bound(storage: Any, config: CampaignConfig) -> Any:
+    """Every task of the round, persisting its results to ``storage``; the tasks that write to
+    the store without retries of their own retry a store failure (``storage.write_retries``)."""
     tasks: dict[str, Any] = {
         name: getattr(module, name)
         for module, names in (
@@ -279,7 +297,13 @@ def _bound(storage: Any) -> Any:
         )
         for name in names
     }
-    return SimpleNamespace(**{n: t.with_options(result_storage=storage) for n, t in tasks.items()})
+    retry = store_retries(config)
+    return SimpleNamespace(
+        **{
+            n: t.with_options(result_storage=storage, **(retry if n in STORE_RETRIED else {}))
+            for n, t in tasks.items()
+        }
+    )
 
 
 DESIGN_TASKS = (
@@ -290,6 +314,13 @@ ROUND_TASKS = (
     "evaluate", "commit_evaluate", "score", "remember", "train", "skip_training", "skip_role",
     "publish", "heldout",
 )  # fmt: skip
+STORE_RETRIED = frozenset({
+    "replay", "settle", "skip_design", "replay_pool", "skip_pool", "commit_evaluate", "score",
+    "remember", "train", "skip_training", "skip_role",
+})  # fmt: skip
+"""Tasks that write and have no retries of their own; the others (inference, publish, heldout,
+sample_documents) retry every failure, a store failure included, with backoff. Training retries
+only a store failure: a failed update is looked at, then re-run."""
 
 
 __all__ = ["RoundOutcome", "StageKey", "round_flow", "task_runner"]

@@ -1,13 +1,23 @@
 """What every task of the round shares: timeouts, retries, result persistence and the cache key.
 
-Task results persist to the campaign's Prefect result storage and are cached on a key of (the
-task's data inputs, the config sections the stage depends on, the source of the ``spade``
-modules it runs: :mod:`spade.pipeline.keys`), plus the task's own source (``TASK_SOURCE``): a
-re-run recomputes only what changed and what depends on it.
+Task results persist to the campaign's Prefect result storage as JSON (:mod:`flows.results`)
+and are cached on a key of (the task's data inputs, the config sections the stage depends on,
+the source of the ``spade`` modules it runs: :mod:`spade.pipeline.keys`), plus the task's own
+source (``TASK_SOURCE``): a re-run recomputes only what changed and what depends on it.
+
+A task that commits a stage names it (``commits``): before a cached result is reused, the
+outputs that stage's manifest records are verified (size and sha256); if one is missing or
+corrupt the objects are logged and the stage's repair count (kept in the store, part of the
+key) goes up, so the task runs again and rewrites them, and later resumes reuse that new result.
+
+Writes retry: a task that writes to the store and has no retries of its own is retried on a
+store failure (:class:`spade.errors.StorageError`, ``storage.write_retries``; see
+:func:`store_retries`); the writes are deterministic-key overwrites, so a retry is harmless.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +26,13 @@ from prefect.context import TaskRunContext
 from prefect.tasks import exponential_backoff
 from prefect.utilities.hashing import hash_objects
 
+from flows.results import ResultSerializer
+from spade.config import CampaignConfig
+from spade.errors import StorageError
 from spade.pipeline.keys import config_hash, stage_code_version
+from spade.pipeline.record import campaign_store
+
+logger = logging.getLogger(__name__)
 
 # Timeouts (seconds): they stop a hung stage, not a slow one.
 VERIFY_TIMEOUT_S = 10 * 60
@@ -39,6 +55,8 @@ class StageKey(CachePolicy):
     """
 
     stage: str = ""
+    commits: tuple[str, ...] = ()  # the stages whose manifest this task writes ("train_{role}")
+    under: str = ""  # only their outputs named so ("envs/{env.env_id}/"): a mapped task's share
 
     def compute_key(
         self,
@@ -49,16 +67,49 @@ class StageKey(CachePolicy):
     ) -> str | None:
         config = inputs["config"]
         rest = {k: v for k, v in inputs.items() if k != "config"}
-        return hash_objects(
+        key = hash_objects(
             self.stage, config_hash(config, self.stage), stage_code_version(self.stage), rest
         )
+        repairs = self.repairs(inputs) if key is not None else []
+        return hash_objects(key, "repairs", repairs) if any(repairs) else key
+
+    def repairs(self, inputs: dict[str, Any]) -> list[int]:
+        """Per stage this task committed: how often its outputs were found missing or corrupt,
+        counting (and logging) what is damaged now. A new count is a new key: the task runs
+        again, and later resumes reuse that result, not the one from before the damage."""
+        if not self.commits or "campaign_id" not in inputs or "round_index" not in inputs:
+            return []
+        cs = campaign_store(inputs["config"], inputs["campaign_id"])
+        r, under = inputs["round_index"], self.under.format(**inputs)
+        counts = []
+        for stage in (s.format(**inputs) for s in self.commits):
+            problems = cs.verify_stage(r, stage, under)
+            for line in problems:
+                logger.warning("round %d stage %s: recomputing, its output is %s", r, stage, line)
+            counts.append(cs.repairs(r, stage, under, bump=bool(problems)))
+        return counts
 
 
-def cached(stage: str) -> CachePolicy:
-    return StageKey(stage=stage) + TASK_SOURCE
+def cached(stage: str, commits: tuple[str, ...] = (), under: str = "") -> CachePolicy:
+    return StageKey(stage=stage, commits=commits, under=under) + TASK_SOURCE
 
 
-PERSIST: dict[str, Any] = {"persist_result": True, "result_serializer": "pickle"}
+def store_failure(task: Any, task_run: Any, state: Any) -> bool:
+    """``retry_condition_fn``: retry a failure of the object store, nothing else (a bug in
+    our code fails at once)."""
+    return isinstance(state.data, StorageError)
+
+
+def store_retries(config: CampaignConfig) -> dict[str, Any]:
+    """Task options that retry a store failure, ``storage.write_retries`` times."""
+    return {
+        "retries": config.storage.write_retries,
+        "retry_delay_seconds": config.storage.write_retry_delay_s,
+        "retry_condition_fn": store_failure,
+    }
+
+
+PERSIST: dict[str, Any] = {"persist_result": True, "result_serializer": ResultSerializer()}
 INFERENCE: dict[str, Any] = {
     "retries": INFERENCE_RETRIES,
     "retry_delay_seconds": BACKOFF,

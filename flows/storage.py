@@ -1,5 +1,6 @@
-"""Where Prefect keeps task results (on the campaign's object store) and which task runner maps
-the fan-out stages."""
+"""Where Prefect keeps task results (on the campaign's object store, as JSON records that
+:mod:`flows.results` reads back only if they are ours) and which task runner maps the fan-out
+stages."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from prefect.filesystems import RemoteFileSystem
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.results import RemoteResults, ResultsFolder
 from spade.config import CampaignConfig
 
 RESULTS_DIR = "prefect-results"
@@ -21,16 +22,19 @@ def results_url(config: CampaignConfig) -> str:
 
 
 async def result_storage(config: CampaignConfig) -> Any:
-    """A local folder as a ``Path``; any other fsspec URL (``s3://``) as a saved
-    ``RemoteFileSystem`` block (Prefect needs storage blocks saved before tasks use them)."""
+    """A saved storage block (Prefect needs storage blocks saved before tasks use them) that
+    reads back only our JSON records: :class:`ResultsFolder` for a local folder,
+    :class:`RemoteResults` for any other fsspec URL (``s3://``)."""
     url = results_url(config)
     if url.startswith("file://"):
         url = url[len("file://") :]
+    block: ResultsFolder | RemoteResults
     if "://" not in url:
         path = Path(url).expanduser().resolve()
         path.mkdir(parents=True, exist_ok=True)
-        return path
-    block = RemoteFileSystem(basepath=url, settings=dict(config.storage.storage_options))
+        url, block = str(path), ResultsFolder(basepath=str(path))
+    else:
+        block = RemoteResults(basepath=url, settings=dict(config.storage.storage_options))
     name = "spade-results-" + hashlib.sha256(url.encode()).hexdigest()[:12]
     await block.asave(name, overwrite=True)
     return block

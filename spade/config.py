@@ -495,6 +495,23 @@ class StorageConfig(_Section):
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="fsspec options (endpoint_url, key, ...)."
     )
+    write_retries: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="Retries of a stage that writes to the store after a store failure"
+        " (StorageError); its writes are deterministic-key overwrites.",
+    )
+    write_retry_delay_s: float = Field(
+        5.0, ge=0.0, le=600.0, description="Seconds between those retries."
+    )
+    lease_ttl_s: float = Field(
+        300.0,
+        ge=2.0,
+        le=86400.0,
+        description="Life of a campaign's run lease unless renewed (the holder renews it every"
+        " third of this): a run killed without releasing it blocks its campaign id this long.",
+    )
 
 
 class LoraConfig(_Section):

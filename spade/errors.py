@@ -39,3 +39,19 @@ class CheckpointError(SpadeError):
 
 class StorageError(SpadeError):
     """The object store is unusable or holds corrupt data (unreachable, bad blob checksum)."""
+
+
+class ObjectMissingError(StorageError, FileNotFoundError):
+    """An object the store should hold is absent; the message names it.
+
+    Also a FileNotFoundError, which callers that treat "absent" as a normal case catch.
+    """
+
+
+class ObjectCorruptError(StorageError, ValueError):
+    """An object is stored but unreadable: not the JSON it should be, or not the size and
+    sha256 its manifest recorded; the message names it. Also a ValueError (a decode error)."""
+
+
+class LeaseHeldError(StorageError):
+    """Another run holds the campaign's lease: one campaign id runs once at a time."""

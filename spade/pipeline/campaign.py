@@ -1,10 +1,15 @@
 """A campaign's lifecycle in the object store: its id, its saved config, which round is next,
-and the stop request. The campaign flow and the CLI (run, resume, status) share these."""
+the stop request, and the lease that lets one run at a time work on a campaign id. The campaign
+flow and the CLI (run, resume, status) share these."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
+import threading
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,9 +19,14 @@ from spade.config import CampaignConfig
 from spade.errors import ConfigError
 from spade.pipeline.record import CONFIG_KEY, campaign_store
 from spade.storage import CampaignStore, ObjectStore, RunLayout, utc_now
+from spade.storage.lease import Lease
 
+logger = logging.getLogger(__name__)
 CAMPAIGN_FILE = "campaign.json"
 STOP_FILE = "STOP"
+LEASE_FILE = "lease.json"
+_held: dict[str, int] = {}  # lease URL -> how many nested holds in this process
+_held_lock = threading.Lock()
 
 
 def new_campaign_id(cfg: CampaignConfig) -> str:
@@ -74,12 +84,59 @@ def round_complete(cs: CampaignStore, round: int) -> bool:
     return len(cs.completed_stages(round)) == len(cs.layout.stages)
 
 
-def first_incomplete_round(cs: CampaignStore) -> int:
-    """The round a (re)started campaign continues with."""
+def first_incomplete_round(cs: CampaignStore, report: Callable[[str], Any] | None = None) -> int:
+    """The round a (re)started campaign continues with: the first one not committed in full,
+    or whose committed outputs do not all verify (size and sha256 against their manifests;
+    each missing or corrupt object goes to ``report``)."""
     r = 0
     while round_complete(cs, r):
+        if unverified := cs.unverified_stages(r):
+            for stage, problems in unverified.items():
+                for line in problems:
+                    (report or logger.warning)(f"round {r} stage {stage}: {line}; it is recomputed")
+            return r
         r += 1
     return r
+
+
+def _lease(cfg: CampaignConfig, campaign_id: str) -> tuple[Lease, str]:
+    cs = campaign_store(cfg, campaign_id)
+    key = f"{cs.layout.campaign_prefix}/{LEASE_FILE}"
+    lease = Lease(cs.store, key, cfg.storage.lease_ttl_s, what=f"campaign {campaign_id!r}")
+    return lease, cs.store.url(key)
+
+
+def check_not_running(cfg: CampaignConfig, campaign_id: str) -> None:
+    """LeaseHeldError naming the run that holds the campaign now, if one does (the CLI's early,
+    clear error; the flow's :func:`campaign_lease` is what excludes a second run)."""
+    _lease(cfg, campaign_id)[0].check_free()
+
+
+@contextlib.contextmanager
+def campaign_lease(cfg: CampaignConfig, campaign_id: str) -> Iterator[None]:
+    """Hold the campaign's lease while the block runs: a second run of the same campaign id
+    (another process or machine) gets a LeaseHeldError naming this one. Nested holds in one
+    process (a campaign flow running its round flows) share the outer lease."""
+    lease, url = _lease(cfg, campaign_id)
+    with _held_lock:
+        nested = _held.get(url, 0) > 0
+        if nested:
+            _held[url] += 1
+    if nested:
+        try:  # the outer hold renews and releases
+            yield
+        finally:
+            with _held_lock:
+                _held[url] -= 1
+        return
+    with lease:
+        with _held_lock:
+            _held[url] = 1
+        try:  # the count goes with the lease
+            yield
+        finally:
+            with _held_lock:
+                del _held[url]
 
 
 def request_stop(cs: CampaignStore) -> None:

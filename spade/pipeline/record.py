@@ -3,6 +3,7 @@
 A :class:`StageRecord` collects a stage's outputs (JSON, JSON lines, text, content-addressed
 blobs) under ``campaign/<id>/round-<NNNN>/<stage>/`` and writes the stage manifest last, so a
 crash leaves no committed half-stage. Keys are deterministic: a re-run overwrites, never adds.
+The manifest records each output's size and sha256, so a resume can verify them.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from spade.config import CampaignConfig
+from spade.errors import ObjectCorruptError
 from spade.pipeline.keys import config_hash, stage_code_version
 from spade.storage import CampaignStore, ObjectStore, StageManifest, utc_now
+from spade.storage.layout import file_entry
+from spade.storage.store import SHA256_HEX, blob_key, json_bytes
 
 CONFIG_KEY = "config.yaml"
 
@@ -30,8 +34,25 @@ def jsonl(rows: Iterable[Any]) -> bytes:
 
 
 def read_jsonl(cs: CampaignStore, key: str) -> list[Any]:
-    """The rows of a JSON-lines object."""
-    return [json.loads(line) for line in cs.store.read_bytes(key).splitlines() if line.strip()]
+    """The rows of a JSON-lines object; ObjectCorruptError naming it and the line if one is
+    not JSON (a truncated object), ObjectMissingError if it is absent."""
+    rows = []
+    for n, line in enumerate(cs.store.read_bytes(key).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:  # a torn or tampered object: say which one, and where
+            rows.append(json.loads(line))
+        except ValueError as exc:
+            raise ObjectCorruptError(f"{cs.store.url(key)} line {n} is not JSON: {exc}") from exc
+    return rows
+
+
+def _stored_key(ref: str) -> str | None:
+    """The store key an output reference names: a key, a blob's digest, or (a URL or a local
+    path: a checkpoint folder) none."""
+    if "://" in ref or ref.startswith("/"):
+        return None
+    return blob_key(ref) if SHA256_HEX.fullmatch(ref) else ref
 
 
 class StageRecord:
@@ -49,6 +70,7 @@ class StageRecord:
         self.round, self.stage = round, self.cs.layout.check_stage(stage)
         self.inputs = dict(inputs or {})
         self.outputs: dict[str, str] = {}
+        self.files: dict[str, dict[str, Any]] = {}  # name -> key, size, sha256 (as written)
         self.config_hash = config_hash(cfg, stage)
         self.code_version = stage_code_version(stage)
         self.started, self.t0 = utc_now(), time.perf_counter()
@@ -67,13 +89,11 @@ class StageRecord:
         key = self.key(name)
         self.cs.store.write_bytes(key, data)
         self.outputs[name] = key
+        self.files[name] = file_entry(key, data)
         return key
 
     def write_json(self, name: str, obj: Any) -> str:
-        key = self.key(name)
-        self.cs.store.write_json(key, obj)
-        self.outputs[name] = key
-        return key
+        return self.write_bytes(name, json_bytes(obj))
 
     def write_jsonl(self, name: str, rows: Iterable[Any]) -> str:
         return self.write_bytes(name, jsonl(rows))
@@ -82,7 +102,22 @@ class StageRecord:
         """Content-addressed (stored once however often written); the output maps to its digest."""
         digest = self.cs.store.put_blob(data)
         self.outputs[name] = digest
+        self.files[name] = file_entry(blob_key(digest), data)
         return digest
+
+    def _file_entries(self) -> dict[str, dict[str, Any]]:
+        """Size and sha256 of every output in this store: as written, or (an output another
+        task wrote, named by its key) read back now. A URL (a checkpoint folder) is left out."""
+        files = {}
+        for name, ref in self.outputs.items():
+            key = _stored_key(ref)
+            if key is None:
+                continue
+            if name in self.files and self.files[name]["key"] == key:
+                files[name] = self.files[name]
+            else:
+                files[name] = file_entry(key, self.cs.store.read_bytes(key))
+        return files
 
     def commit(
         self, status: str = "completed", note: str = "", *, seconds: float | None = None
@@ -102,6 +137,7 @@ class StageRecord:
             seconds=round(elapsed, 3),
             status=status,  # type: ignore[arg-type]
             note=note,
+            files=self._file_entries(),
         )
         self.cs.write_stage_manifest(manifest)
         return manifest

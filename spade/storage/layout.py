@@ -9,10 +9,15 @@ Layout (keys relative to the store root)::
 A stage is *done* in a round exactly when its ``manifest.json`` exists, parses, names that
 stage and round, and has status ``completed`` (or ``skipped``). Outputs without a manifest are
 the leftovers of an interrupted run: never reported as completed, overwritten on re-run.
+
+The manifest records the size and sha256 of every stored output (``files``);
+:meth:`CampaignStore.verify_stage` checks them, so a resume finds an output that went missing or
+corrupt after its stage committed, and runs that stage again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Iterable
@@ -20,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
+from spade.errors import ObjectMissingError
 from spade.storage.store import ObjectStore, validate_key
 
 logger = logging.getLogger(__name__)
@@ -109,7 +115,9 @@ class RunLayout:
 class StageManifest:
     """What one stage of one round consumed and produced; its presence commits the stage.
 
-    ``inputs`` / ``outputs`` map names to blob digests or store keys. ``config_hash`` and
+    ``inputs`` / ``outputs`` map names to blob digests or store keys. ``files`` maps each
+    output stored in this store to its key, size and sha256 (:func:`file_entry`; a checkpoint
+    URL is not one: its own manifest checksums its files). ``config_hash`` and
     ``code_version`` are the cache key parts; ``started`` / ``finished`` are ISO-8601 UTC.
     """
 
@@ -125,6 +133,7 @@ class StageManifest:
     status: Status = "completed"
     note: str = ""  # why a stage failed or was skipped
     format: int = MANIFEST_FORMAT
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # absent in older manifests
 
     def __post_init__(self) -> None:
         if self.status not in get_args(Status):
@@ -135,6 +144,10 @@ class StageManifest:
                 isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
             ):
                 raise ValueError(f"{name} must map names to blob digests or keys (str -> str)")
+        if not isinstance(self.files, dict) or not all(
+            isinstance(v, dict) and set(v) == {"key", "size", "sha256"} for v in self.files.values()
+        ):
+            raise ValueError("files must map output names to {key, size, sha256}")
 
     @property
     def done(self) -> bool:
@@ -157,6 +170,11 @@ class StageManifest:
         if not isinstance(manifest.seconds, int | float):
             raise ValueError(f"seconds must be a number, not {manifest.seconds!r}")
         return manifest
+
+
+def file_entry(key: str, data: bytes) -> dict[str, Any]:
+    """What a manifest records of one stored output."""
+    return {"key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 class CampaignStore:
@@ -236,3 +254,52 @@ class CampaignStore:
         done = set(self.completed_stages(round))
         wanted = self.layout.stages if stages is None else tuple(stages)
         return [self.layout.check_stage(s) for s in wanted if s not in done]
+
+    def verify_stage(self, round: int, stage: str, under: str = "") -> list[str]:
+        """What is wrong with the outputs the stage's done manifest records (those named
+        ``under...`` when given): one line per missing or corrupt object, naming it; empty
+        when they verify, or when the stage is not done (nothing to verify)."""
+        manifest = self.read_stage_manifest(round, stage)
+        if manifest is None or not manifest.done:
+            return []
+        problems = []
+        for name, entry in sorted(manifest.files.items()):
+            if not name.startswith(under):
+                continue
+            key = str(entry["key"])
+            try:  # absent is one of the things this looks for
+                data = self.store.read_bytes(key)
+            except ObjectMissingError:
+                problems.append(f"missing {self.store.url(key)}")
+                continue
+            actual = file_entry(key, data)
+            if (actual["size"], actual["sha256"]) != (entry["size"], entry["sha256"]):
+                problems.append(
+                    f"corrupt {self.store.url(key)}: {actual['size']} bytes, sha256"
+                    f" {actual['sha256'][:12]}, the manifest recorded {entry['size']} bytes,"
+                    f" sha256 {str(entry['sha256'])[:12]}"
+                )
+        return problems
+
+    def repairs(self, round: int, stage: str, scope: str = "", *, bump: bool = False) -> int:
+        """How often the stage's outputs (those named ``scope...``) were found damaged and
+        recomputed; ``bump`` counts one more. A cache key holds it, so a repaired stage's new
+        result, not the one from before the damage, is what later resumes reuse."""
+        name = hashlib.sha256(scope.encode()).hexdigest()[:16] if scope else "stage"
+        key = f"{self.layout.stage_prefix(round, stage)}/repairs/{name}.json"
+        try:  # absent: never repaired
+            count = int(self.store.read_json(key)["count"])
+        except ObjectMissingError:
+            count = 0
+        if bump:
+            count += 1
+            self.store.write_json(key, {"count": count, "scope": scope, "at": utc_now()})
+        return count
+
+    def unverified_stages(self, round: int) -> dict[str, list[str]]:
+        """The round's done stages whose outputs do not verify, with what is wrong."""
+        found = {}
+        for stage in self.completed_stages(round):
+            if problems := self.verify_stage(round, stage):
+                found[stage] = problems
+        return found

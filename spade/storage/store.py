@@ -11,7 +11,12 @@ every reader ignore. On object stores (S3 and compatible) a single PUT - or a mu
 is atomic and listings are strongly consistent, so a plain ``pipe_file`` suffices.
 
 Content-addressed blobs live under ``blobs/sha256/<first two hex>/<sha256>``; writing the same
-content twice writes it once, and reading verifies the hash.
+content twice writes it once (an existing blob whose bytes do not hash to its name is
+rewritten), and reading verifies the hash.
+
+Failures. Every failure of the store is a :class:`StorageError` naming the object's URL: an
+absent object is an :class:`ObjectMissingError` (also a FileNotFoundError), an object that is not
+the JSON it should be an :class:`ObjectCorruptError` (also a ValueError).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from spade.errors import StorageError
+from spade.errors import ObjectCorruptError, ObjectMissingError, StorageError
 
 if TYPE_CHECKING:
     from spade.config import StorageConfig
@@ -39,7 +44,7 @@ logger = logging.getLogger(__name__)
 TMP_PREFIX = ".spade-tmp-"
 """Basename prefix of in-flight local writes; never a key part, never listed."""
 BLOB_PREFIX = "blobs/sha256"
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\*?\[\]]")
 
 
@@ -65,7 +70,7 @@ def validate_key(key: str, *, what: str = "key") -> str:
 
 def blob_key(digest: str) -> str:
     """The key of the blob whose sha256 hex digest is ``digest``."""
-    if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+    if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest):
         raise ValueError(f"not a sha256 hex digest (64 lowercase hex chars): {digest!r}")
     return f"{BLOB_PREFIX}/{digest[:2]}/{digest}"
 
@@ -99,11 +104,18 @@ def atomic_write(fs: Any, path: str, data: bytes) -> None:
         os.close(fd)
 
 
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as the store writes JSON: strict (NaN/inf refused: ValueError), sorted keys."""
+    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    return text.encode()
+
+
 class ObjectStore:
     """Keys to bytes under one root URL (a local folder or ``s3://bucket/prefix``).
 
     ``storage_options`` go to fsspec (for S3-compatible endpoints: ``endpoint_url``, ``key``,
-    ``secret``, ...). Missing keys raise :class:`FileNotFoundError` on read.
+    ``secret``, ...). Missing keys raise :class:`ObjectMissingError` (a FileNotFoundError) on
+    read; any other failure of the filesystem is a :class:`StorageError` naming the object.
     """
 
     def __init__(self, root: str, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -142,26 +154,43 @@ class ObjectStore:
         """Atomically create or replace ``key`` with ``data``."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"write_bytes needs bytes, not {type(data).__name__}")
-        atomic_write(self.fs, self._path(key), bytes(data))
+        path = self._path(key)
+        try:  # a filesystem failure (network, permissions, full disk) names the object
+            atomic_write(self.fs, path, bytes(data))
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.url(key)}: {exc!r}") from exc
 
     def write_json(self, key: str, obj: Any) -> None:
         """Atomically write ``obj`` as strict JSON (sorted keys; NaN/inf refused: ValueError)."""
-        text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
-        self.write_bytes(key, text.encode())
+        self.write_bytes(key, json_bytes(obj))
 
     def read_bytes(self, key: str) -> bytes:
-        """The bytes under ``key``; FileNotFoundError if it does not exist."""
-        return bytes(self.fs.cat_file(self._path(key)))
+        """The bytes under ``key``; ObjectMissingError (a FileNotFoundError) if absent."""
+        path = self._path(key)
+        try:  # absent or unreachable: both name the object
+            return bytes(self.fs.cat_file(path))
+        except FileNotFoundError as exc:
+            raise ObjectMissingError(f"no object {self.url(key)}") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.url(key)}: {exc!r}") from exc
 
     def read_json(self, key: str) -> Any:
-        """The JSON value under ``key``; FileNotFoundError if absent, ValueError if not JSON."""
-        return json.loads(self.read_bytes(key))
+        """The JSON value under ``key``; ObjectMissingError if absent, ObjectCorruptError (a
+        ValueError) if it is not JSON (e.g. truncated)."""
+        data = self.read_bytes(key)
+        try:  # a torn or tampered object: say which one
+            return json.loads(data)
+        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+            raise ObjectCorruptError(f"{self.url(key)} is not valid JSON: {exc}") from exc
 
     def exists(self, key: str) -> bool:
         """Whether an object (not merely a prefix) is stored under ``key``."""
         path = self._path(key)
-        self.fs.invalidate_cache(path)  # another process may have written since we looked
-        return bool(self.fs.isfile(path))
+        try:  # unreachable store: name the object
+            self.fs.invalidate_cache(path)  # another process may have written since we looked
+            return bool(self.fs.isfile(path))
+        except OSError as exc:
+            raise StorageError(f"cannot look up {self.url(key)}: {exc!r}") from exc
 
     def list(self, prefix: str = "") -> list[str]:
         """Every key equal to ``prefix`` or under ``prefix/``, sorted; ``""`` lists all keys.
@@ -174,6 +203,8 @@ class ObjectStore:
             found = self.fs.find(path)
         except FileNotFoundError:  # nothing was ever written under this prefix (or root)
             return []
+        except OSError as exc:  # unreachable store
+            raise StorageError(f"cannot list {self.fs.unstrip_protocol(path)}: {exc!r}") from exc
         keys = []
         for p in found:
             key = self._key(p)
@@ -191,9 +222,12 @@ class ObjectStore:
             raise ValueError("delete needs a non-empty prefix (refusing to wipe the store)")
         keys = self.list(prefix)
         path = self._path(prefix)
-        if self.fs.exists(path):
-            self.fs.rm(path, recursive=True)  # also removes stale temporary files under it
-        self.fs.invalidate_cache(path)
+        try:  # unreachable store: name the prefix
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)  # also removes stale temporary files under it
+            self.fs.invalidate_cache(path)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {self.url(prefix)}: {exc!r}") from exc
         return keys
 
     def check(self) -> None:
@@ -216,18 +250,19 @@ class ObjectStore:
     def ensure_blob(self, data: bytes) -> tuple[str, bool]:
         """Store ``data`` by its sha256 unless already there: ``(digest, written)``.
 
-        An existing object of the wrong size (torn or tampered) is rewritten.
+        An existing object whose bytes are not ``data`` (torn or tampered, whatever its size)
+        is rewritten.
         """
         digest = hashlib.sha256(data).hexdigest()
-        path = self._path(blob_key(digest))
-        self.fs.invalidate_cache(path)
+        key = blob_key(digest)
+        self.fs.invalidate_cache(self._path(key))
         try:  # absent is the normal case for new content
-            if int(self.fs.size(path)) == len(data):
+            if self.read_bytes(key) == data:
                 return digest, False
-            logger.warning("blob %s has the wrong size; rewriting it", digest)
-        except FileNotFoundError:
+            logger.warning("blob %s does not hold its content; rewriting it", self.url(key))
+        except ObjectMissingError:
             pass
-        atomic_write(self.fs, path, bytes(data))
+        self.write_bytes(key, bytes(data))
         return digest, True
 
     def put_blob(self, data: bytes) -> str:
@@ -239,9 +274,12 @@ class ObjectStore:
         return self.exists(blob_key(digest))
 
     def get_blob(self, digest: str) -> bytes:
-        """The blob's bytes, verified; StorageError if corrupt, FileNotFoundError if absent."""
+        """The blob's bytes, verified; ObjectCorruptError if corrupt, ObjectMissingError (a
+        FileNotFoundError) if absent."""
         data = self.read_bytes(blob_key(digest))
         actual = hashlib.sha256(data).hexdigest()
         if actual != digest:
-            raise StorageError(f"blob {self.url(blob_key(digest))} is corrupt: sha256 {actual}")
+            raise ObjectCorruptError(
+                f"blob {self.url(blob_key(digest))} is corrupt: sha256 {actual}"
+            )
         return data

@@ -110,6 +110,24 @@ def test_run_status_resume_on_the_embedded_prefect(tmp_path, scripted_server):
     assert unknown.returncode == 2 and "no campaign 'nope'" in unknown.stderr
 
 
+@pytest.mark.attack
+def test_a_second_run_of_a_running_campaign_is_one_clear_error(tmp_path):
+    """Another process holds the campaign's lease: resume refuses, naming it, before any work."""
+    from spade.config import load_config
+    from spade.pipeline.campaign import LEASE_FILE, start_campaign
+    from spade.storage.lease import Lease
+
+    root = tmp_path / "store"
+    cfg = load_config(overrides={"storage.root": str(root)})
+    cs = start_campaign(cfg, "busy")
+    with Lease(cs.store, f"campaign/busy/{LEASE_FILE}", 600) as held:
+        done = spade("resume", "busy", "--store", str(root), "--no-live", home=tmp_path / "p")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: campaign 'busy' is held by" in done.stderr and held.owner in done.stderr
+    assert f"pid {os.getpid()}" in done.stderr and "Traceback" not in done.stderr
+    assert cs.completed_stages(0) == []  # nothing ran
+
+
 def test_live_view_renders_what_the_store_holds(tmp_path):
     from spade.config import load_config
 

@@ -128,7 +128,7 @@ def test_local_write_is_atomic(local_store, monkeypatch):
         raise OSError("disk gone")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError, match="disk gone"):
+    with pytest.raises(StorageError, match=r"cannot write file://.*/k/v: OSError\('disk gone'\)"):
         local_store.write_bytes("k/v", b"new")
     monkeypatch.undo()
     assert local_store.read_bytes("k/v") == b"old"
