@@ -20,15 +20,6 @@ from spade.pipeline.campaign import LEASE_FILE, campaign_lease
 from spade.storage import ObjectStore
 from spade.storage.lease import Lease
 
-
-@pytest.fixture(params=["local", "s3"])
-def store(request, tmp_path) -> ObjectStore:
-    if request.param == "local":
-        return ObjectStore(str(tmp_path / "store"))
-    bucket = request.getfixturevalue("s3_bucket")
-    return ObjectStore(f"s3://{bucket.name}/prefix", bucket.storage_options)
-
-
 KEY = "campaign/c1/lease.json"
 
 

@@ -25,14 +25,6 @@ from spade.storage import (
 from spade.storage.store import TMP_PREFIX
 
 
-@pytest.fixture(params=["local", "s3"])
-def store(request, tmp_path) -> ObjectStore:
-    if request.param == "local":
-        return ObjectStore(str(tmp_path / "store"))
-    bucket = request.getfixturevalue("s3_bucket")
-    return ObjectStore(f"s3://{bucket.name}/prefix", bucket.storage_options)
-
-
 @pytest.fixture
 def local_store(tmp_path) -> ObjectStore:
     return ObjectStore(str(tmp_path / "store"))
