@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from spade.errors import SpadeError
+from spade.errors import SpadeError, StorageError
 from spade.pipeline.campaign import list_campaigns, request_stop
 from spade.pipeline.summary import campaign_status
 from spade.storage import CampaignStore, ObjectStore
@@ -92,7 +92,15 @@ def status(
             f"[red]error:[/] no campaign {campaign_id!r} in {objects.url()}; known: {known}"
         )
         raise typer.Exit(2)
-    info = campaign_status(CampaignStore(objects, campaign_id))
+    try:  # a damaged or unreachable store: say which object, no traceback
+        info = campaign_status(CampaignStore(objects, campaign_id))
+    except StorageError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        console.print(
+            f"`spade resume {campaign_id}` verifies every committed stage and recomputes"
+            " what is missing or corrupt"
+        )
+        raise typer.Exit(2) from None
     if as_json:
         print(json.dumps(info, indent=2))
         return

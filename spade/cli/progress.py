@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spade.cli.campaign import cell
+from spade.errors import StorageError
 from spade.pipeline.replay import environment_rows
 from spade.pipeline.summary import summarize_round
 from spade.storage import CampaignStore
@@ -98,8 +99,14 @@ class CampaignProgress:
     def poll(self) -> list[dict[str, Any]]:
         if time.monotonic() - self._polled >= _POLL_S:
             rows = []
+            previous = {row["round"]: row for row in self._rows}
             for r in self.cs.rounds():
-                row = self._complete.get(r) or round_progress(self.cs, r)
+                try:
+                    row = self._complete.get(r) or round_progress(self.cs, r)
+                except StorageError:  # a damaged output that a resume is about to recompute
+                    if r in previous:
+                        rows.append(previous[r])
+                    continue
                 if row["complete"]:
                     self._complete[r] = row
                 rows.append(row)

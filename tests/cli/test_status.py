@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from spade.cli.progress import CampaignProgress
 from spade.config import load_config
 from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.record import StageRecord, jsonl
@@ -77,3 +78,24 @@ def test_a_small_reward_spread_is_not_shown_as_none():
     assert cell("designer_spread", {"designer_spread": 0.0}) == "0.00"
     assert cell("designer_spread", {"designer_spread": 0.17}) == "0.17"
     assert cell("regret", {"regret": 0.0004}) == "0.00"
+
+
+def test_a_damaged_store_is_one_clear_error_and_the_live_view_keeps_going(tmp_path):
+    cfg = load_config(overrides={"storage.root": str(tmp_path / "store")})
+    ensure_campaign(cfg, "wide")
+    _round(cfg, 0, complete=True)
+    _round(cfg, 1, complete=True)
+    cs = StageRecord(cfg, "wide", 1, "score").cs
+    view = CampaignProgress(cs, rounds=2)
+    assert [row["round"] for row in view.poll()] == [0, 1]
+    cs.store.write_bytes(cs.layout.stage_key(1, "score", "scored.jsonl"), b'{"source": "des')
+    view._complete.pop(1)  # as if round 1 had not been seen complete before the damage
+    view._polled = 0.0
+    rows = view.poll()  # the damaged round keeps its last row; nothing raises
+    assert [row["round"] for row in rows] == [0, 1]
+
+    done = spade("status", "wide", "--store", str(tmp_path / "store"), home=tmp_path / "home")
+    assert done.returncode == 2
+    assert "round-0001/score/scored.jsonl line 1 is not JSON" in done.stdout
+    assert "spade resume wide" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
