@@ -19,6 +19,10 @@ ActionFormat = Literal["strict", "lenient"]
 
 _DECODER = json.JSONDecoder()
 _OBJECT_WITH_KEY = re.compile(r'\{\s*"')
+MAX_BROKEN_OBJECTS = 1024
+"""Objects that do not parse before the search for bare calls gives up: each costs a decode
+(microseconds), so a megabyte of ``{"`` took about a second; a reply that holds a thousand
+broken objects before its call is not a call worth finding."""
 
 
 def extract_action(text: str, *, tool_use: bool, action_format: ActionFormat = "strict") -> str:
@@ -61,13 +65,18 @@ def bare_tool_calls(text: str) -> list[str]:
     Linear in ``text``: after a value that does not parse, the search goes on from where the
     decoder gave up, not from the next brace (which rescanned the rest of ``{"a": {"a": ...``
     from every brace), so a call nested inside a broken object is not recovered; JSON nested
-    too deep to decode (or an int too long to convert) ends the search."""
+    too deep to decode (or an int too long to convert) ends the search, and so does the
+    :data:`MAX_BROKEN_OBJECTS`-th object that does not parse."""
     calls: list[str] = []
+    broken = 0
     pos = _next_object(text, 0)
     while pos != -1:
         try:
             value, end = _decode_at(text, pos)
         except _Broken as exc:  # prose or bad JSON: go on from where the decoder gave up
+            broken += 1
+            if broken > MAX_BROKEN_OBJECTS:
+                break
             pos = _next_object(text, max(pos + 1, exc.at))
             continue
         # Nesting deeper than the interpreter recurses, or an int over the digit limit (a

@@ -154,3 +154,12 @@ def test_bare_tool_calls_longer_than_the_first_window(size):
         "1", "1" * min(size, 4000)
     )
     assert bare_tool_calls("{ " * 3 + long_number) == [long_number]
+
+
+def test_the_search_for_bare_calls_gives_up_after_many_broken_objects():
+    from spade.agent.actions import MAX_BROKEN_OBJECTS
+
+    call = '{"name": "look", "arguments": {}}'
+    few = '{"a" ' * MAX_BROKEN_OBJECTS
+    assert bare_tool_calls(few + call) == [call]
+    assert bare_tool_calls(few + '{"a" ' + call) == []  # one broken object too many
