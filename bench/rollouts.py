@@ -42,6 +42,7 @@ from spade.agent import EpisodeJob, RolloutSettings, run_episodes
 from spade.config import COGNITIVE_SKILLS, CampaignConfig, CorpusConfig, load_config
 from spade.envs.examples import example_paths
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
+from spade.sandbox.policy import SandboxPolicy, load_policy
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "rollouts.json"
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -91,7 +92,9 @@ def design_requests(s: Settings) -> list[ChatRequest]:
     ]
 
 
-async def measure(backend: Backend, s: Settings) -> tuple[dict[str, Any], list[Completion]]:
+async def measure(
+    backend: Backend, s: Settings, policy: SandboxPolicy
+) -> tuple[dict[str, Any], list[Completion]]:
     """Designs, then episodes, on one backend; returns the figures and the design completions."""
     requests = design_requests(s)
     warm = ChatRequest(requests[0].messages, SamplingParams(max_tokens=4))
@@ -109,10 +112,13 @@ async def measure(backend: Backend, s: Settings) -> tuple[dict[str, Any], list[C
         seed=7,
     )
     await run_episodes(
-        backend, episode_jobs(1), RolloutSettings(max_turns=1, max_tokens_per_turn=4)
+        backend,
+        episode_jobs(1),
+        RolloutSettings(max_turns=1, max_tokens_per_turn=4),
+        policy=policy,
     )
     t0 = time.perf_counter()
-    trajs = await run_episodes(backend, episode_jobs(s.episodes), play)
+    trajs = await run_episodes(backend, episode_jobs(s.episodes), play, policy=policy)
     episode_s = time.perf_counter() - t0
     episode_tokens = sum(t.generated_tokens for t in trajs)
     figures = {
@@ -142,7 +148,7 @@ async def run_llamacpp(cfg: CampaignConfig, s: Settings) -> tuple[dict[str, Any]
     backend = await asyncio.to_thread(lambda: ManagedLlamaCppBackend(cfg).start())
     startup = time.perf_counter() - started
     try:  # the server process is stopped whatever happens
-        figures, designs = await measure(backend, s)
+        figures, designs = await measure(backend, s, load_policy(cfg.sandbox.policy_path))
     finally:
         await backend.aclose()
     return figures | {"startup_seconds": startup}, designs
@@ -158,7 +164,7 @@ async def run_transformers(
     backend = await asyncio.to_thread(TransformersBackend, cfg.model, cfg.inference)
     startup = time.perf_counter() - started
     try:  # the model is released whatever happens
-        figures, _ = await measure(backend, s)
+        figures, _ = await measure(backend, s, load_policy(cfg.sandbox.policy_path))
         ratios = behaviour_ratios(backend, sampled, cfg.training.is_cap)
     finally:
         await backend.aclose()

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from rich.table import Table
 
 from spade.envs.actions import split_solution
 from spade.envs.examples import example_paths
-from spade.sandbox.policy import load_policy
+from spade.sandbox.policy import SandboxPolicy, load_policy
 from spade.sandbox.session import JailedSession
 from spade.verify.verifier import verify
 
@@ -73,6 +74,12 @@ class Sizes:
 
 QUICK = Sizes(starts=8, steps=500, verify_rounds=1)
 FULL = Sizes(starts=50, steps=10000, verify_rounds=6)
+
+
+@cache
+def policy() -> SandboxPolicy:
+    """The policy in force, loaded once for the whole benchmark."""
+    return load_policy()
 
 
 # -- statistics ----------------------------------------------------------------------------
@@ -103,7 +110,7 @@ def timed(fn: Callable[[], object], n: int) -> list[float]:
 
 
 def jailed_start_close(code: str) -> None:
-    session = JailedSession(code)
+    session = JailedSession(code, policy=policy())
     try:
         session.start()
     finally:
@@ -111,7 +118,7 @@ def jailed_start_close(code: str) -> None:
 
 
 def bench_start(code: str, n: int) -> dict[str, Any]:
-    jail_python = str(load_policy().interpreter)
+    jail_python = str(policy().interpreter)
     jailed = summarize(timed(lambda: jailed_start_close(code), n), 1e3)
     host = summarize(
         timed(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), n), 1e3
@@ -199,7 +206,7 @@ class EchoClient:
 
 
 def pipe_samples(n: int) -> list[float]:
-    client = EchoClient(str(load_policy().interpreter))
+    client = EchoClient(str(policy().interpreter))
     try:
         return timed(lambda: client.call({"op": "step", "action": "\\boxed{N}"}), n)
     finally:
@@ -208,7 +215,7 @@ def pipe_samples(n: int) -> list[float]:
 
 def bench_step(path: Path, n: int) -> dict[str, Any]:
     code = path.read_text(encoding="utf-8")
-    with JailedSession(code) as session:
+    with JailedSession(code, policy=policy()) as session:
         session.reset(SEED)
         actions = split_solution(session.solution())
         jailed = step_samples(lambda: session.reset(SEED), session.step, actions, n)
@@ -237,7 +244,7 @@ def verify_throughput(codes: list[str], workers: int, rounds: int) -> dict[str, 
     jobs = codes * rounds
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        verdicts = list(pool.map(verify, jobs))
+        verdicts = list(pool.map(lambda code: verify(code, policy=policy()), jobs))
     seconds = time.perf_counter() - t0
     return {
         "workers": workers,
@@ -250,7 +257,7 @@ def verify_throughput(codes: list[str], workers: int, rounds: int) -> dict[str, 
 
 def bench_verify(rounds: int, worker_counts: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
     codes = [p.read_text(encoding="utf-8") for p in example_paths()]
-    verify(codes[0])  # warm-up: imports, policy, page cache
+    verify(codes[0], policy=policy())  # warm-up: imports, policy, page cache
     runs = [verify_throughput(codes, w, rounds) for w in worker_counts]
     for run in runs:
         run["speedup"] = run["per_second"] / runs[0]["per_second"]
@@ -261,7 +268,7 @@ def bench_verify(rounds: int, worker_counts: tuple[int, ...] = (1, 2, 4)) -> dic
 
 
 def machine_info() -> dict[str, Any]:
-    jail_python = str(load_policy().interpreter)
+    jail_python = str(policy().interpreter)
     jail_version = subprocess.run(
         [jail_python, "-I", "-S", "-c", "import sys; print(sys.version.split()[0])"],
         capture_output=True,

@@ -116,10 +116,10 @@ def check_sandbox(cfg: CampaignConfig) -> str:
     from spade.sandbox.cgroups import detect_cgroups, require_memory_bound
     from spade.sandbox.failures import EnvFailure
     from spade.sandbox.jail import nsjail_binary
-    from spade.sandbox.policy import default_policy_path, load_policy, policy_source
+    from spade.sandbox.policy import load_policy, policy_path, policy_source
     from spade.sandbox.session import JailedSession
 
-    where = cfg.sandbox.policy_path or default_policy_path()
+    where = policy_path(cfg.sandbox.policy_path)
     field = f"sandbox.policy_path {str(where)!r}" if where else "sandbox.policy_path (built-in)"
     try:  # load_policy says which file and field is wrong; add the campaign field
         policy = load_policy(cfg.sandbox.policy_path)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from spade.envs.examples import example_paths
+from spade.sandbox.policy import SandboxPolicy, load_policy
 from tests.leaks import HostSnapshot, own_leaks
 
 
@@ -49,6 +50,13 @@ def no_leftovers_after_suite(tmp_path_factory):
 @pytest.fixture(params=example_paths(), ids=lambda p: p.stem)
 def example_path(request) -> Path:
     return request.param
+
+
+@pytest.fixture(scope="session")
+def policy() -> SandboxPolicy:
+    """The sandbox policy in force (the checked-in one), loaded once: every jail names its
+    policy, as a campaign passes its own. Tests change copies (``model_copy``), never it."""
+    return load_policy()
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ from spade.inference.base import (
     SamplingParams,
 )
 from spade.sandbox.failures import EnvFailure
-from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.replies import REWARD_RANGE
 from spade.sandbox.session import JailedSession
 
@@ -150,7 +150,7 @@ async def run_episodes(
     jobs: Sequence[EpisodeJob],
     settings: RolloutSettings = RolloutSettings(),
     *,
-    policy: SandboxPolicy | None = None,
+    policy: SandboxPolicy,
     finished: Mapping[int, Trajectory] | None = None,
     on_finished: OnFinished | None = None,
 ) -> list[Trajectory]:
@@ -165,9 +165,7 @@ async def run_episodes(
     episode's sampling seeds depend on its job index only, so playing the rest of the jobs after
     ``finished`` ones gives the episodes a whole run would.
     """
-    pools = _Pools(
-        policy or load_policy(), settings.max_turns, settings.max_parallel, settings.reward_range
-    )
+    pools = _Pools(policy, settings.max_turns, settings.max_parallel, settings.reward_range)
     done = dict(finished or {})
     pending = deque((i, job) for i, job in enumerate(jobs) if i not in done)
     live: list[_Live] = []

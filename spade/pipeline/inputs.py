@@ -64,9 +64,9 @@ def path_digest(path: Path, field: str) -> str:
 
 
 def _policy(cfg: CampaignConfig) -> str | None:
-    from spade.sandbox.policy import default_policy_path  # pydantic + yaml, as spade.config
+    from spade.sandbox.policy import policy_path  # pydantic + yaml, as spade.config
 
-    path = cfg.sandbox.policy_path or default_policy_path()
+    path = policy_path(cfg.sandbox.policy_path)
     # no file: the built-in policy, which is code (spade.sandbox.policy, in the stage's closure)
     return None if path is None else path_digest(Path(path), "sandbox.policy_path")
 

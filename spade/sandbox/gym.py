@@ -14,7 +14,7 @@ import gymnasium as gym
 from gymnasium.spaces import Text
 
 from spade.sandbox.failures import EnvFailure
-from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.session import JailedSession
 
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + string.punctuation + " \n"
@@ -46,12 +46,12 @@ class SandboxedTextEnv(gym.Env[str, str]):
         self,
         code: str,
         *,
-        policy: SandboxPolicy | None = None,
+        policy: SandboxPolicy,
         max_turns: int = 25,
         max_action_length: int = 4096,
     ) -> None:
         self._code = code
-        self._policy = policy or load_policy()
+        self._policy = policy
         self._max_turns = max_turns
         self._session: JailedSession | None = None
         self.observation_space = UnicodeText(max_length=self._policy.limits.max_message_bytes)

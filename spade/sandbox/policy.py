@@ -361,10 +361,23 @@ def _exposes_host(bind: Path) -> str | None:
     return None
 
 
-def default_policy_path() -> Path | None:
-    """``$SPADE_SANDBOX_POLICY`` or the checked-in ``infra/sandbox.yaml`` when present."""
+def policy_path(configured: str | Path | None = None) -> Path | None:
+    """The policy file in force: ``configured`` (the campaign's ``sandbox.policy_path``), else
+    ``$SPADE_SANDBOX_POLICY``, else the checked-in ``infra/sandbox.yaml`` when present; None
+    means the built-in defaults. The one place that decides (loading and cache keys agree)."""
+    env = os.environ.get(POLICY_ENV_VAR)
+    if configured is not None:
+        if env and Path(env).resolve() != Path(configured).resolve():
+            _once(
+                logging.WARNING,
+                "%s=%s is ignored: the campaign's sandbox policy %s is in force",
+                POLICY_ENV_VAR,
+                env,
+                configured,
+            )
+        return Path(configured)
     default = _REPO_POLICY if _REPO_POLICY.is_file() else None
-    if env := os.environ.get(POLICY_ENV_VAR):
+    if env:
         _once(
             logging.WARNING,
             "%s=%s overrides the default sandbox policy %s",
@@ -376,19 +389,11 @@ def default_policy_path() -> Path | None:
     return default
 
 
-def load_policy(path: str | Path | None = None) -> SandboxPolicy:
-    """Load and validate a policy file; without a path, the default (or built-in) policy.
-    The policy in force (file and sha256) is logged once per process."""
-    env = os.environ.get(POLICY_ENV_VAR)
-    if path is not None and env and Path(env).resolve() != Path(path).resolve():
-        _once(
-            logging.WARNING,
-            "%s=%s is ignored: the campaign's sandbox policy %s is in force",
-            POLICY_ENV_VAR,
-            env,
-            path,
-        )
-    path = Path(path) if path is not None else default_policy_path()
+def load_policy(configured: str | Path | None = None) -> SandboxPolicy:
+    """Load and validate the policy in force (:func:`policy_path` of ``configured``); with no
+    file, the built-in defaults. The policy in force (file and sha256) is logged once per
+    process."""
+    path = policy_path(configured)
     if path is None:
         policy = SandboxPolicy()
     else:

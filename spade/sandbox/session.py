@@ -42,7 +42,7 @@ from spade.sandbox.jail import (
     nsjail_binary,
     write_config,
 )
-from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.replies import (
     REWARD_RANGE,
     BadReply,
@@ -84,14 +84,14 @@ class JailedSession:
         self,
         code: str,
         *,
-        policy: SandboxPolicy | None = None,
+        policy: SandboxPolicy,
         env_kwargs: dict[str, Any] | None = None,
         class_name: str | None = None,
         reward_range: tuple[float, float] = REWARD_RANGE,
     ) -> None:
         self.code = code
         self.reward_range = reward_range
-        self.policy = policy or load_policy()
+        self.policy = policy
         self.env_kwargs = dict(env_kwargs or {})
         self.class_name = class_name
         self.info: SessionInfo | None = None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from spade.sandbox.failures import EnvFailure, Failure, FailureKind
-from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.sandbox.policy import SandboxPolicy
 from spade.verify.checks import CHECKS, Context
 from spade.verify.config import VerifyConfig
 from spade.verify.novelty import Reference
@@ -74,7 +74,7 @@ def verify(
     code: str,
     *,
     config: VerifyConfig | None = None,
-    policy: SandboxPolicy | None = None,
+    policy: SandboxPolicy,
     references: Sequence[Reference] = (),
 ) -> Verdict:
     """Run every check on ``code`` (in the sandbox where it executes anything). The novelty
@@ -82,7 +82,7 @@ def verify(
     ctx = Context(
         code=code,
         config=config or VerifyConfig(),
-        policy=policy or load_policy(),
+        policy=policy,
         references=tuple(references),
     )
     verdict = Verdict()
@@ -135,6 +135,13 @@ def _progress(verdict: Verdict, config: VerifyConfig, code: str) -> float:
     return sum(c.passed for c in verdict.checks) / len(CHECKS)
 
 
-def verify_file(path: str | Path, **kwargs: Any) -> Verdict:
+def verify_file(
+    path: str | Path,
+    *,
+    config: VerifyConfig | None = None,
+    policy: SandboxPolicy,
+    references: Sequence[Reference] = (),
+) -> Verdict:
     """:func:`verify` on a file's text (undecodable bytes are replaced, not fatal)."""
-    return verify(Path(path).read_text(encoding="utf-8", errors="replace"), **kwargs)
+    code = Path(path).read_text(encoding="utf-8", errors="replace")
+    return verify(code, config=config, policy=policy, references=references)

@@ -55,11 +55,11 @@ def backend(server: FakeOpenAIServer, **kw) -> OpenAIBackend:
     return OpenAIBackend(cfg, server.model)
 
 
-def play(server, jobs, **settings):
+def play(server, policy, jobs, **settings):
     async def go():
         b = backend(server)
         try:
-            return await run_episodes(b, jobs, RolloutSettings(**settings))
+            return await run_episodes(b, jobs, RolloutSettings(**settings), policy=policy)
         finally:
             await b.aclose()
 
@@ -80,11 +80,11 @@ def session_starts(monkeypatch) -> list[int]:
     return starts
 
 
-def test_episodes_batch_together_and_reuse_sessions(session_starts):
+def test_episodes_batch_together_and_reuse_sessions(session_starts, policy):
     starts = session_starts
     with FakeOpenAIServer(script=lambda r: "\\boxed{0123}", latency_s=0.05) as server:
         jobs = [EpisodeJob("cb", CODE_BREAKER, seed=i) for i in range(6)]
-        trajs = play(server, jobs, max_parallel=2)
+        trajs = play(server, policy, jobs, max_parallel=2)
     assert [t.seed for t in trajs] == list(range(6))
     assert all(t.status == "terminated" and len(t.turns) == 10 for t in trajs)  # 10 guesses
     assert len(starts) == 2  # two parallel slots, each session reset for the next episode
@@ -108,11 +108,11 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
     return most
 
 
-def test_steps_of_live_episodes_run_at_the_same_time(session_starts):
+def test_steps_of_live_episodes_run_at_the_same_time(session_starts, policy):
     starts = session_starts
     with FakeOpenAIServer(script=lambda r: "\\boxed{7}") as server:
         jobs = [EpisodeJob("slow", SLOW, seed=i) for i in range(6)]
-        trajs = play(server, jobs, max_parallel=3)
+        trajs = play(server, policy, jobs, max_parallel=3)
     assert len(starts) == 3  # sessions are still reused across episodes
     assert [t.seed for t in trajs] == list(range(6))
     for t in trajs:  # each episode's own turns stay in order
@@ -131,14 +131,14 @@ def test_steps_of_live_episodes_run_at_the_same_time(session_starts):
     assert most_at_once(steps) == 3
 
 
-def test_env_failure_mid_episode_is_data_and_others_go_on():
+def test_env_failure_mid_episode_is_data_and_others_go_on(policy):
     with FakeOpenAIServer(script=lambda r: "\\boxed{0123}") as server:
         jobs = [
             EpisodeJob("flaky", FLAKY, 0),
             EpisodeJob("cb", CODE_BREAKER, 1),
             EpisodeJob("bad", "class (:", 2),
         ]
-        flaky, cb, bad = play(server, jobs, max_turns=5)
+        flaky, cb, bad = play(server, policy, jobs, max_turns=5)
     assert (
         flaky.status == "env_failed" and flaky.failure["kind"] == "crash" and len(flaky.turns) == 1
     )
@@ -147,28 +147,30 @@ def test_env_failure_mid_episode_is_data_and_others_go_on():
     assert cb.status == "terminated" and len(cb.turns) == 5  # max_turns reaches the env too
 
 
-def test_an_env_that_never_ends_is_cut_at_the_turn_limit():
+def test_an_env_that_never_ends_is_cut_at_the_turn_limit(policy):
     endless = FLAKY.replace("FlakyEnv", "EndlessEnv").replace("if self.n == 2", "if self.n == -1")
     with FakeOpenAIServer(script=lambda r: "\\boxed{1}") as server:
-        (t,) = play(server, [EpisodeJob("endless", endless, 0)], max_turns=4)
+        (t,) = play(server, policy, [EpisodeJob("endless", endless, 0)], max_turns=4)
     assert t.status == "turn_limit" and len(t.turns) == 4 and t.episode_return() == 0.0
 
 
-def test_inference_failure_and_context_limit_end_the_episode():
+def test_inference_failure_and_context_limit_end_the_episode(policy):
     with FakeOpenAIServer(script=lambda r: "\\boxed{0123}", faults=["500"]) as server:
-        (t,) = play(server, [EpisodeJob("cb", CODE_BREAKER, 0)])
+        (t,) = play(server, policy, [EpisodeJob("cb", CODE_BREAKER, 0)])
     assert t.status == "inference_failed" and t.failure["kind"] == "server_error"
     with FakeOpenAIServer(
         script=lambda r: "\\boxed{0123} " + "pad " * 50, max_context=1200
     ) as server:
-        (t,) = play(server, [EpisodeJob("cb", CODE_BREAKER, 0)], max_tokens_per_turn=100)
+        (t,) = play(server, policy, [EpisodeJob("cb", CODE_BREAKER, 0)], max_tokens_per_turn=100)
     assert t.status == "context_limit" and 0 < len(t.turns) < 10
 
 
-def test_tool_use_episode_sends_tool_schemas_and_hint():
+def test_tool_use_episode_sends_tool_schemas_and_hint(policy):
     with FakeOpenAIServer(script=lambda r: "<answer>0</answer>") as server:
         (t,) = play(
-            server, [EpisodeJob("orders", ORDERS, 3, hint="check stock first", tool_use=True)]
+            server,
+            policy,
+            [EpisodeJob("orders", ORDERS, 3, hint="check stock first", tool_use=True)],
         )
         chats = [r.body for r in server.requests if r.path.endswith("/chat/completions")]
     assert t.status == "terminated" and t.hinted and t.tools
@@ -180,12 +182,13 @@ def test_tool_use_episode_sends_tool_schemas_and_hint():
 
 
 @pytest.mark.parametrize("action_format", ["strict", "lenient"])
-def test_action_format_decides_whether_a_plain_move_is_played(action_format):
+def test_action_format_decides_whether_a_plain_move_is_played(action_format, policy):
     """A reply that names a move without \\boxed{}: strict sends it whole (the environment's
     format message), lenient plays its last line."""
     with FakeOpenAIServer(script=lambda r: "My guess:\n0123") as server:
         (t,) = play(
             server,
+            policy,
             [EpisodeJob("cb", CODE_BREAKER, 0)],
             max_turns=1,
             action_format=action_format,
@@ -198,25 +201,28 @@ def test_action_format_decides_whether_a_plain_move_is_played(action_format):
         assert turn.action == "\\boxed{0123}" and "\\boxed" not in turn.observation
 
 
-def _play_with(server, jobs, **kwargs):
+def _play_with(server, policy, jobs, **kwargs):
     async def go():
         b = backend(server)
         try:
-            return await run_episodes(b, jobs, RolloutSettings(max_parallel=3), **kwargs)
+            return await run_episodes(
+                b, jobs, RolloutSettings(max_parallel=3), policy=policy, **kwargs
+            )
         finally:
             await b.aclose()
 
     return asyncio.run(go())
 
 
-def test_finished_episodes_are_not_played_again_and_the_callback_sees_the_rest():
+def test_finished_episodes_are_not_played_again_and_the_callback_sees_the_rest(policy):
     jobs = [EpisodeJob("cb", CODE_BREAKER, seed=i) for i in range(3)]
     with FakeOpenAIServer(script=lambda r: "\\boxed{0123}") as server:
-        whole = _play_with(server, jobs)
+        whole = _play_with(server, policy, jobs)
         before = len(server.chat_requests)
         seen: list[tuple[int, int]] = []
         again = _play_with(
             server,
+            policy,
             jobs,
             finished={0: whole[0], 2: whole[2]},
             on_finished=lambda i, t: seen.append((i, t.seed)),
@@ -229,7 +235,7 @@ def test_finished_episodes_are_not_played_again_and_the_callback_sees_the_rest()
     ]
 
 
-def test_a_raising_callback_ends_the_run_and_closes_every_session(monkeypatch):
+def test_a_raising_callback_ends_the_run_and_closes_every_session(monkeypatch, policy):
     """A failed store write (the callback raising) ends the run; no started jail is left,
     also when the episode that ended first never got a session (it did not load)."""
     opened: list[session_mod.JailedSession] = []
@@ -255,5 +261,5 @@ def test_a_raising_callback_ends_the_run_and_closes_every_session(monkeypatch):
         FakeOpenAIServer(script=lambda r: "\\boxed{0123}") as server,
         pytest.raises(RuntimeError, match="store down"),
     ):
-        _play_with(server, jobs, on_finished=store_down)
+        _play_with(server, policy, jobs, on_finished=store_down)
     assert len(opened) == 3 and all(id(s) in closed for s in opened)

@@ -15,7 +15,7 @@ from spade.training.samples import samples_from_trajectories
 pytestmark = pytest.mark.sandbox
 
 
-def test_trained_tokens_are_the_models_completions_across_turns(smol_env):
+def test_trained_tokens_are_the_models_completions_across_turns(smol_env, policy):
     from spade.inference.hf import TransformersBackend
 
     backend = TransformersBackend(ModelConfig(), InferenceConfig(batch_size=2))
@@ -27,7 +27,7 @@ def test_trained_tokens_are_the_models_completions_across_turns(smol_env):
 
     async def play():
         try:
-            return await run_episodes(backend, jobs, settings)
+            return await run_episodes(backend, jobs, settings, policy=policy)
         finally:
             await backend.aclose()
 

@@ -695,8 +695,8 @@ def test_a_copy_of_the_contracts_format_example_is_a_duplicate(corpus):
 
 
 @pytest.mark.sandbox
-def test_the_format_example_passes_the_verifier():
+def test_the_format_example_passes_the_verifier(policy):
     """The contract's example is a real environment of the contract (else it teaches errors)."""
     from spade.verify import verify
 
-    assert verify(FORMAT_EXAMPLE).accepted
+    assert verify(FORMAT_EXAMPLE, policy=policy).accepted

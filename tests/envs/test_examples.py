@@ -17,7 +17,7 @@ import pytest
 from spade.config import COGNITIVE_SKILLS, TOOL_SKILLS
 from spade.envs import extract_answer, extract_boxed
 from spade.envs.examples import example_paths
-from spade.sandbox import JailedSession
+from spade.sandbox import JailedSession, SandboxPolicy
 from spade.verify import VerifyConfig
 from spade.verify.episodes import Episode, play, scripted
 
@@ -30,9 +30,9 @@ MAX_PLAYS = 400  # bound on the partial-reward search per example
 
 
 @pytest.fixture
-def session(example_path: Path) -> Iterator[JailedSession]:
+def session(example_path: Path, policy: SandboxPolicy) -> Iterator[JailedSession]:
     code = example_path.read_text(encoding="utf-8")
-    with JailedSession(code, env_kwargs={"max_turns": CONFIG.max_turns}) as s:
+    with JailedSession(code, env_kwargs={"max_turns": CONFIG.max_turns}, policy=policy) as s:
         yield s
 
 
@@ -139,12 +139,12 @@ def test_some_non_solution_play_earns_partial_reward(session: JailedSession):
     pytest.fail(f"no partial reward in {tried} near misses of the solution {solution}")
 
 
-def test_the_examples_cover_the_cognitive_skills_and_tool_use():
+def test_the_examples_cover_the_cognitive_skills_and_tool_use(policy):
     paths = example_paths()
     assert len(paths) >= 8
     games, tools = set(), set()
     for path in paths:
-        with JailedSession(path.read_text(encoding="utf-8")) as s:
+        with JailedSession(path.read_text(encoding="utf-8"), policy=policy) as s:
             assert s.info is not None and s.info.skill, path.name
             skill, tool_use = s.info.skill, s.info.tool_use
         assert tool_use == (skill in TOOL_SKILLS), path.name

@@ -39,12 +39,12 @@ def _short_deadline():
 
 
 @pytest.mark.sandbox
-def test_jailed_sessions_move_the_counters_a_scrape_sees(metrics_port):
+def test_jailed_sessions_move_the_counters_a_scrape_sees(metrics_port, policy):
     before = scrape(metrics_port)
-    with JailedSession(CODE_BREAKER, env_kwargs={"max_turns": 25}) as s:  # load
+    with JailedSession(CODE_BREAKER, env_kwargs={"max_turns": 25}, policy=policy) as s:  # load
         s.reset(7)
         s.step(s.solution()[0])
-    with JailedSession(CRASHER) as s:
+    with JailedSession(CRASHER, policy=policy) as s:
         s.reset(0)
         with pytest.raises(EnvFailure) as crash:
             s.step("anything")
@@ -54,7 +54,7 @@ def test_jailed_sessions_move_the_counters_a_scrape_sees(metrics_port):
         with pytest.raises(EnvFailure) as timeout:
             s.step("\\boxed{7}")
         assert timeout.value.failure.kind is FailureKind.TIMEOUT
-    with pytest.raises(EnvFailure) as syntax, JailedSession("class Broken(:\n"):
+    with pytest.raises(EnvFailure) as syntax, JailedSession("class Broken(:\n", policy=policy):
         pass  # entering starts it (and cleans up when the code does not load)
     assert syntax.value.failure.kind is FailureKind.SYNTAX
     after = scrape(metrics_port)

@@ -249,7 +249,9 @@ def expect_failure(call: Callable[..., object], *args: object) -> EnvFailure:
 
 def assert_caller_healthy() -> None:
     """The calling process can still start a fresh session and play a step."""
-    with JailedSession(CODE_BREAKER.read_text(), env_kwargs={"max_turns": 25}) as s:
+    with JailedSession(
+        CODE_BREAKER.read_text(), env_kwargs={"max_turns": 25}, policy=DEFAULT_POLICY
+    ) as s:
         obs, info = s.reset(7)
         assert "secret code" in obs and info["max_turns"] == 25
         obs, reward, terminated, truncated, info = s.step("\\boxed{0123}")

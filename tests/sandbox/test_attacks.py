@@ -189,9 +189,9 @@ def memory_cgroup() -> Iterator[tuple[SandboxPolicy, Path | None]]:
 
 
 @pytest.mark.parametrize("atk", ATTACKS, ids=lambda a: a.id)
-def test_verifier_rejects(atk: Attack):
+def test_verifier_rejects(atk: Attack, policy):
     code = attack(atk.file, **atk.subs)
-    verdict = verify(code)
+    verdict = verify(code, policy=policy)
     assert not verdict.accepted
     assert verdict.failure is not None, verdict.to_dict()
     assert verdict.failure.kind is atk.verifier, verdict.to_dict()
@@ -337,7 +337,7 @@ def test_fork_bomb_is_capped():
     assert wait_for(lambda: not procs_in_ns(ns), SETTLE_S), procs_in_ns(ns)
 
 
-def test_fork_bomb_does_not_starve_other_sessions():
+def test_fork_bomb_does_not_starve_other_sessions(policy):
     """RLIMIT_NPROC is counted per jail (each has its own user namespace), not per host uid:
     while one jail's bomb holds its whole quota of uid-65534 processes, another jail can
     still start, fork and play."""
@@ -349,7 +349,7 @@ def test_fork_bomb_does_not_starve_other_sessions():
         # The bomb's copies keep forking until each one hits the limit: it holds its quota.
         assert wait_for(lambda: len(procs_in_ns(ns)) == limit, SETTLE_S), procs_in_ns(ns)
         bomb_uids = {_uid(pid) for pid in procs_in_ns(ns)}
-        with JailedSession(CODE_BREAKER.read_text()) as other:
+        with JailedSession(CODE_BREAKER.read_text(), policy=policy) as other:
             other.reset(7)
             obs, *_ = other.step("\\boxed{0123}")
         with jailed(attack("daemon")) as forker:
@@ -638,8 +638,10 @@ def test_subprocess_finds_no_shell():
     assert "uid=" not in seen
 
 
-def test_disallowed_import_is_denied_by_the_runtime_guard():
-    session = JailedSession(attack("import_pickle"))  # the checked-in policy: guard active
+def test_disallowed_import_is_denied_by_the_runtime_guard(policy):
+    session = JailedSession(
+        attack("import_pickle"), policy=policy
+    )  # the checked-in policy: guard active
     try:
         exc = expect_failure(session.start)
         alive = session.alive
@@ -674,11 +676,11 @@ def test_modules_reached_through_allowed_ones_are_denied_by_the_runtime_guard(at
     assert exc.failure.reason == f"imports outside the allow-list: {name}"
 
 
-def test_failed_start_in_a_with_block_leaves_no_folder(private_tmpdir: Path):
+def test_failed_start_in_a_with_block_leaves_no_folder(private_tmpdir: Path, policy):
     """A design that does not load, used as a context manager: __enter__ cleans up itself."""
     before = set(private_tmpdir.glob("spade-jail-*"))
     try:
-        with pytest.raises(EnvFailure), JailedSession(attack("import_pickle")):
+        with pytest.raises(EnvFailure), JailedSession(attack("import_pickle"), policy=policy):
             pass
         assert set(private_tmpdir.glob("spade-jail-*")) == before
     finally:

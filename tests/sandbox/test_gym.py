@@ -10,17 +10,17 @@ from spade.sandbox.gym import SandboxedTextEnv, UnicodeText
 pytestmark = pytest.mark.sandbox
 
 
-def test_examples_pass_gymnasium_env_checker(example_path):
-    env = SandboxedTextEnv(example_path.read_text())
+def test_examples_pass_gymnasium_env_checker(example_path, policy):
+    env = SandboxedTextEnv(example_path.read_text(), policy=policy)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any checker warning fails the test
         check_env(env, skip_render_check=True)
     env.close()
 
 
-def test_hint_option_and_failure_as_data():
+def test_hint_option_and_failure_as_data(policy):
     code = "class FlakyEnv:\n    def reset(self, seed=None):\n        return 'go', {}\n    def step(self, a):\n        raise KeyError(a)\n"
-    env = SandboxedTextEnv(code)
+    env = SandboxedTextEnv(code, policy=policy)
     obs, _ = env.reset(seed=1, options={"hint": "look left"})
     assert obs == "go\n\nHINT: look left"
     obs, reward, terminated, truncated, info = env.step("x")

@@ -68,8 +68,8 @@ class OrdinaryEnv(TextEnv):
 """
 
 
-def test_ordinary_use_of_allowed_modules_passes_the_guard():
-    with JailedSession(ORDINARY) as s:
+def test_ordinary_use_of_allowed_modules_passes_the_guard(policy):
+    with JailedSession(ORDINARY, policy=policy) as s:
         obs, _ = s.reset(1)
         assert s.step("\\boxed{x}")[1:3] == (1.0, True)
     assert obs.split(",") == ["True"] * 13
@@ -112,8 +112,8 @@ class ReachEnv(TextEnv):
         ("swallowed", "typing.sys"),  # catching the denial does not undo it
     ],
 )
-def test_routes_the_static_check_cannot_see_are_denied(move: str, name: str):
-    with JailedSession(REACH) as s:
+def test_routes_the_static_check_cannot_see_are_denied(move: str, name: str, policy):
+    with JailedSession(REACH, policy=policy) as s:
         s.reset(1)
         assert s.step("\\boxed{ok}")[0] == "ok"
         with pytest.raises(EnvFailure) as exc:
@@ -124,10 +124,10 @@ def test_routes_the_static_check_cannot_see_are_denied(move: str, name: str):
     assert failure.reason == f"imports outside the allow-list: {name}"
 
 
-def test_a_star_import_that_brings_a_disallowed_module_is_denied():
+def test_a_star_import_that_brings_a_disallowed_module_is_denied(policy):
     # spade.envs.base has no __all__, so * takes its public names, ``inspect`` among them.
     code = ORDINARY.replace("from spade.envs import *", "from spade.envs.base import *")
-    session = JailedSession(code)
+    session = JailedSession(code, policy=policy)
     try:
         with pytest.raises(EnvFailure) as exc:
             session.start()

@@ -29,8 +29,8 @@ from spade.sandbox.policy import (
     Limits,
     PolicySource,
     SandboxPolicy,
-    default_policy_path,
     load_policy,
+    policy_path,
     policy_source,
 )
 
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_checked_in_policy_is_the_default_and_valid():
-    assert default_policy_path() == REPO / "infra" / "sandbox.yaml"
+    assert policy_path() == REPO / "infra" / "sandbox.yaml"
     policy = load_policy()
     assert policy.uid == 65534 and policy.limits.call_timeout_s == 5
     assert policy.imports.allows("spade.envs") and policy.imports.allows("collections.abc")

@@ -3,7 +3,7 @@
 import pytest
 
 from spade.envs.prelude import PRELUDE_MODULES, PRELUDE_NAMES, describe_prelude, prelude_bindings
-from spade.sandbox import EnvFailure, FailureKind, JailedSession, load_policy
+from spade.sandbox import EnvFailure, FailureKind, JailedSession
 from spade.sandbox.policy import DEFAULT_ALLOWED_MODULES
 from tests.sandbox.attack_kit import with_changes
 
@@ -41,8 +41,8 @@ class NoImportsEnv(TextEnv):
 
 
 @pytest.mark.sandbox
-def test_a_design_without_imports_finds_the_contract_names():
-    with JailedSession(NO_IMPORTS) as s:
+def test_a_design_without_imports_finds_the_contract_names(policy):
+    with JailedSession(NO_IMPORTS, policy=policy) as s:
         obs, _ = s.reset(1)
         assert s.step("\\boxed{x}")[1:3] == (1.0, True)
     assert obs == '4 {"a": 1} True 26 2 True'
@@ -50,8 +50,8 @@ def test_a_design_without_imports_finds_the_contract_names():
 
 @pytest.mark.sandbox
 @pytest.mark.parametrize(("move", "name"), [("private", "random._os"), ("module", "typing.sys")])
-def test_prelude_modules_are_guarded_views(move, name):
-    with JailedSession(NO_IMPORTS) as s:
+def test_prelude_modules_are_guarded_views(move, name, policy):
+    with JailedSession(NO_IMPORTS, policy=policy) as s:
         s.reset(1)
         with pytest.raises(EnvFailure) as exc:
             s.step("\\boxed{" + move + "}")
@@ -81,18 +81,18 @@ class OwnEnv(TextEnv):
 
 
 @pytest.mark.sandbox
-def test_the_designs_own_imports_and_definitions_win():
-    with JailedSession(OWN_NAMES_WIN) as s:
+def test_the_designs_own_imports_and_definitions_win(policy):
+    with JailedSession(OWN_NAMES_WIN, policy=policy) as s:
         obs, _ = s.reset(1)
     assert obs == "collections.abc mine True typing.Optional"
 
 
 @pytest.mark.sandbox
-def test_a_policy_without_a_module_does_not_bind_it():
+def test_a_policy_without_a_module_does_not_bind_it(policy):
     allow = [a for a in DEFAULT_ALLOWED_MODULES if a != "re"]
-    policy = with_changes(load_policy(), allow=allow)
+    without_re = with_changes(policy, allow=allow)
     code = NO_IMPORTS.replace('json.dumps({"a": 1})', "re.escape('.')")
-    with pytest.raises(EnvFailure) as exc, JailedSession(code, policy=policy) as s:
+    with pytest.raises(EnvFailure) as exc, JailedSession(code, policy=without_re) as s:
         s.reset(1)
     assert exc.value.failure.kind is FailureKind.CRASH
     assert exc.value.failure.reason == "NameError: name 're' is not defined"

@@ -28,8 +28,8 @@ class OddEnv:
 """
 
 
-def test_session_serves_an_episode_and_appends_the_hint():
-    with JailedSession(CODE_BREAKER, env_kwargs={"max_turns": 25}) as s:
+def test_session_serves_an_episode_and_appends_the_hint(policy):
+    with JailedSession(CODE_BREAKER, env_kwargs={"max_turns": 25}, policy=policy) as s:
         assert s.info is not None and s.info.class_name == "CodeBreakerEnv"
         assert (
             s.info.skill == "logical_deduction" and not s.info.tool_use and s.info.max_turns == 25
@@ -43,8 +43,8 @@ def test_session_serves_an_episode_and_appends_the_hint():
     assert not s.alive
 
 
-def test_env_errors_are_classified_and_non_fatal():
-    with JailedSession(ODD) as s:
+def test_env_errors_are_classified_and_non_fatal(policy):
+    with JailedSession(ODD, policy=policy) as s:
         obs, info = s.reset(0)
         assert obs == "start" and info["obj"].startswith("<object")  # non-JSON -> repr
         with pytest.raises(EnvFailure) as exc:
@@ -74,24 +74,20 @@ def test_env_errors_are_classified_and_non_fatal():
         ),
     ],
 )
-def test_load_failures(code, kind):
-    session = JailedSession(code)
+def test_load_failures(code, kind, policy):
+    session = JailedSession(code, policy=policy)
     with pytest.raises(EnvFailure) as exc:
         session.start()
     session.close()
     assert exc.value.failure.kind is kind and exc.value.fatal
 
 
-def test_calls_after_death_fail_fast_and_close_is_idempotent():
+def test_calls_after_death_fail_fast_and_close_is_idempotent(policy):
     code = "import time\nclass SEnv:\n    def reset(self, seed=None):\n        time.sleep(60)\n    def step(self, a): ...\n"
-    policy_session = JailedSession(code)
-    from spade.sandbox.policy import load_policy
-
-    p = load_policy()
-    policy_session.policy = p.model_copy(
-        update={"limits": p.limits.model_copy(update={"call_timeout_s": 0.5})}
+    short = policy.model_copy(
+        update={"limits": policy.limits.model_copy(update={"call_timeout_s": 0.5})}
     )
-    with policy_session as s:
+    with JailedSession(code, policy=short) as s:
         with pytest.raises(EnvFailure) as exc:
             s.reset(0)
         assert exc.value.failure.kind is FailureKind.TIMEOUT and exc.value.fatal
@@ -101,23 +97,17 @@ def test_calls_after_death_fail_fast_and_close_is_idempotent():
     s.close()
 
 
-def test_a_jail_that_cannot_start_is_a_loud_sandbox_error():
+def test_a_jail_that_cannot_start_is_a_loud_sandbox_error(policy):
     from spade.errors import SandboxError
-    from spade.sandbox.policy import load_policy
 
-    policy = load_policy().model_copy(
-        update={"readonly_binds": [], "interpreter": "/nonexistent/python"}
-    )
-    session = JailedSession(CODE_BREAKER, policy=policy)
+    broken = policy.model_copy(update={"readonly_binds": [], "interpreter": "/nonexistent/python"})
+    session = JailedSession(CODE_BREAKER, policy=broken)
     with pytest.raises(SandboxError, match="could not start"):
         session.start()
     session.close()
 
 
-def test_seccomp_denies_namespace_and_ptrace_syscalls():
-    from spade.sandbox.policy import load_policy
-
-    policy = load_policy()
+def test_seccomp_denies_namespace_and_ptrace_syscalls(policy):
     policy = policy.model_copy(
         update={"imports": policy.imports.model_copy(update={"allow": ["*"]})}
     )
@@ -136,7 +126,7 @@ def test_seccomp_denies_namespace_and_ptrace_syscalls():
         assert s.reset(0)[0] == "-1 1 -1 1"  # unshare(CLONE_NEWUSER) and ptrace: EPERM
 
 
-def test_string_hashing_is_fixed_across_sessions():
+def test_string_hashing_is_fixed_across_sessions(policy):
     """PYTHONHASHSEED reaches the jail, so set order cannot make designs nondeterministic."""
     code = (
         "class HEnv:\n"
@@ -147,12 +137,12 @@ def test_string_hashing_is_fixed_across_sessions():
     )
     seen = set()
     for _ in range(3):
-        with JailedSession(code) as s:
+        with JailedSession(code, policy=policy) as s:
             seen.add(s.reset(0)[0])
     assert len(seen) == 1
 
 
-def test_datetime_strptime_works_under_the_import_guard():
+def test_datetime_strptime_works_under_the_import_guard(policy):
     """strptime imports _strptime from C code, on the design's behalf: the policy allows it."""
     code = (
         "import datetime\n"
@@ -162,5 +152,5 @@ def test_datetime_strptime_works_under_the_import_guard():
         "    def step(self, a):\n"
         "        return '', 0.0, True, False, {}\n"
     )
-    with JailedSession(code) as s:
+    with JailedSession(code, policy=policy) as s:
         assert s.reset(0)[0] == "065"

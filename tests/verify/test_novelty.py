@@ -89,9 +89,9 @@ ALL_EXAMPLES = [Reference(k, v) for k, v in EXAMPLES.items()]
 
 @pytest.mark.sandbox
 @pytest.mark.parametrize("name", COPIES)
-def test_a_copy_in_disguise_is_a_duplicate(name):
+def test_a_copy_in_disguise_is_a_duplicate(name, policy):
     origin, code = COPIES[name]
-    verdict = verify(code, references=ALL_EXAMPLES)
+    verdict = verify(code, references=ALL_EXAMPLES, policy=policy)
     assert verdict.failure is not None and verdict.failure.kind == "duplicate"
     assert verdict.failed_check == "novelty"
     similar = source_similarity(code, origin)
@@ -105,9 +105,9 @@ def test_a_copy_in_disguise_is_a_duplicate(name):
 
 @pytest.mark.sandbox
 @pytest.mark.parametrize("name", VARIANTS)
-def test_a_small_real_variant_is_novel(name):
+def test_a_small_real_variant_is_novel(name, policy):
     origin, code = VARIANTS[name]
-    verdict = verify(code, references=ALL_EXAMPLES)
+    verdict = verify(code, references=ALL_EXAMPLES, policy=policy)
     assert verdict.accepted, verdict.to_dict()
     reason = verdict.checks[-1].reason
     assert reason.startswith(f"closest of {len(ALL_EXAMPLES)}: {origin!r}, source similarity 0.9")
@@ -115,8 +115,8 @@ def test_a_small_real_variant_is_novel(name):
 
 
 @pytest.mark.sandbox
-def test_a_design_that_plays_exactly_like_a_reference_is_a_duplicate():
-    verdict = verify(CLONE, references=[Reference("pick", GOOD)])
+def test_a_design_that_plays_exactly_like_a_reference_is_a_duplicate(policy):
+    verdict = verify(CLONE, references=[Reference("pick", GOOD)], policy=policy)
     assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
     reason = verdict.failure.reason
     assert reason.startswith("plays exactly like 'pick': identical transcripts over 3 seeds x ")
@@ -125,17 +125,20 @@ def test_a_design_that_plays_exactly_like_a_reference_is_a_duplicate():
     assert verdict.progress == 1.0  # it reads differently: as far from a verbatim copy as can be
     # Without the side-by-side play it passes: the behaviour is what gives it away.
     assert verify(
-        CLONE, references=[Reference("pick", GOOD)], config=VerifyConfig(behaviour_references=0)
+        CLONE,
+        references=[Reference("pick", GOOD)],
+        config=VerifyConfig(behaviour_references=0),
+        policy=policy,
     ).accepted
 
 
 @pytest.mark.sandbox
-def test_the_same_game_with_another_opening_is_a_duplicate():
+def test_the_same_game_with_another_opening_is_a_duplicate(policy):
     """Every move answered alike, only the first observation reworded: the 0.5B coder's usual
     answer to "give it a new theme" (it changed the intro's wording and nothing else)."""
     reworded = CLONE.replace("I say higher or lower.", "I answer each guess: higher or lower.")
     assert reworded != CLONE
-    verdict = verify(reworded, references=[Reference("pick", GOOD)])
+    verdict = verify(reworded, references=[Reference("pick", GOOD)], policy=policy)
     assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
     assert verdict.failure.reason.startswith("plays exactly like 'pick': identical transcripts")
     assert verdict.failure.reason.endswith("; only its opening is worded differently")
@@ -143,9 +146,9 @@ def test_the_same_game_with_another_opening_is_a_duplicate():
 
 
 @pytest.mark.sandbox
-def test_a_reference_that_differs_in_one_reply_is_not_a_duplicate():
+def test_a_reference_that_differs_in_one_reply_is_not_a_duplicate(policy):
     other = GOOD.replace('return "yes", 1.0, True', 'return "yes!", 1.0, True')
-    verdict = verify(CLONE, references=[Reference("pick", other)])
+    verdict = verify(CLONE, references=[Reference("pick", other)], policy=policy)
     assert verdict.accepted, verdict.to_dict()
     assert "plays differently from 'pick' (seed 1234, solution play, action 1: results" in (
         verdict.checks[-1].reason
@@ -153,12 +156,12 @@ def test_a_reference_that_differs_in_one_reply_is_not_a_duplicate():
 
 
 @pytest.mark.sandbox
-def test_references_that_do_not_parse_or_load_are_skipped_with_a_note():
+def test_references_that_do_not_parse_or_load_are_skipped_with_a_note(policy):
     refs = [
         Reference("garbled", "def (:"),
         Reference("broken", "from spade.envs import TextEnv\nraise RuntimeError('no')\n"),
     ]
-    verdict = verify(GOOD, references=refs)
+    verdict = verify(GOOD, references=refs, policy=policy)
     assert verdict.accepted, verdict.to_dict()
     reason = verdict.checks[-1].reason
     assert reason.startswith("closest of 1: 'broken', source similarity ")
@@ -167,8 +170,8 @@ def test_references_that_do_not_parse_or_load_are_skipped_with_a_note():
 
 
 @pytest.mark.sandbox
-def test_without_references_nothing_is_compared():
-    verdict = verify(GOOD)
+def test_without_references_nothing_is_compared(policy):
+    verdict = verify(GOOD, policy=policy)
     assert verdict.checks[-1].name == "novelty" and verdict.checks[-1].passed
     assert verdict.checks[-1].reason == "no references to compare with"
 

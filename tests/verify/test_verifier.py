@@ -11,10 +11,10 @@ pytestmark = pytest.mark.sandbox
 CHECK_NAMES = [name for name, _ in CHECKS]
 
 
-def test_every_example_is_accepted_with_all_checks(example_path):
+def test_every_example_is_accepted_with_all_checks(example_path, policy):
     # The bundled examples are different games: each is novel against all the others.
     others = [Reference(p.stem, p.read_text()) for p in example_paths() if p != example_path]
-    verdict = verify_file(example_path, references=others)
+    verdict = verify_file(example_path, references=others, policy=policy)
     assert verdict.accepted, verdict.to_dict()
     assert [c.name for c in verdict.checks] == CHECK_NAMES
     novelty = verdict.checks[-1].reason
@@ -49,33 +49,42 @@ class PickEnv(TextEnv):
 """
 
 
-def test_a_valid_design_is_accepted():
-    verdict = verify(GOOD)
+def test_a_valid_design_is_accepted(policy):
+    verdict = verify(GOOD, policy=policy)
     assert verdict.accepted, verdict.to_dict()
     assert verdict.progress == 1.0 and verdict.similarity is None  # no references compared
 
 
-def test_progress_is_the_share_of_checks_passed_before_the_failure():
+def test_progress_is_the_share_of_checks_passed_before_the_failure(policy):
     """Graded designer rewards tell two failures of one kind apart by it."""
-    early = verify(GOOD.replace("self.tries = 0", "self.tries = 0; _missing"))  # in reset
-    late = verify(GOOD.replace("self.tries += 1", "self.tries += 1; _missing"))  # in play
+    early = verify(
+        GOOD.replace("self.tries = 0", "self.tries = 0; _missing"), policy=policy
+    )  # in reset
+    late = verify(
+        GOOD.replace("self.tries += 1", "self.tries += 1; _missing"), policy=policy
+    )  # in play
     assert early.failure.kind == late.failure.kind == "crash"
     assert early.progress == CHECK_NAMES.index(early.failed_check) / len(CHECKS)
     assert late.progress == CHECK_NAMES.index(late.failed_check) / len(CHECKS)
     assert early.progress < late.progress
-    assert verify("class (").progress == 0.0 and verify("class (").to_dict()["progress"] == 0.0
+    assert (
+        verify("class (", policy=policy).progress == 0.0
+        and verify("class (", policy=policy).to_dict()["progress"] == 0.0
+    )
 
 
-def test_a_syntax_error_progresses_by_the_share_of_the_code_that_parses():
+def test_a_syntax_error_progresses_by_the_share_of_the_code_that_parses(policy):
     """Two syntax errors at different depths differ (graded rewards rank them)."""
-    early = verify(GOOD.replace("self.tries = 0", "self.tries = = 0"))  # in the env class
-    late = verify(GOOD + "\ndef broken(:\n    pass\n")  # after the whole class
+    early = verify(
+        GOOD.replace("self.tries = 0", "self.tries = = 0"), policy=policy
+    )  # in the env class
+    late = verify(GOOD + "\ndef broken(:\n    pass\n", policy=policy)  # after the whole class
     assert early.failure.kind == late.failure.kind == "syntax"
     assert 0.0 < early.progress < 0.5 < late.progress < 1.0
 
 
-def test_first_failure_stops_the_run_and_is_recorded():
-    verdict = verify(GOOD.replace("import TextEnv", "import TextEnv\nimport os"))
+def test_first_failure_stops_the_run_and_is_recorded(policy):
+    verdict = verify(GOOD.replace("import TextEnv", "import TextEnv\nimport os"), policy=policy)
     assert not verdict.accepted and verdict.failed_check == "import_policy"
     assert [c.name for c in verdict.checks] == ["parse", "import_policy"]
     assert verdict.to_dict()["failure"] == {
@@ -84,20 +93,22 @@ def test_first_failure_stops_the_run_and_is_recorded():
     }
 
 
-def test_reward_range_is_configurable():
+def test_reward_range_is_configurable(policy):
     scaled = GOOD.replace('return "yes", 1.0, True', 'return "yes", 5.0, True')
-    assert verify(scaled).failure.kind == "contract"
-    assert verify(scaled, config=VerifyConfig(reward_max=5.0, success_threshold=1.0)).accepted
+    assert verify(scaled, policy=policy).failure.kind == "contract"
+    assert verify(
+        scaled, config=VerifyConfig(reward_max=5.0, success_threshold=1.0), policy=policy
+    ).accepted
 
 
-def test_missing_turn_bound_is_no_termination():
+def test_missing_turn_bound_is_no_termination(policy):
     endless = GOOD.replace(
         'return "out of tries", 0.0, True', 'return "again", 0.0, False'
     ).replace(
         "class PickEnv(TextEnv):",
         "class PickEnv(TextEnv):\n    def __init__(self, **kw):\n        super().__init__(max_turns=10**6)",
     )
-    verdict = verify(endless)
+    verdict = verify(endless, policy=policy)
     assert verdict.failure.kind == "no_termination" and verdict.failed_check == "termination"
 
 
@@ -137,31 +148,31 @@ class EmptyWinsEnv:
 """
 
 
-def test_random_play_may_not_win_at_all_by_default():
+def test_random_play_may_not_win_at_all_by_default(policy):
     assert VerifyConfig().max_random_win_rate == 0.0
-    verdict = verify(LUCKY)
+    verdict = verify(LUCKY, policy=policy)
     assert verdict.failure is not None and verdict.failure.kind == "trivial", verdict.to_dict()
     assert verdict.failed_check == "non_triviality"
     assert verdict.failure.reason == "random actions reach the goal in 4/4 episodes"
 
 
-def test_the_random_win_rate_bound_is_inclusive():
+def test_the_random_win_rate_bound_is_inclusive(policy):
     # LUCKY is one fixed instance too: the seed-dependence check is off to see this bound.
     lenient = VerifyConfig(max_random_win_rate=1.0, seed_probe_count=0)
-    assert verify(LUCKY, config=lenient).accepted
-    rejected = verify(LUCKY, config=VerifyConfig(max_random_win_rate=0.75))
+    assert verify(LUCKY, config=lenient, policy=policy).accepted
+    rejected = verify(LUCKY, config=VerifyConfig(max_random_win_rate=0.75), policy=policy)
     assert rejected.failed_check == "non_triviality"
 
 
 @pytest.mark.parametrize("config", [VerifyConfig(), VerifyConfig(max_random_win_rate=1.0)])
-def test_empty_actions_never_may_win(config):
-    verdict = verify(EMPTY_WINS, config=config)
+def test_empty_actions_never_may_win(config, policy):
+    verdict = verify(EMPTY_WINS, config=config, policy=policy)
     assert verdict.failure is not None and verdict.failure.kind == "trivial", verdict.to_dict()
     assert verdict.failure.reason.startswith("empty actions reach the goal")
 
 
-def test_a_design_that_forgot_its_imports_is_accepted():
-    verdict = verify(GOOD.replace("from spade.envs import TextEnv\n", ""))
+def test_a_design_that_forgot_its_imports_is_accepted(policy):
+    verdict = verify(GOOD.replace("from spade.envs import TextEnv\n", ""), policy=policy)
     assert verdict.accepted, verdict.to_dict()
 
 
@@ -184,8 +195,8 @@ class QuizEnv(TextEnv):
 """
 
 
-def test_a_quiz_with_one_fixed_answer_is_seed_independent():
-    verdict = verify(QUIZ)
+def test_a_quiz_with_one_fixed_answer_is_seed_independent(policy):
+    verdict = verify(QUIZ, policy=policy)
     assert verdict.failure is not None and verdict.failure.kind == "seed_independent"
     assert verdict.failed_check == "seed_dependence" and verdict.checks[-2].passed
     assert verdict.failure.reason == (
@@ -195,23 +206,23 @@ def test_a_quiz_with_one_fixed_answer_is_seed_independent():
     )
 
 
-def test_a_game_whose_secret_ignores_the_seed_is_seed_independent():
+def test_a_game_whose_secret_ignores_the_seed_is_seed_independent(policy):
     fixed = GOOD.replace("self.secret = self.rng.randint(100, 999)", "self.secret = 437")
-    verdict = verify(fixed, config=VerifyConfig(seed=7, seed_probe_count=5))
+    verdict = verify(fixed, config=VerifyConfig(seed=7, seed_probe_count=5), policy=policy)
     assert verdict.failure is not None and verdict.failure.kind == "seed_independent"
     assert verdict.failure.reason.startswith("seeds 7, 8, 9, 10, 11 all give the same")
     assert verdict.failure.reason.endswith("the same solution ['\\\\boxed{437}']")
 
 
-def test_seed_dependence_can_be_turned_off_but_not_probed_with_one_seed():
-    verdict = verify(QUIZ, config=VerifyConfig(seed_probe_count=0))
+def test_seed_dependence_can_be_turned_off_but_not_probed_with_one_seed(policy):
+    verdict = verify(QUIZ, config=VerifyConfig(seed_probe_count=0), policy=policy)
     assert verdict.accepted, verdict.to_dict()
     with pytest.raises(ValidationError, match="seed_probe_count"):
         VerifyConfig(seed_probe_count=1)
 
 
-def test_a_seed_dependent_design_passes_with_the_evidence():
-    reason = verify(GOOD).checks[CHECK_NAMES.index("seed_dependence")].reason
+def test_a_seed_dependent_design_passes_with_the_evidence(policy):
+    reason = verify(GOOD, policy=policy).checks[CHECK_NAMES.index("seed_dependence")].reason
     assert reason == (
         "seeds 1234, 1235, 1236: distinct first observations 1 of 3, distinct solutions 3 of 3"
     )
