@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.live import Live
 
 from spade.cli import app
-from spade.cli.campaign import status as status_command
+from spade.cli.campaign import show_status
+from spade.cli.common import StorageOptionsOpt, err, fail, storage_options
 from spade.cli.progress import CampaignProgress, StageLog
 from spade.config import CampaignConfig, load_config
 from spade.errors import SpadeError
@@ -35,13 +36,7 @@ PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
 # soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
 # sys.stdout
 console = Console(file=sys.stdout, soft_wrap=True)
-err = Console(stderr=True)
 _LOG_POLL_S = 5.0  # how often the stage log (output that is not a terminal) reads the store
-
-
-def _fail(exc: BaseException) -> typer.Exit:
-    err.print(f"[red]error:[/] {exc}")
-    return typer.Exit(2)
 
 
 def _check_inputs(cfg: CampaignConfig) -> None:
@@ -90,7 +85,7 @@ def _with_stage_log(log: StageLog, go: Callable[[], Coroutine[Any, Any, Any]]) -
 
 def _finish(cfg: CampaignConfig, cid: str, state: Any) -> None:
     store = ObjectStore.from_config(cfg.storage)
-    status_command(cid, store=cfg.storage.root, as_json=False)
+    show_status(store, cid)
     api = os.environ.get("PREFECT_API_URL")
     ui = api.removesuffix("/api") if api else "set PREFECT_API_URL to keep runs in a Prefect UI"
     console.print(
@@ -119,12 +114,12 @@ def run(
         cfg = load_config(config)
         _check_inputs(cfg)
     except SpadeError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     cid = campaign_id or new_campaign_id(cfg)
     try:  # a campaign id another run is working on: one clear error
         check_not_running(cfg, cid)
     except SpadeError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     console.print(f"campaign [bold]{cid}[/] -> {cfg.storage.root}")
     _finish(cfg, cid, _run_campaign(cfg, cid, rounds, live))
 
@@ -134,15 +129,19 @@ def resume(
     store: Annotated[str, typer.Option("--store", "-s", help="Its object store root.")] = "./runs",
     rounds: Annotated[int | None, typer.Option(help="Total rounds (default: as saved).")] = None,
     live: Annotated[bool, typer.Option(help="Show the live progress view.")] = True,
+    options: StorageOptionsOpt = None,
 ) -> None:
-    """Continue a campaign from its last committed stage, with the config it was started with."""
+    """Continue a campaign from its last committed stage, with the config it was started with
+    (its store as given here: the root, and the storage options when given)."""
+    given = storage_options(options)
     try:  # an unknown id or unreachable store is one clear error
-        cfg = saved_config(ObjectStore(store), campaign_id)
-        cfg = cfg.model_copy(update={"storage": cfg.storage.model_copy(update={"root": store})})
+        cfg = saved_config(ObjectStore(store, given), campaign_id)
+        moved = {"root": store} | ({"storage_options": given} if options is not None else {})
+        cfg = cfg.model_copy(update={"storage": cfg.storage.model_copy(update=moved)})
         check_not_running(cfg, campaign_id)
         _check_inputs(cfg)
     except SpadeError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     _finish(cfg, campaign_id, _run_campaign(cfg, campaign_id, rounds, live))
 
 
@@ -156,7 +155,7 @@ def deploy(
 ) -> None:
     """Register the campaign, round and evaluate deployments with the configured Prefect server."""
     if not os.environ.get("PREFECT_API_URL"):
-        raise _fail(SpadeError("set PREFECT_API_URL to the Prefect server to deploy to"))
+        raise fail("set PREFECT_API_URL to the Prefect server to deploy to")
     prefect = str(Path(sys.executable).with_name("prefect"))
     env = {**os.environ, "SPADE_PROJECT_DIR": str(REPO_ROOT)}
     template = str(REPO_ROOT / "infra" / "work-pools" / "process.json")

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from spade.cli.selfplay import ConfigOpt, _config, _fail, console
+from spade.cli.common import ConfigOpt, config_or_exit, fail
+from spade.cli.selfplay import console
 from spade.config import CampaignConfig, HeldoutSuiteConfig
 from spade.errors import SpadeError
 from spade.eval.base import SUITE_NAMES
@@ -86,18 +87,18 @@ def benchmark(
     ] = None,
 ) -> None:
     """Play held-out benchmark suites with the configured model and print their scores."""
-    cfg = _config(config)
+    cfg = config_or_exit(config)
     bad = [n for n in suite or [] if n not in SUITE_NAMES]
     if bad:
-        raise _fail(SpadeError(f"unknown suite {bad[0]!r}; valid: {', '.join(SUITE_NAMES)}"))
+        raise fail(f"unknown suite {bad[0]!r}; valid: {', '.join(SUITE_NAMES)}")
     try:
         suites = _suites(cfg, list(suite or []), size, seed)
     except ValueError as exc:  # pydantic: a size or seed out of bounds
-        raise _fail(SpadeError(f"invalid --size/--seed: {exc}")) from None
+        raise fail(f"invalid --size/--seed: {exc}") from None
     try:
         results = asyncio.run(_play(cfg, suites))
     except (SpadeError, ValueError) as exc:  # ValueError: a subset the suite does not have
-        raise _fail(exc if isinstance(exc, SpadeError) else SpadeError(str(exc))) from None
+        raise fail(exc) from None
     table = Table(title="Held-out suites", title_justify="left")
     for col in ("suite", "score", "tasks", "failed plays"):
         table.add_column(col)

@@ -11,6 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from spade.cli.common import StorageOptionsOpt, fail, storage_options
 from spade.errors import SpadeError, StorageError
 from spade.pipeline.campaign import list_campaigns, request_stop
 from spade.pipeline.summary import campaign_status
@@ -71,11 +72,9 @@ LEGEND = (
 RATES = ("win_rate", "hinted_win_rate", "regret", "designer_spread", "heldout_win_rate")
 
 
-def _store(root: str) -> ObjectStore:
-    store = ObjectStore(root)
+def _with_campaigns(store: ObjectStore) -> ObjectStore:
     if not store.list("campaign"):
-        console.print(f"[red]error:[/] no campaigns in {store.url()}")
-        raise typer.Exit(2)
+        raise fail(f"no campaigns in {store.url()}", console=console)
     return store
 
 
@@ -83,19 +82,24 @@ def status(
     campaign_id: Annotated[str, typer.Argument(help="Campaign id (see `spade run`).")],
     store: StoreOpt = "./runs",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    options: StorageOptionsOpt = None,
 ) -> None:
     """Per-round numbers and the last committed stage of a campaign."""
-    objects = _store(store)
+    show_status(ObjectStore(store, storage_options(options)), campaign_id, as_json=as_json)
+
+
+def show_status(store: ObjectStore, campaign_id: str, *, as_json: bool = False) -> None:
+    """``spade status`` of a campaign in ``store`` (built with its storage options)."""
+    objects = _with_campaigns(store)
     if campaign_id not in list_campaigns(objects):
         known = ", ".join(list_campaigns(objects)) or "none"
-        console.print(
-            f"[red]error:[/] no campaign {campaign_id!r} in {objects.url()}; known: {known}"
+        raise fail(
+            f"no campaign {campaign_id!r} in {objects.url()}; known: {known}", console=console
         )
-        raise typer.Exit(2)
     try:  # a damaged or unreachable store: say which object, no traceback
         info = campaign_status(CampaignStore(objects, campaign_id))
     except StorageError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        fail(exc, console=console)
         console.print(
             f"`spade resume {campaign_id}` verifies every committed stage and recomputes"
             " what is missing or corrupt"
@@ -172,12 +176,14 @@ def skip_notes(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def stop(
-    campaign_id: Annotated[str, typer.Argument(help="Campaign id.")], store: StoreOpt = "./runs"
+    campaign_id: Annotated[str, typer.Argument(help="Campaign id.")],
+    store: StoreOpt = "./runs",
+    options: StorageOptionsOpt = None,
 ) -> None:
     """Ask a running campaign to stop after its current round."""
+    objects = ObjectStore(store, storage_options(options))
     try:  # an unreachable store is the user's to fix
-        request_stop(CampaignStore(_store(store), campaign_id))
+        request_stop(CampaignStore(_with_campaigns(objects), campaign_id))
     except SpadeError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(exc, console=console) from None
     console.print(f"campaign {campaign_id}: stop requested (it ends after the current round)")

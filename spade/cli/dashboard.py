@@ -9,17 +9,18 @@ or SIGTERM stops both.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from spade.cli.common import StorageOptionsOpt, fail
+from spade.cli.common import storage_options as parse_storage_options
 from spade.dashboard.data import campaign_ids
 from spade.storage import ObjectStore
 
@@ -27,7 +28,6 @@ APP = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
 SERVE = APP.with_name("serve.py")
 READY_TIMEOUT_S = 120.0
 console = Console(soft_wrap=True)  # sys.stdout as it is when printing (tests swap it)
-err = Console(stderr=True, soft_wrap=True)
 
 
 def streamlit_command(
@@ -65,11 +65,6 @@ def wait_ready(proc: subprocess.Popen[bytes], url: str) -> bool:
     return False
 
 
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}")
-    return typer.Exit(2)
-
-
 def dashboard(
     campaign_id: Annotated[str, typer.Argument(help="Campaign id (see `spade status`).")],
     store: Annotated[
@@ -79,34 +74,24 @@ def dashboard(
     address: Annotated[
         str, typer.Option("--address", help="Interface to listen on (0.0.0.0: all).")
     ] = "127.0.0.1",
-    storage_options: Annotated[
-        str | None,
-        typer.Option("--storage-options", help="fsspec options as JSON: '{\"endpoint_url\": ...}'"),
-    ] = None,
+    storage_options: StorageOptionsOpt = None,
     open_browser: Annotated[
         bool,
         typer.Option("--open/--headless", help="Open a browser tab, or only serve (default)."),
     ] = False,
 ) -> None:
     """Serve the campaign dashboard: per-round charts, an environment gallery, the memory."""
-    options: dict[str, Any] = {}
-    if storage_options:
-        try:  # a malformed flag is the user's to fix, said plainly
-            options = json.loads(storage_options)
-        except json.JSONDecodeError as exc:
-            raise _fail(f"--storage-options is not JSON: {exc}") from None
-        if not isinstance(options, dict):
-            raise _fail("--storage-options must be a JSON object")
+    options = parse_storage_options(storage_options)
     if not APP.is_file():
-        raise _fail(f"{APP} is missing (the dashboard runs from a checkout of the repository)")
+        raise fail(f"{APP} is missing (the dashboard runs from a checkout of the repository)")
     try:  # an unreachable store or bad credentials: one clear error before starting a server
         objects = ObjectStore(store, options)
         known = campaign_ids(objects)
     except Exception as exc:
-        raise _fail(f"cannot read {store}: {exc}") from None
+        raise fail(f"cannot read {store}: {exc}") from None
     if campaign_id not in known:
         listed = ", ".join(known) or "none"
-        raise _fail(f"no campaign {campaign_id!r} in {objects.url()}; known: {listed}")
+        raise fail(f"no campaign {campaign_id!r} in {objects.url()}; known: {listed}")
     cmd = streamlit_command(
         campaign_id,
         store,

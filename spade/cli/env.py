@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 
+from spade.cli.common import fail
 from spade.cli.report import print_traceback, summary_table, verdict_json, verdict_table
 from spade.errors import ConfigError, SandboxError
 from spade.sandbox.failures import EnvFailure
@@ -19,22 +20,16 @@ from spade.sandbox.policy import SandboxPolicy, load_policy
 from spade.verify import Reference, Verdict, VerifyConfig, verify_file
 
 env_app = typer.Typer(help="Check and play environment files.", no_args_is_help=True)
-USAGE_ERROR = 2
 PolicyOpt = Annotated[
     Path | None, typer.Option("--policy", help="Sandbox policy YAML (default: infra/sandbox.yaml).")
 ]
-
-
-def _usage(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/] {message}")
-    return typer.Exit(USAGE_ERROR)
 
 
 def _policy(path: Path | None) -> SandboxPolicy:
     try:
         return load_policy(path)
     except ConfigError as exc:
-        raise _usage(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 def expand_paths(paths: list[Path]) -> list[Path]:
@@ -46,9 +41,9 @@ def expand_paths(paths: list[Path]) -> list[Path]:
         elif p.is_file():
             out.append(p)
         else:
-            raise _usage(f"no such file or folder: {p}")
+            raise fail(f"no such file or folder: {p}")
     if not out:
-        raise _usage("no environment files found")
+        raise fail("no environment files found")
     return out
 
 
@@ -116,7 +111,7 @@ def check(
             try:
                 verdict = future.result()
             except SandboxError as exc:  # the sandbox cannot run at all: a set-up problem
-                raise _usage(f"sandbox unavailable: {exc}") from None
+                raise fail(f"sandbox unavailable: {exc}") from None
             results.append((path, verdict))
             bar.advance(task)
             if as_json:

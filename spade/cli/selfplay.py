@@ -12,38 +12,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from spade.config import CampaignConfig, load_config
-from spade.errors import ConfigError, SpadeError
+from spade.cli.common import ConfigOpt, config_or_exit, fail
+from spade.errors import SpadeError
+from spade.stats import mean
 
 if TYPE_CHECKING:  # the CLI imports the designer only when a command runs
     from spade.designer.designer import DesignAttempt
 
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Campaign YAML (default: built-in defaults).")
-]
 console = Console()
-
-
-def _config(path: Path | None) -> CampaignConfig:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
-
-
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
 
 
 def _num(value: float | None, digits: int) -> str:
     """A table cell: "–" where there is nothing to show (no plays), not a made-up 0."""
     return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _fail(exc: SpadeError) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/] {exc}")
-    return typer.Exit(2)
 
 
 def design(
@@ -58,13 +39,13 @@ def design(
     """Design one batch of environments, verify them in the sandbox and write hints."""
     from spade.workflows import run_design
 
-    cfg = _config(config)
+    cfg = config_or_exit(config)
     try:
         attempts = asyncio.run(
             run_design(cfg, out, regeneration=regeneration, progress=console.print)
         )
     except SpadeError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     table = Table(title=f"Designs (regeneration {regeneration})", title_justify="left")
     for col in ("slot", "try", "skill", "strategy", "result", "env / reason"):
         table.add_column(col, overflow="fold")
@@ -118,13 +99,12 @@ def evaluate(
 
     missing = [p for p in envs if not p.is_file()]
     if missing:
-        Console(stderr=True).print(f"[red]error:[/] no such file: {missing[0]}")
-        raise typer.Exit(2)
-    cfg = _config(config)
+        raise fail(f"no such file: {missing[0]}")
+    cfg = config_or_exit(config)
     try:
         results = asyncio.run(run_evaluate(cfg, envs, out, progress=console.print))
     except SpadeError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     table = Table(title="Regret", title_justify="left")
     for col in (
         "environment",
@@ -140,7 +120,7 @@ def evaluate(
     for path, ev in zip(envs, results, strict=True):
         table.add_row(
             Text(path.name), Text(ev.skill), f"{ev.win_rate:.2f}", _num(ev.hinted_win_rate, 2),
-            _num(_mean(ev.unhinted_returns), 3), _num(_mean(ev.hinted_returns), 3),
+            _num(mean(ev.unhinted_returns), 3), _num(mean(ev.hinted_returns), 3),
             f"{ev.regret:.3f}", str(ev.failed_plays),
         )  # fmt: skip
     console.print(table)

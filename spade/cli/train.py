@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spade.cli.selfplay import ConfigOpt, _config, _fail
+from spade.cli.common import ConfigOpt, config_or_exit, fail
 from spade.errors import SpadeError
 
 
@@ -46,14 +46,13 @@ def train(
     from spade.training.run import train_once
 
     if role not in ("agent", "designer"):
-        Console(stderr=True).print("[red]error:[/] --role must be agent or designer")
-        raise typer.Exit(2)
-    cfg = _config(config)
+        raise fail("--role must be agent or designer")
+    cfg = config_or_exit(config)
     the_role: Literal["agent", "designer"] = "agent" if role == "agent" else "designer"
     try:
         result = train_once(cfg, the_role, trajectories, checkpoints, evaluations)
     except SpadeError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     table = Table(title=f"{role} update on {result.samples} samples", title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")

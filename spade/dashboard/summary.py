@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from statistics import fmean
 from typing import Any
 
+from spade.stats import mean
 from spade.storage import STAGES, StageManifest
 
 TRAIN_METRICS = ("loss", "kl", "clip_fraction", "grad_norm", "entropy")
@@ -45,11 +45,6 @@ ROW_FIELDS = (
 def parse_jsonl(data: bytes) -> list[Any]:
     """The rows of a JSON-lines object."""
     return [json.loads(line) for line in data.splitlines() if line.strip()]
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return fmean(present) if present else None
 
 
 @dataclass(frozen=True)
@@ -136,10 +131,10 @@ def summarize(
         accepted=len(accepted),
         pool_envs=len(pool),
         acceptance_rate=len(accepted) / len(designed) if designed else None,
-        win_rate=_mean(s.get("win_rate") for s in accepted + pool),
-        hinted_win_rate=_mean(s.get("hinted_win_rate") for s in accepted + pool),
-        regret=_mean(s.get("regret") for s in accepted + pool),
-        designer_reward=_mean(s.get("raw_reward", s.get("reward")) for s in designed),
+        win_rate=mean(s.get("win_rate") for s in accepted + pool),
+        hinted_win_rate=mean(s.get("hinted_win_rate") for s in accepted + pool),
+        regret=mean(s.get("regret") for s in accepted + pool),
+        designer_reward=mean(s.get("raw_reward", s.get("reward")) for s in designed),
         rejections=dict(
             Counter(s.get("failure") or "rejected" for s in designs if not s.get("accepted"))
         ),
