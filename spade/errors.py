@@ -53,5 +53,10 @@ class ObjectCorruptError(StorageError, ValueError):
     sha256 its manifest recorded; the message names it. Also a ValueError (a decode error)."""
 
 
+class InvalidKeyError(StorageError, ValueError):
+    """A key, campaign id or blob digest the store does not take (a user's campaign id, a
+    reference read back from a manifest); the message says which rule. Also a ValueError."""
+
+
 class LeaseHeldError(StorageError):
     """Another run holds the campaign's lease: one campaign id runs once at a time."""

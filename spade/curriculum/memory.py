@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from spade.errors import ObjectCorruptError
 from spade.pysource import PARSE_ERRORS, parse_module
 
 if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
@@ -88,14 +89,15 @@ class MemoryRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MemoryRecord:
-        """Rebuild a record from :func:`dataclasses.asdict` output; unknown keys are errors."""
+        """Rebuild a record from :func:`dataclasses.asdict` output (as stored); unknown keys,
+        missing or bad values are ObjectCorruptError (a ValueError)."""
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
-            raise ValueError(f"memory record has unknown fields: {sorted(unknown)}")
-        try:
+            raise ObjectCorruptError(f"memory record has unknown fields: {sorted(unknown)}")
+        try:  # a required field is missing (TypeError) or a value out of range (ValueError)
             return cls(**data)
-        except TypeError as exc:  # a required field is missing
-            raise ValueError(f"bad memory record {data.get('env_id')!r}: {exc}") from exc
+        except (TypeError, ValueError) as exc:
+            raise ObjectCorruptError(f"bad memory record {data.get('env_id')!r}: {exc}") from exc
 
 
 def negative_label(record: MemoryRecord, designer: DesignerConfig) -> NegativeLabel:
@@ -162,13 +164,13 @@ class EnvironmentMemory:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace the contents with ``state``'s records (the newest ``capacity`` if more)."""
         if state.get("version") not in READABLE_VERSIONS:
-            raise ValueError(
+            raise ObjectCorruptError(
                 f"memory state version {state.get('version')!r} unsupported "
                 f"(expected one of {READABLE_VERSIONS})"
             )
         records = state.get("records")
         if not isinstance(records, list):
-            raise ValueError("memory state needs a 'records' list")
+            raise ObjectCorruptError("memory state needs a 'records' list")
         self._records.clear()
         for r in records:  # not add(): a record without code_chars stays of unknown length
             self._put(MemoryRecord.from_dict(r))

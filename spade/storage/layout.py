@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-from spade.errors import ObjectMissingError
+from spade.errors import InvalidKeyError, ObjectCorruptError, ObjectMissingError
 from spade.storage.store import ObjectStore, validate_key
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class RunLayout:
 
     def __init__(self, campaign_id: str, extra_stages: Iterable[str] = ()) -> None:
         if not isinstance(campaign_id, str) or not _CAMPAIGN.fullmatch(campaign_id):
-            raise ValueError(
+            raise InvalidKeyError(
                 f"campaign id {campaign_id!r} must be letters, digits, '.', '_' or '-'"
                 " (starting with a letter or digit)"
             )
@@ -159,16 +159,22 @@ class StageManifest:
 
     @classmethod
     def from_json(cls, obj: Any) -> StageManifest:
-        """Parse a manifest; ValueError / TypeError if it is not a well-formed one."""
+        """Parse a stored manifest; ObjectCorruptError (a ValueError) if it is not a
+        well-formed one (store data, not our code: a torn, foreign or older file)."""
         if not isinstance(obj, dict):
-            raise ValueError(f"a manifest is a JSON object, not {type(obj).__name__}")
+            raise ObjectCorruptError(f"a manifest is a JSON object, not {type(obj).__name__}")
         if obj.get("format") != MANIFEST_FORMAT:
-            raise ValueError(f"manifest format {obj.get('format')!r}, need {MANIFEST_FORMAT}")
+            raise ObjectCorruptError(
+                f"manifest format {obj.get('format')!r}, need {MANIFEST_FORMAT}"
+            )
         if not isinstance(obj.get("round"), int) or not isinstance(obj.get("stage"), str):
-            raise ValueError("manifest needs an int 'round' and a str 'stage'")
-        manifest = cls(**obj)
+            raise ObjectCorruptError("manifest needs an int 'round' and a str 'stage'")
+        try:  # unknown or missing fields (TypeError), bad values (__post_init__'s ValueError)
+            manifest = cls(**obj)
+        except (TypeError, ValueError) as exc:
+            raise ObjectCorruptError(f"not a stage manifest: {exc}") from exc
         if not isinstance(manifest.seconds, int | float):
-            raise ValueError(f"seconds must be a number, not {manifest.seconds!r}")
+            raise ObjectCorruptError(f"seconds must be a number, not {manifest.seconds!r}")
         return manifest
 
 
@@ -200,12 +206,12 @@ class CampaignStore:
             raw = self.store.read_json(key)
         except FileNotFoundError:
             return None
-        except ValueError as exc:  # torn or foreign file: treated as not committed
+        except ObjectCorruptError as exc:  # torn or foreign file: treated as not committed
             logger.warning("unparsable stage manifest %s: %s", self.store.url(key), exc)
             return None
         try:  # well-formed JSON that is not a manifest of this stage: also not committed
             manifest = StageManifest.from_json(raw)
-        except (TypeError, ValueError) as exc:
+        except ObjectCorruptError as exc:
             logger.warning("invalid stage manifest %s: %s", self.store.url(key), exc)
             return None
         if (manifest.round, manifest.stage) != (round, stage):

@@ -2,7 +2,8 @@
 
 Keys are ``/``-separated paths relative to the store's root (``campaign/c1/round-0000/...``).
 They are validated: no absolute paths, no ``.`` / ``..`` / empty parts, no glob characters, no
-backslashes or control characters; a bad key is a :class:`ValueError` that says why.
+backslashes or control characters; a bad key is an :class:`InvalidKeyError` (a ValueError) that
+says why.
 
 Atomicity. On a local filesystem a write goes to a hidden temporary name in the same folder, is
 fsynced and ``os.replace``-d into place, then the folder is fsynced: a reader (or a ``list``) sees
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from spade.errors import ObjectCorruptError, ObjectMissingError, StorageError
+from spade.errors import InvalidKeyError, ObjectCorruptError, ObjectMissingError, StorageError
 
 if TYPE_CHECKING:
     from spade.config import StorageConfig
@@ -49,29 +50,30 @@ _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\*?\[\]]")
 
 
 def validate_key(key: str, *, what: str = "key") -> str:
-    """Return ``key`` unchanged if it is a valid relative store key; ValueError otherwise."""
+    """Return ``key`` unchanged if it is a valid relative store key; InvalidKeyError (a
+    ValueError) otherwise."""
     if not isinstance(key, str) or not key:
-        raise ValueError(f"{what} must be a non-empty string, not {key!r}")
+        raise InvalidKeyError(f"{what} must be a non-empty string, not {key!r}")
     if key.startswith("/"):
-        raise ValueError(f"{what} {key!r} is absolute: keys are relative to the store root")
+        raise InvalidKeyError(f"{what} {key!r} is absolute: keys are relative to the store root")
     if m := _BAD_CHARS.search(key):
-        raise ValueError(
+        raise InvalidKeyError(
             f"{what} {key!r} holds {m.group()!r}: no backslash, glob or control characters"
         )
     for part in key.split("/"):
         if part in ("", ".", ".."):
-            raise ValueError(
+            raise InvalidKeyError(
                 f"{what} {key!r} has an empty, '.' or '..' part: use plain names joined by '/'"
             )
         if part.startswith(TMP_PREFIX):
-            raise ValueError(f"{what} {key!r}: names starting {TMP_PREFIX!r} are reserved")
+            raise InvalidKeyError(f"{what} {key!r}: names starting {TMP_PREFIX!r} are reserved")
     return key
 
 
 def blob_key(digest: str) -> str:
     """The key of the blob whose sha256 hex digest is ``digest``."""
     if not isinstance(digest, str) or not SHA256_HEX.fullmatch(digest):
-        raise ValueError(f"not a sha256 hex digest (64 lowercase hex chars): {digest!r}")
+        raise InvalidKeyError(f"not a sha256 hex digest (64 lowercase hex chars): {digest!r}")
     return f"{BLOB_PREFIX}/{digest[:2]}/{digest}"
 
 

@@ -336,3 +336,16 @@ def test_parent_of_a_tool_use_design_is_a_tool_use_environment():
         for s in range(20)
     }  # type: ignore[union-attr]
     assert games == {"game", "logic_one"}
+
+
+def test_a_damaged_stored_memory_is_corrupt_store_data():
+    from spade.errors import ObjectCorruptError
+
+    memory = EnvironmentMemory(MemoryConfig())
+    for state in (
+        {"version": 99, "records": []},
+        {"version": 1, "records": [{"env_id": "a", "colour": 1}]},
+        {"version": 1, "records": [{**asdict(rec("a")), "win_rate": 7.0}]},
+    ):
+        with pytest.raises(ObjectCorruptError):
+            memory.load_state_dict(state)

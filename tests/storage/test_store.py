@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from spade.errors import StorageError
+from spade.errors import InvalidKeyError, ObjectCorruptError, StorageError
 from spade.storage import (
     STAGES,
     CampaignStore,
@@ -248,3 +248,16 @@ def test_code_version(tmp_path, monkeypatch):
         code_version("nowhere_at_all.sub")
     with pytest.raises(ValueError):
         code_version()
+
+
+def test_bad_store_data_and_ids_are_storage_errors():
+    """What crosses the store's boundary fails as StorageError (and still as ValueError):
+    a stored manifest that is not one, a campaign id or key the layout does not take."""
+    good = _manifest(0, "score").to_json()
+    for bad in ([], {**good, "format": 0}, {**good, "extra": 1}, {**good, "status": "done"}):
+        with pytest.raises(ObjectCorruptError):
+            StageManifest.from_json(bad)
+    for call in (lambda: RunLayout("../x"), lambda: validate_key("a/../b"), lambda: blob_key("AB")):
+        with pytest.raises(InvalidKeyError) as exc:
+            call()
+        assert isinstance(exc.value, StorageError) and isinstance(exc.value, ValueError)
