@@ -1,6 +1,6 @@
 """Dashboard benchmark: how loading the campaign dashboard grows with the campaign.
 
-Two synthetic campaigns (``tests/dashboard/synthetic.py``) in temporary local stores: a big one
+Two synthetic campaigns (``spade/testing/synthetic.py``) in temporary local stores: a big one
 (200 rounds, 5,000 environments) and the baseline (5 rounds, the same environments per round:
 125), both with per-environment files (code, verdicts, transcripts) for their last 2 rounds
 only, as the app reads them for the environment on screen only. Each figure is reported for
@@ -204,7 +204,7 @@ def served(
     import httpx
 
     from spade.cli.dashboard import streamlit_command
-    from tests.integration.prefect_live import free_port, stop_process_group
+    from spade.testing.processes import free_port, stop_process_group
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -386,7 +386,7 @@ def figure(result: dict[str, Any], path: str) -> float | None:
 def run_campaign(
     browser: Any, tmp: Path, name: str, rounds: int, envs: int, args: argparse.Namespace
 ) -> dict[str, Any]:
-    from tests.dashboard.synthetic import build_campaign
+    from spade.testing.synthetic import build_campaign
 
     root = tmp / f"store-{name}"
     t0 = time.perf_counter()
@@ -449,7 +449,7 @@ def first_visit(browser: Any, tmp: Path) -> dict[str, Any]:
     """An untimed visit to a tiny campaign first, so that neither measured campaign pays for
     this machine's first Streamlit server and page (files into the OS cache, Chromium's
     first page, Python's bytecode cache)."""
-    from tests.dashboard.synthetic import build_campaign
+    from spade.testing.synthetic import build_campaign
 
     camp = build_campaign(tmp / "store-warm-up", CAMPAIGN_ID, rounds=2, environments=4)
     page = page_load(browser, camp, 2, 1, tmp)
@@ -504,15 +504,13 @@ def main() -> None:
     base_envs = max(base_rounds, round(envs * base_rounds / rounds))  # same envs per round
     out = args.out.resolve()
 
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))  # tests/ (synthetic campaign, browser helpers)
-    from tests.integration.prefect_live import CHROMIUM, open_browser
+    from spade.testing.processes import CHROMIUM, chromium
 
     if not os.access(CHROMIUM, os.X_OK):
         raise SystemExit(f"{CHROMIUM} missing (scripts/bootstrap.sh installs Debian's chromium)")
     with (
         tempfile.TemporaryDirectory(prefix="spade-bench-dash-") as tmp_name,
-        open_browser() as browser,
+        chromium() as browser,
     ):
         tmp = Path(tmp_name)
         warm_up = first_visit(browser, tmp)

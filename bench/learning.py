@@ -350,8 +350,8 @@ def quick_setup(stack: contextlib.ExitStack, tmp: Path) -> tuple[None, dict[str,
     tiny LoRA policy: a smoke run of every step in minutes. The pool is the scripted HalfEnv
     (the stand-in wins its even puzzles: returns that differ, so the agent trains) and one
     bundled example; the demo's settings that close the loop (graded rewards, one skill)."""
-    from tests.fakes.openai_server import FakeOpenAIServer
-    from tests.integration.scripted_designer import (
+    from spade.testing.openai_server import FakeOpenAIServer
+    from spade.testing.scripted_designer import (
         HALF,
         ScriptedModel,
         round_overrides,
@@ -420,7 +420,7 @@ def main() -> None:
         args.sweep_lrs, args.sweep_ranks, args.sweep_rounds = args.sweep_lrs[:1], [4], 1
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))  # flows/ and tests/ (the scripted stand-in)
+        sys.path.insert(0, str(REPO))  # flows/ (the round's Prefect flows)
     from prefect.testing.utilities import prefect_test_harness
 
     from spade.config import load_config

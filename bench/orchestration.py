@@ -43,20 +43,34 @@ Usage: ``.venv/bin/python bench/orchestration.py [--scripted | --config PATH] [-
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import hashlib
 import os
 import sys
 import tempfile
-import threading
-import time
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
+from orchestration_probes import (  # bench/orchestration_probes.py
+    BOOKKEEPING,
+    Clock,
+    heldout_fails_once,
+    instrumented,
+    prefect_calibration,
+    prefect_times,
+)
+from orchestration_setup import (  # bench/orchestration_setup.py
+    close_backends,
+    file_config,
+    fresh_script,
+    requests,
+    requests_since,
+    run_round,
+    scripted_config,
+    scripted_model,
+    source_digest,
+    stage_manifests,
+)
 from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
 from rich.console import Console
 from rich.table import Table
@@ -64,353 +78,8 @@ from rich.table import Table
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 DEFAULT_OUT = BENCH / "results" / "orchestration.json"
-HELDOUT_ENV = REPO / "spade" / "envs" / "examples" / "maze_walk.py"
 AIM_SHARE = 0.05
 SCRATCH_ID, RESUME_ID = "bench-scratch", "bench-resume"
-BOOKKEEPING = ("ensure_campaign", "carried_state", "round_summary", "result_storage")
-
-
-class Clock:
-    """Seconds spent in named calls (from any thread)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
-
-    def add(self, name: str, seconds: float) -> None:
-        with self.lock:
-            self.seconds[name] += seconds
-            self.calls[name] += 1
-
-    def reset(self) -> None:
-        with self.lock:
-            self.seconds.clear()
-            self.calls.clear()
-
-    def snapshot(self) -> dict[str, dict[str, float]]:
-        with self.lock:
-            return {
-                n: {"seconds": round(s, 3), "calls": self.calls[n]} for n, s in self.seconds.items()
-            }
-
-    def timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.add(name, time.perf_counter() - t0)
-
-        return wrapper
-
-    def timed_outermost(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Like :meth:`timed` for a function that may call itself: nested calls in the same
-        thread are not counted again."""
-        local = threading.local()
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            depth = getattr(local, "depth", 0)
-            local.depth = depth + 1
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                local.depth = depth
-                if depth == 0:
-                    self.add(name, time.perf_counter() - t0)
-
-        return wrapper
-
-    def timed_backend(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``shared_backend`` with its opening and closing timed (the body is not)."""
-
-        @contextlib.asynccontextmanager
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            async with contextlib.AsyncExitStack() as stack:
-                backend = await stack.enter_async_context(fn(*args, **kwargs))
-                self.add("backend_open", time.perf_counter() - t0)
-                try:
-                    yield backend
-                finally:
-                    t1 = time.perf_counter()
-                    await stack.aclose()
-                    self.add("backend_close", time.perf_counter() - t1)
-
-        return wrapper
-
-
-@contextlib.contextmanager
-def instrumented(clock: Clock) -> Iterator[None]:
-    """Time what runs outside every stage record: the flow's bookkeeping calls and the task
-    bodies' backend handling in flows/, the tasks' cache keys, and Prefect walking task
-    parameters (``visit_collection``: finding upstream futures in, and resolving, every
-    argument of every task call); the stages themselves are untouched."""
-    import prefect.flow_engine
-    import prefect.futures
-    import prefect.task_engine
-    import prefect.utilities.engine
-    from prefect.cache_policies import TaskSource
-    from prefect.utilities.collections import visit_collection
-
-    import flows.round as rf
-    from flows import design_tasks, pool_tasks
-
-    with contextlib.ExitStack() as stack:
-        for name in BOOKKEEPING:
-            stack.enter_context(mock.patch.object(rf, name, clock.timed(name, getattr(rf, name))))
-        timed_backend = clock.timed_backend(rf.shared_backend)
-        for module in (rf, design_tasks, pool_tasks):  # every module whose tasks use a backend
-            stack.enter_context(mock.patch.object(module, "shared_backend", timed_backend))
-        for name, policy in (("cache_key_stage", rf.StageKey), ("cache_key_source", TaskSource)):
-            timed = clock.timed(name, policy.compute_key)
-            stack.enter_context(mock.patch.object(policy, "compute_key", timed))
-        walk = clock.timed_outermost("visit_collection", visit_collection)
-        modules = (
-            prefect.utilities.engine,
-            prefect.task_engine,
-            prefect.futures,
-            prefect.flow_engine,
-        )
-        for module in modules:
-            stack.enter_context(mock.patch.object(module, "visit_collection", walk))
-        yield
-
-
-@contextlib.contextmanager
-def heldout_fails_once() -> Iterator[dict[str, int]]:
-    """The held-out stage raises on its first call; the flow's task does not retry it."""
-    import flows.round as rf
-    from spade.pipeline import heldout as heldout_module
-
-    real = heldout_module.heldout
-    calls = {"n": 0}
-
-    async def flaky(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("injected fault in the heldout stage (bench/orchestration.py)")
-        return await real(*args, **kwargs)
-
-    with (
-        mock.patch.object(heldout_module, "heldout", flaky),
-        mock.patch.object(rf, "heldout", rf.heldout.with_options(retries=0)),
-    ):
-        yield calls
-
-
-def scripted_model() -> Any:
-    """The integration tests' scripted model; as the agent of an environment it does not know
-    (the held-out maze) it always walks east."""
-    from tests.integration.scripted_designer import ScriptedModel
-
-    class HeldoutScriptedModel(ScriptedModel):
-        def play(self, messages: list[dict[str, Any]]) -> str:
-            try:
-                return super().play(messages)
-            except AttributeError:  # no "Puzzle #": not one of the scripted designs
-                return "\\boxed{E}"
-
-    return HeldoutScriptedModel()
-
-
-def scripted_config(server: Any, tmp: Path, root: Path, train: bool) -> Any:
-    from spade.config import load_config
-    from tests.integration.scripted_designer import round_overrides, write_corpus, write_tiny_policy
-
-    corpus = tmp / "corpus.jsonl"
-    if not corpus.exists():
-        write_corpus(corpus)
-    policy = tmp / "policy"
-    if not policy.exists():
-        write_tiny_policy(policy)
-    return load_config(
-        overrides={
-            **round_overrides(server, corpus),
-            "name": "bench-orchestration",
-            "storage.root": str(root),
-            "model.name_or_path": str(policy),
-            "model.max_context_tokens": 16384,
-            "training.designer_delay_steps": 0,
-            "run.heldout_envs": [str(HELDOUT_ENV)],
-            "run.train": train,
-            "run.rounds": 1,
-        }
-    )
-
-
-def file_config(path: Path, root: Path, train: bool) -> Any:
-    """``path`` with the store in ``root``; relative held-out paths resolved against the repo."""
-    from spade.config import load_config
-
-    heldout = [
-        e if Path(e).expanduser().exists() or not (REPO / e).exists() else str(REPO / e)
-        for e in load_config(path).run.heldout_envs
-    ]
-    overrides: dict[str, object] = {
-        "storage.root": str(root),
-        "run.rounds": 1,
-        "run.heldout_envs": heldout,
-    }
-    if not train:
-        overrides["run.train"] = False
-    return load_config(path, overrides=overrides)
-
-
-def run_round(cfg: Any, cid: str) -> tuple[Any, float]:
-    """One ``round_flow`` call: its final state and wall time."""
-    from flows.round import round_flow
-
-    t0 = time.perf_counter()
-    state = asyncio.run(round_flow(config=cfg, campaign_id=cid, round_index=0, return_state=True))
-    return state, time.perf_counter() - t0
-
-
-def close_backends() -> None:
-    from spade.inference.pool import close_shared_backends
-
-    asyncio.run(close_shared_backends())
-
-
-def prefect_calibration(storage: Path, n: int = 20) -> dict[str, Any]:
-    """What Prefect costs per task on this machine: a flow of ``n`` no-op tasks (results
-    persisted with a cache key on their inputs, like the round's) against an empty flow."""
-    from prefect import flow, task
-    from prefect.cache_policies import INPUTS
-
-    storage.mkdir(parents=True, exist_ok=True)
-
-    @task(
-        name="noop",
-        persist_result=True,
-        result_serializer="pickle",
-        result_storage=storage,
-        cache_policy=INPUTS,
-    )
-    def noop(i: int) -> int:
-        return i
-
-    @flow(name="bench-noop", persist_result=False)
-    async def noop_flow(n: int) -> None:
-        for i in range(n):
-            noop(i)
-
-    walls = {}
-    for count in (0, n):
-        t0 = time.perf_counter()
-        asyncio.run(noop_flow(count))
-        walls[count] = time.perf_counter() - t0
-    return {
-        "tasks": n,
-        "empty_flow_wall_s": round(walls[0], 3),
-        "flow_wall_s": round(walls[n], 3),
-        "per_task_s": round((walls[n] - walls[0]) / n, 4),
-    }
-
-
-def busy(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of intervals."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
-async def _read_runs(flow_run_id: Any) -> tuple[Any, list[Any]]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
-    async with get_client() as client:
-        flow_run = await client.read_flow_run(flow_run_id)
-        tasks = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])), limit=200
-        )
-    return flow_run, tasks
-
-
-def prefect_times(flow_run_id: Any, timeout: float = 30.0) -> dict[str, Any]:
-    """The flow run's Running time and its task runs' times, as the Prefect API recorded them
-    (records arrive asynchronously: poll until every run is final and the count is stable)."""
-    deadline, seen = time.monotonic() + timeout, -1
-    while True:
-        flow_run, runs = asyncio.run(_read_runs(flow_run_id))
-        final = flow_run.state is not None and flow_run.state.is_final()
-        final = final and all(r.state is not None and r.state.is_final() for r in runs)
-        if (final and len(runs) == seen) or time.monotonic() > deadline:
-            break
-        seen = len(runs)
-        time.sleep(0.5)
-    intervals, per_task, gaps, last_end = [], {}, [], None
-    for r in sorted(runs, key=lambda r: r.start_time.timestamp() if r.start_time else 0.0):
-        if r.start_time and r.end_time:
-            if last_end is not None:
-                gaps.append(
-                    {"before": r.name, "gap_s": round(r.start_time.timestamp() - last_end, 3)}
-                )
-            last_end = max(last_end or 0.0, r.end_time.timestamp())
-    for r in runs:
-        name = r.name.split("-")[0]
-        entry = per_task.setdefault(name, {"runs": 0, "seconds": 0.0, "states": Counter()})
-        entry["runs"] += 1
-        entry["states"][r.state.name if r.state else "?"] += 1
-        if r.start_time and r.end_time:
-            span = (r.start_time.timestamp(), r.end_time.timestamp())
-            intervals.append(span)
-            entry["seconds"] += span[1] - span[0]
-    running = None
-    if flow_run.start_time and flow_run.end_time:
-        running = (flow_run.end_time - flow_run.start_time).total_seconds()
-    return {
-        "flow_running_s": running,
-        "task_busy_s": busy(intervals),
-        "task_states": dict(Counter(r.state.name if r.state else "?" for r in runs)),
-        "largest_gaps_between_task_runs": sorted(gaps, key=lambda g: -g["gap_s"])[:6],
-        "per_task": {
-            n: {"runs": e["runs"], "seconds": round(e["seconds"], 3), "states": dict(e["states"])}
-            for n, e in per_task.items()
-        },
-    }
-
-
-def stage_manifests(cfg: Any, cid: str) -> dict[str, dict[str, Any]]:
-    from spade.pipeline.record import campaign_store
-    from spade.storage import STAGES
-
-    cs = campaign_store(cfg, cid)
-    out = {}
-    for stage in STAGES:
-        m = cs.read_stage_manifest(0, stage)
-        if m is not None:
-            out[stage] = {"seconds": m.seconds, "status": m.status}
-    return out
-
-
-def source_digest() -> str:
-    """Hash of the ``spade`` and ``flows`` sources: cache keys hash code read from disk, so an
-    edit during the benchmark changes them and the resume recomputes more than the last stage."""
-    h = hashlib.sha256()
-    for path in sorted([*(REPO / "spade").rglob("*.py"), *(REPO / "flows").rglob("*.py")]):
-        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def fresh_script(server: Any) -> None:
-    """A new scripted model for a new campaign (the script counts the designs it wrote)."""
-    if server is not None:
-        server.script = scripted_model()
-
-
-def requests_since(server: Any, before: int) -> int | None:
-    """Chat requests the stand-in answered since it had answered ``before`` (None: no stand-in)."""
-    return None if server is None else len(server.chat_requests) - before
-
-
-def requests(server: Any) -> int:
-    return 0 if server is None else len(server.chat_requests)
 
 
 def measure(cfg_for: Callable[[str], Any], server: Any, storage: Path) -> dict[str, Any]:
@@ -586,7 +255,7 @@ def main() -> None:
 
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))  # flows/ and tests/ (the scripted stand-in)
+        sys.path.insert(0, str(REPO))  # flows/ (the round's Prefect flows)
     from prefect.testing.utilities import prefect_test_harness
 
     train = not args.no_train
@@ -599,7 +268,7 @@ def main() -> None:
         tmp = Path(tmp_name)
         with contextlib.ExitStack() as stack:
             if config_path is None:
-                from tests.fakes.openai_server import FakeOpenAIServer
+                from spade.testing.openai_server import FakeOpenAIServer
 
                 server = stack.enter_context(FakeOpenAIServer(script=scripted_model()))
                 mode_name = "scripted"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import random
 import shutil
-import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import pytest
 
 from spade.envs.examples import example_paths
 from spade.sandbox.policy import SandboxPolicy, load_policy
+from spade.testing.processes import free_port
 from tests.leaks import HostSnapshot, own_leaks
 
 
@@ -73,12 +73,6 @@ def smol_env(smol_cache, monkeypatch) -> Path:
     return smol_cache
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def moto_endpoint():
     """A real S3 endpoint on loopback (moto's server), for the whole run."""
@@ -122,8 +116,8 @@ def s3_bucket(moto_endpoint, monkeypatch) -> S3Bucket:
 @pytest.fixture
 def scripted_server():
     """The OpenAI stand-in answering as the scripted designer/hinter/agent."""
-    from tests.fakes.openai_server import FakeOpenAIServer
-    from tests.integration.scripted_designer import ScriptedModel
+    from spade.testing.openai_server import FakeOpenAIServer
+    from spade.testing.scripted_designer import ScriptedModel
 
     with FakeOpenAIServer(script=ScriptedModel()) as fake:
         yield fake
@@ -131,8 +125,8 @@ def scripted_server():
 
 @pytest.fixture
 def scripted_overrides(scripted_server, tmp_path) -> dict[str, object]:
-    """Config overrides for a scripted round (see tests/integration/scripted_designer.py)."""
-    from tests.integration.scripted_designer import round_overrides, write_corpus
+    """Config overrides for a scripted round (see spade/testing/scripted_designer.py)."""
+    from spade.testing.scripted_designer import round_overrides, write_corpus
 
     return round_overrides(scripted_server, write_corpus(tmp_path / "corpus.jsonl"))
 

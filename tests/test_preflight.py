@@ -16,8 +16,8 @@ import yaml
 from spade.config import CampaignConfig, load_config
 from spade.errors import ConfigError, InferenceError, SandboxError, StorageError
 from spade.preflight import PREFLIGHT_CHECKS, S3_FAST_FAIL, PreflightResult, preflight
-from tests.conftest import free_port
-from tests.integration.scripted_designer import write_corpus
+from spade.testing.processes import free_port
+from spade.testing.scripted_designer import write_corpus
 
 
 def config(**overrides: object) -> CampaignConfig:

@@ -13,9 +13,9 @@ from spade.errors import ConfigError, InferenceError
 from spade.inference.factory import open_backend
 from spade.sandbox.policy import load_policy
 from spade.scoring import memory_records, score
+from spade.testing.openai_server import FakeOpenAIServer
+from spade.testing.scripted_designer import SKY
 from spade.training.samples import samples_from_trajectories
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.scripted_designer import SKY
 
 
 def test_parallel_episodes_is_a_bounded_config_field():

@@ -11,7 +11,7 @@ from spade.agent import EpisodeJob, RolloutSettings, run_episodes
 from spade.config import InferenceConfig
 from spade.inference.openai import OpenAIBackend
 from spade.sandbox import session as session_mod
-from tests.fakes.openai_server import FakeOpenAIServer
+from spade.testing.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.sandbox
 

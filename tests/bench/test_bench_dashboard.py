@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.prefect_live import CHROMIUM
+from spade.testing.processes import CHROMIUM
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = {

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from spade.eval.base import get_suite
+from spade.testing.openai_server import FakeOpenAIServer
 from tests.eval.scripted import ActionScript, gold_actions
-from tests.fakes.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.sandbox
 

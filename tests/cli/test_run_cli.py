@@ -17,7 +17,7 @@ from rich.console import Console
 from spade.cli.progress import CampaignProgress, StageLog
 from spade.pipeline.record import StageRecord
 from spade.storage import CampaignStore, ObjectStore
-from tests.integration.scripted_designer import round_overrides, write_corpus
+from spade.testing.scripted_designer import round_overrides, write_corpus
 
 SPADE = str(Path(sys.executable).with_name("spade"))
 

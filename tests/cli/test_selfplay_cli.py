@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from spade.config import load_config
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.scripted_designer import METAL, SKY, write_corpus, write_tiny_policy
+from spade.testing.openai_server import FakeOpenAIServer
+from spade.testing.scripted_designer import METAL, SKY, write_corpus, write_tiny_policy
 
 pytestmark = pytest.mark.sandbox
 

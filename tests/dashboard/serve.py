@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.prefect_live import REPO_ROOT, free_port, stop_process_group
+from spade.testing.processes import free_port, stop_process_group
+from tests.integration.prefect_live import REPO_ROOT
 
 
 @contextlib.contextmanager

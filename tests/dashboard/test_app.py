@@ -1,6 +1,6 @@
 """dashboards/app.py: rendered by Streamlit's AppTest, and served for real to headless Chromium.
 
-The campaign is synthetic (tests/dashboard/synthetic.py); the checks compare what the page
+The campaign is synthetic (spade/testing/synthetic.py); the checks compare what the page
 shows with the numbers written: chart data is decoded from the Vega-Lite elements. Only the
 open tab runs, so each test opens its tab first (``open_tab``).
 """
@@ -14,9 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from spade.cli import app as cli_app
+from spade.testing.synthetic import SUITES, build_campaign
 from tests.dashboard.apptest import APP, by_label, chart_with, charts, open_tab, run_app
 from tests.dashboard.serve import served_dashboard
-from tests.dashboard.synthetic import SUITES, build_campaign
 from tests.integration.prefect_live import (
     REPO_ROOT,
     open_browser,

@@ -9,7 +9,7 @@ from spade.dashboard import data as data_mod
 from spade.dashboard.data import CampaignData, campaign_ids, loader
 from spade.pipeline.record import StageRecord
 from spade.storage import STAGES, ObjectStore
-from tests.dashboard.synthetic import STAGE_SECONDS, SUITES, build_campaign
+from spade.testing.synthetic import STAGE_SECONDS, SUITES, build_campaign
 
 ROUNDS, ENVS = 5, 20
 SCALARS = ("attempts", "accepted", "memory_size", "weights", "rejections", "skills")

@@ -12,9 +12,9 @@ from streamlit.testing.v1 import AppTest
 
 from flows.campaign import campaign_flow
 from spade.config import load_config
+from spade.testing.scripted_designer import EXPECTED, write_tiny_policy
 from tests.dashboard.serve import served_dashboard
 from tests.integration.prefect_live import REPO_ROOT, open_browser
-from tests.integration.scripted_designer import EXPECTED, write_tiny_policy
 
 pytestmark = pytest.mark.sandbox
 APP = str(REPO_ROOT / "dashboards" / "app.py")

@@ -26,7 +26,7 @@ from spade.designer.prompts import FORMAT_EXAMPLE
 from spade.envs.examples import code_breaker
 from spade.inference.factory import open_backend
 from spade.sandbox.policy import load_policy
-from tests.fakes.openai_server import FakeOpenAIServer, render_prompt
+from spade.testing.openai_server import FakeOpenAIServer, render_prompt
 
 EXAMPLES = Path(code_breaker.__file__).parent
 CODE_BREAKER = Path(code_breaker.__file__).read_text()

@@ -18,7 +18,7 @@ from spade.eval.base import HeldoutTask
 from spade.eval.runner import SuiteResult, play_suite
 from spade.inference.openai import OpenAIBackend
 from spade.sandbox.policy import load_policy
-from tests.fakes.openai_server import FakeOpenAIServer
+from spade.testing.openai_server import FakeOpenAIServer
 
 TASK_LINE = re.compile(r"^\[task ([^\]\n]+)\]", re.MULTILINE)
 

@@ -13,8 +13,8 @@ from spade.eval.base import get_suite
 from spade.eval.runner import SuiteResult, play_suite
 from spade.inference.openai import OpenAIBackend
 from spade.sandbox.policy import load_policy
+from spade.testing.openai_server import FakeOpenAIServer
 from tests.eval.scripted import ActionScript, gold_actions
-from tests.fakes.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.sandbox
 

@@ -10,8 +10,8 @@ import pytest
 from flows.round import round_flow
 from spade.config import load_config
 from spade.pipeline.record import campaign_store
+from spade.testing.scripted_designer import METAL
 from tests.flows.test_round_flow import task_states
-from tests.integration.scripted_designer import METAL
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.attack]
 

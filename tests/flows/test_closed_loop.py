@@ -5,7 +5,7 @@ the stand-in then serves under its version's name.
 
 The stand-in designer here writes nothing that passes: each first answer is, in turn, no code,
 a syntax error or an infeasible game, and a repair turn repeats it. The pool is two scripted
-environments: ``HalfEnv`` (tests/integration/scripted_designer.py; the agent wins the even
+environments: ``HalfEnv`` (spade/testing/scripted_designer.py; the agent wins the even
 puzzles unhinted: returns 1, 0, 1, 0, ...) with a declared hint, and ``LockerEnv`` (won only
 with the hint), whose hint the stand-in writes.
 """
@@ -25,7 +25,7 @@ from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.state import carried_state
 from spade.pipeline.summary import round_summary
 from spade.storage import STAGES
-from tests.integration.scripted_designer import HALF, INFEASIBLE, ScriptedModel
+from spade.testing.scripted_designer import HALF, INFEASIBLE, ScriptedModel
 
 pytestmark = pytest.mark.sandbox
 
@@ -89,7 +89,7 @@ class NothingPasses(ScriptedModel):
 
 @pytest.fixture
 def nothing_passes():
-    from tests.fakes.openai_server import FakeOpenAIServer
+    from spade.testing.openai_server import FakeOpenAIServer
 
     with FakeOpenAIServer(script=NothingPasses()) as fake:
         yield fake
@@ -97,7 +97,7 @@ def nothing_passes():
 
 @pytest.fixture(scope="module")
 def lora_policy(tmp_path_factory):
-    from tests.integration.scripted_designer import write_tiny_policy
+    from spade.testing.scripted_designer import write_tiny_policy
 
     return write_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
 
@@ -114,7 +114,7 @@ def write_pool(folder: Path) -> Path:
 
 
 def _config(server, tmp_path: Path, policy: Path, seed: int, **more: object):
-    from tests.integration.scripted_designer import round_overrides, write_corpus
+    from spade.testing.scripted_designer import round_overrides, write_corpus
 
     return load_config(
         overrides={

@@ -10,8 +10,8 @@ import pytest
 from flows.campaign import campaign_flow
 from spade.config import load_config
 from spade.pipeline.record import campaign_store, read_jsonl
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.scripted_designer import ScriptedModel, round_overrides, write_corpus
+from spade.testing.openai_server import FakeOpenAIServer
+from spade.testing.scripted_designer import ScriptedModel, round_overrides, write_corpus
 
 pytestmark = pytest.mark.sandbox
 

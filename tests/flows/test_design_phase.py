@@ -13,6 +13,7 @@ from flows.round import round_flow
 from spade.config import load_config
 from spade.designer.designer import env_id_for
 from spade.pipeline.record import campaign_store, read_jsonl
+from spade.testing.openai_server import FakeOpenAIServer
 from tests.designer.test_design_batch import (
     BACKWARDS,
     CODE_BREAKER,
@@ -24,7 +25,6 @@ from tests.designer.test_design_batch import (
     repair_requests,
     write_corpus,
 )
-from tests.fakes.openai_server import FakeOpenAIServer
 from tests.flows.test_round_flow import task_states
 
 pytestmark = pytest.mark.sandbox

@@ -17,8 +17,8 @@ from spade.inference.pool import BASE
 from spade.pipeline import design as stages
 from spade.pipeline.replay import plan_round
 from spade.pipeline.state import initial_memory
+from spade.testing.openai_server import FakeOpenAIServer
 from tests.designer.test_design_batch import CODE_BREAKER, fenced, write_corpus
-from tests.fakes.openai_server import FakeOpenAIServer
 
 
 class FlakyServer(FakeOpenAIServer):

@@ -21,14 +21,14 @@ from spade.config import load_config
 from spade.pipeline import keys
 from spade.pipeline.campaign import round_complete
 from spade.pipeline.record import campaign_store
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.prefect_live import REPO_ROOT
-from tests.integration.scripted_designer import (
+from spade.testing.openai_server import FakeOpenAIServer
+from spade.testing.scripted_designer import (
     ScriptedModel,
     round_overrides,
     write_corpus,
     write_tiny_policy,
 )
+from tests.integration.prefect_live import REPO_ROOT
 
 pytestmark = pytest.mark.sandbox
 CID = "killed"

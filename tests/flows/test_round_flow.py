@@ -31,7 +31,7 @@ from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.state import carried_state
 from spade.storage import STAGES
-from tests.integration.scripted_designer import EXPECTED, write_tiny_policy
+from spade.testing.scripted_designer import EXPECTED, write_tiny_policy
 
 pytestmark = pytest.mark.sandbox
 

@@ -21,8 +21,8 @@ from spade.errors import LeaseHeldError
 from spade.pipeline.campaign import round_complete
 from spade.pipeline.record import campaign_store
 from spade.storage import STAGES
+from spade.testing.scripted_designer import write_tiny_policy
 from tests.fakes.flaky_fs import FlakyFS
-from tests.integration.scripted_designer import write_tiny_policy
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.attack]
 
@@ -143,7 +143,7 @@ POOL_FAULTS = {  # pool mode's design half, the skipped designer, and a replay r
 @pytest.fixture
 def pool_server():
     """The stand-in of the closed-loop tests (designs never pass; pool mode asks none)."""
-    from tests.fakes.openai_server import FakeOpenAIServer
+    from spade.testing.openai_server import FakeOpenAIServer
     from tests.flows.test_closed_loop import NothingPasses
 
     with FakeOpenAIServer(script=NothingPasses()) as fake:

@@ -23,7 +23,7 @@ from spade.inference.factory import (
     vllm_model_source,
 )
 from spade.inference.models import converted_cache_dir, resolve_model
-from tests.fakes.openai_server import FakeOpenAIServer
+from spade.testing.openai_server import FakeOpenAIServer
 from tests.inference.test_vllm_server import SERVING_STUB, free_port, write_stub
 
 

@@ -24,7 +24,13 @@ from spade.inference.base import (
     SamplingParams,
 )
 from spade.inference.openai import OpenAIBackend, parse_chat_completion
-from tests.fakes.openai_server import FakeOpenAIServer, echo, render_prompt, token_logprob, tokenize
+from spade.testing.openai_server import (
+    FakeOpenAIServer,
+    echo,
+    render_prompt,
+    token_logprob,
+    tokenize,
+)
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
 

@@ -16,8 +16,8 @@ from spade.inference.base import ChatRequest, Completion, SamplingParams
 from spade.inference.hf import TransformersBackend
 from spade.inference.models import load_model_and_tokenizer, resolve_model
 from spade.inference.pool import BASE, WeightsRef, close_shared_backends, shared_backend
+from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.trainer import GRPOTrainer
-from tests.integration.scripted_designer import write_tiny_policy
 from tests.training.tiny_task import LORA, task_samples
 
 REQUEST = ChatRequest(

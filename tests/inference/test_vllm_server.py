@@ -2,7 +2,7 @@
 
 The stand-in is a small script named ``vllm`` that parses ``serve MODEL --host H --port P ...``,
 leaves a child process behind in its group (as vLLM's engine workers do) and execs the scripted
-OpenAI-compatible server of :mod:`tests.fakes.openai_server`, which answers with the name of the
+OpenAI-compatible server of :mod:`spade.testing.openai_server`, which answers with the name of the
 model each request named (``--served-model-name`` if given, else MODEL). A stand-in container
 runtime (``docker``) does the same from ``run ... IMAGE serve MODEL ...`` and records ``rm``.
 """
@@ -25,7 +25,7 @@ from spade.config import InferenceConfig, VllmServerConfig
 from spade.errors import InferenceError
 from spade.inference.base import Backend, ChatRequest
 from spade.inference.vllm_server import ManagedVllmBackend, VllmServer, group_alive, staging_root
-from tests.fakes.openai_server import FakeOpenAIServer
+from spade.testing.openai_server import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ with open(os.environ["STUB_RECORD"], "a") as f:
               "lora_env": os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")}
     f.write(json.dumps(record) + "\\n")
 os.environ["PYTHONPATH"] = REPO
-os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.openai_server", "--host", args.host,
+os.execv(sys.executable, [sys.executable, "-m", "spade.testing.openai_server", "--host", args.host,
                           "--port", args.port, "--model", args.served_model_name or args.model,
                           "--script", "model", *EXTRA])
 """
@@ -62,7 +62,7 @@ serve = argv[argv.index("serve"):]
 named = "--served-model-name" in serve
 model = serve[serve.index("--served-model-name") + 1] if named else serve[1]
 os.environ.update(env, PYTHONPATH=REPO)
-os.execv(sys.executable, [sys.executable, "-m", "tests.fakes.openai_server", "--host", "127.0.0.1",
+os.execv(sys.executable, [sys.executable, "-m", "spade.testing.openai_server", "--host", "127.0.0.1",
                           "--port", serve[serve.index("--port") + 1], "--model", model,
                           "--script", "model"])
 """

@@ -46,8 +46,6 @@ import contextlib
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -59,6 +57,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
+from spade.testing.processes import CHROMIUM, chromium, free_port, stop_process_group
+
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
     from prefect.client.schemas.objects import FlowRun
@@ -66,15 +66,6 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 PREFECT_BIN = VENV_BIN / "prefect"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 LIVE_POOL = "live-process"
 
 # Settings every client, worker and server subprocess gets (on top of PREFECT_HOME/API_URL).
@@ -92,42 +83,10 @@ _QUIET_ENV = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _clean_environ() -> dict[str, str]:
     """The test process's environment without any PREFECT_* setting (a profile, an API URL or
     the test harness's ephemeral settings must not leak into the live components)."""
     return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-
-
-def stop_process_group(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
-    """SIGTERM the process's group (it was started with start_new_session=True), wait, then
-    SIGKILL the group and any descendant that escaped it (found with psutil beforehand)."""
-    import psutil
-
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError):  # children that outlived the leader
-        os.killpg(proc.pid, signal.SIGKILL)
-    _gone, alive = psutil.wait_procs(descendants, timeout=5)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
 
 
 def _tail(path: Path, chars: int = 6000) -> str:
@@ -610,20 +569,12 @@ def ui_custom_run(
 
 @contextlib.contextmanager
 def open_browser(headless: bool = True) -> Iterator[Any]:
-    """Debian's Chromium driven by PyPI's playwright (sync API); yields a `Browser`.
-    Never `playwright install`: the browser is /usr/bin/chromium (scripts/bootstrap.sh)."""
+    """Debian's Chromium driven by PyPI's playwright (sync API); yields a `Browser`; the test
+    is skipped where the browser is missing."""
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"{CHROMIUM} missing (scripts/bootstrap.sh installs Debian's chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=headless
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with chromium(headless=headless) as browser:
+        yield browser
 
 
 # --- pytest fixtures --------------------------------------------------------------------

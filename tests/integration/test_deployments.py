@@ -19,6 +19,7 @@ from spade.config import load_config
 from spade.pipeline.campaign import round_complete
 from spade.pipeline.record import campaign_store
 from spade.storage import STAGES, ObjectStore
+from spade.testing.scripted_designer import round_overrides, write_corpus, write_tiny_policy
 from tests.integration.prefect_live import (
     REPO_ROOT,
     PrefectServer,
@@ -27,7 +28,6 @@ from tests.integration.prefect_live import (
     ui_custom_run,
     wait_for_flow_run,
 )
-from tests.integration.scripted_designer import round_overrides, write_corpus, write_tiny_policy
 
 pytestmark = pytest.mark.sandbox
 
@@ -37,8 +37,8 @@ def live_campaign(moto_endpoint, tmp_path_factory) -> dict[str, Any]:
     """The scripted stand-in, a tiny policy and an S3 bucket; the config every run uses."""
     import boto3
 
-    from tests.fakes.openai_server import FakeOpenAIServer
-    from tests.integration.scripted_designer import ScriptedModel
+    from spade.testing.openai_server import FakeOpenAIServer
+    from spade.testing.scripted_designer import ScriptedModel
 
     root = tmp_path_factory.mktemp("deploy")
     bucket = f"spade-deploy-{uuid.uuid4().hex[:8]}"

@@ -16,7 +16,7 @@ import pytest
 from spade.envs.examples import example_paths
 from spade.metrics import prom
 from spade.sandbox import EnvFailure, FailureKind, JailedSession, load_policy
-from tests.conftest import free_port
+from spade.testing.processes import free_port
 from tests.metrics.readers import scrape, value
 
 REPO = Path(__file__).resolve().parents[2]

@@ -38,6 +38,7 @@ from spade.pipeline.replay import plan_round
 from spade.pipeline.score import remember, score_round
 from spade.pipeline.state import delayed_designer_batch, initial_memory
 from spade.pipeline.summary import round_summary
+from spade.testing.openai_server import FakeOpenAIServer
 from tests.designer.test_design_batch import (
     BACKWARDS,
     CLEAN_HINT,
@@ -46,7 +47,6 @@ from tests.designer.test_design_batch import (
     fenced,
     write_corpus,
 )
-from tests.fakes.openai_server import FakeOpenAIServer
 
 CODE_A = CODE_BREAKER.replace("CodeBreakerEnv", "AlphaBreakerEnv")
 CODE_B = CODE_BREAKER.replace("CodeBreakerEnv", "BravoBreakerEnv")

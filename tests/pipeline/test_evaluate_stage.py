@@ -15,8 +15,8 @@ from spade.inference.factory import open_backend
 from spade.inference.pool import WeightsRef
 from spade.pipeline.evaluate import evaluate_env
 from spade.pipeline.record import campaign_store, read_jsonl
-from tests.fakes.openai_server import FakeOpenAIServer
-from tests.integration.scripted_designer import SKY
+from spade.testing.openai_server import FakeOpenAIServer
+from spade.testing.scripted_designer import SKY
 
 pytestmark = pytest.mark.sandbox
 

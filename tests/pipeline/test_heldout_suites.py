@@ -16,8 +16,8 @@ from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.heldout import heldout
 from spade.pipeline.record import campaign_store
 from spade.pipeline.summary import round_summary
+from spade.testing.openai_server import FakeOpenAIServer
 from tests.eval.scripted import ActionScript, gold_actions
-from tests.fakes.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.sandbox
 

@@ -30,10 +30,10 @@ from spade.inference.pool import (
 )
 from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.train import publish, train
+from spade.testing.openai_server import FakeOpenAIServer
+from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.checkpoint import load_checkpoint
-from tests.fakes.openai_server import FakeOpenAIServer
 from tests.inference.test_vllm_server import SERVING_STUB, free_port, write_stub
-from tests.integration.scripted_designer import write_tiny_policy
 from tests.training.model_folder import assert_model_folder
 
 LORA = {"training.lora.enabled": True, "training.lora.rank": 4, "training.lora.alpha": 8}

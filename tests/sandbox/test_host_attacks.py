@@ -223,7 +223,7 @@ def _rollout(job, **settings):
     from spade.agent import RolloutSettings, run_episodes
     from spade.config import InferenceConfig
     from spade.inference.openai import OpenAIBackend
-    from tests.fakes.openai_server import FakeOpenAIServer
+    from spade.testing.openai_server import FakeOpenAIServer
 
     async def go(url: str, model: str):
         cfg = InferenceConfig(backend="openai", base_url=url, max_retries=0, request_timeout_s=5)

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from spade.config import TrainingConfig
 from spade.errors import CheckpointError
+from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.checkpoint import (
     list_checkpoints,
     load_checkpoint,
@@ -25,7 +26,6 @@ from spade.training.checkpoint import (
 )
 from spade.training.trainer import GRPOTrainer
 from spade.training.weights import hf_model_files
-from tests.integration.scripted_designer import write_tiny_policy
 from tests.training.model_folder import assert_model_folder
 from tests.training.tiny_task import task_samples
 

@@ -13,6 +13,7 @@ from spade.config import InferenceConfig, TrainingConfig
 from spade.errors import InferenceError
 from spade.inference.base import ChatRequest
 from spade.inference.openai import OpenAIBackend
+from spade.testing.openai_server import FakeOpenAIServer
 from spade.training.publish import (
     adapter_name,
     publish_full_checkpoint,
@@ -20,7 +21,6 @@ from spade.training.publish import (
     publish_state_dict,
 )
 from spade.training.trainer import GRPOTrainer
-from tests.fakes.openai_server import FakeOpenAIServer
 from tests.training.tiny_task import LORA, PAD, task_samples, tiny_llama
 
 

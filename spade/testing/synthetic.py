@@ -25,6 +25,7 @@ from typing import Any
 
 from spade.config import CampaignConfig
 from spade.pipeline.record import StageRecord
+from spade.stats import mean
 
 SKILLS = ("planning", "arithmetic", "spatial", "deduction")
 REJECTIONS = (  # failure kind, failed check (None: never reached the verifier), reason
@@ -182,10 +183,10 @@ def _expected(attempts, scored, memory_size, metrics, heldout, weights) -> dict[
         "attempts": len(scored),
         "accepted": len(ok),
         "acceptance_rate": len(ok) / len(scored) if scored else None,
-        "win_rate": _avg(s["win_rate"] for s in ok),
-        "hinted_win_rate": _avg(s["hinted_win_rate"] for s in ok),
-        "regret": _avg(s["regret"] for s in ok),
-        "designer_reward": _avg(s["reward"] for s in scored),
+        "win_rate": mean(s["win_rate"] for s in ok),
+        "hinted_win_rate": mean(s["hinted_win_rate"] for s in ok),
+        "regret": mean(s["regret"] for s in ok),
+        "designer_reward": mean(s["reward"] for s in scored),
         "rejections": dict(Counter(s["failure"] for s in scored if not s["accepted"])),
         "rejected_checks": dict(
             Counter((a["verdict"] or {}).get("failed_check") or a["failure_kind"] for a in failed)
@@ -198,11 +199,6 @@ def _expected(attempts, scored, memory_size, metrics, heldout, weights) -> dict[
         "train": metrics,
         "stage_seconds": dict(STAGE_SECONDS),
     }
-
-
-def _avg(values) -> float | None:
-    values = list(values)
-    return fmean(values) if values else None
 
 
 def _commit(cfg: CampaignConfig, cid: str, rnd: int, stage: str, outputs: dict[str, Any]) -> None:
@@ -337,7 +333,7 @@ def _heldout(cfg, cid, rnd, rng, suites: bool) -> tuple[dict[str, Any], list[dic
     outputs: dict[str, Any] = {"results.jsonl": held}
     items: list[dict[str, Any]] = []
     for name, tasks in SUITES.items() if suites else ():
-        rows = []
+        rows: list[dict[str, Any]] = []
         for i, task in enumerate(tasks):
             failed = (rnd + i) % 5 == 4
             score = 0.0 if failed else rng.choice((0.0, 0.25, 1.0))

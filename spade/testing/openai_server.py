@@ -22,7 +22,7 @@ drive the real client code against it. It serves ``/v1/chat/completions``, ``/v1
 Every request is recorded (:attr:`FakeOpenAIServer.requests`), and so is the largest number of
 chat requests in flight at once. Run as a script it stands in for ``vllm serve``::
 
-    python -m tests.fakes.openai_server --host 127.0.0.1 --port 8000 --model M [--script echo]
+    python -m spade.testing.openai_server --host 127.0.0.1 --port 8000 --model M [--script echo]
 """
 
 from __future__ import annotations
