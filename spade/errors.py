@@ -13,6 +13,11 @@ class ConfigError(SpadeError):
     """A configuration file or value is invalid."""
 
 
+class ConfigValueError(ConfigError, ValueError):
+    """A configured value the code cannot take, found where it is used (a held-out subset the
+    suite does not have); also a ValueError, as pydantic validators and callers expect."""
+
+
 class SandboxError(SpadeError):
     """The sandbox itself cannot run (nsjail missing, policy unusable, host misconfigured)."""
 

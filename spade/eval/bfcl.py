@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
 from bfcl_eval.constants.executable_backend_config import STATELESS_CLASSES
 
+from spade.errors import ConfigValueError
 from spade.eval import bfcl_mpmath, bfcl_runtime
 from spade.eval.base import HeldoutTask, episode_score, task_header
 from spade.eval.bfcl_data import (
@@ -68,7 +69,7 @@ def category_name(name: str) -> str:
     """``multi_turn_<x>`` for ``<x>`` or the full name; ValueError naming the valid ones."""
     full = name if name.startswith("multi_turn_") else f"multi_turn_{name}"
     if full not in CATEGORIES:
-        raise ValueError(
+        raise ConfigValueError(
             f"unknown BFCL multi-turn category {name!r}; valid: {', '.join(CATEGORIES)}"
         )
     return full

@@ -36,6 +36,7 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
 from spade.envs import TextEnv, extract_boxed
+from spade.errors import ConfigValueError
 from spade.eval.base import HeldoutTask, episode_score, task_header
 
 if TYPE_CHECKING:
@@ -260,7 +261,9 @@ def select(subsets: list[str]) -> list[str]:
     chosen = [s if s in known else f"HumanEval/{s.strip()}" for s in subsets]
     unknown = [s for s, c in zip(subsets, chosen, strict=True) if c not in known]
     if unknown:
-        raise ValueError(f"unknown HumanEval task ids: {', '.join(unknown)} (HumanEval/0..163)")
+        raise ConfigValueError(
+            f"unknown HumanEval task ids: {', '.join(unknown)} (HumanEval/0..163)"
+        )
     return sorted(set(chosen), key=_number)
 
 

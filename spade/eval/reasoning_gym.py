@@ -23,6 +23,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from spade.envs import extract_boxed
+from spade.errors import ConfigValueError
 from spade.eval.base import HeldoutTask, task_header
 
 if TYPE_CHECKING:
@@ -181,7 +182,7 @@ def check_datasets(names: list[str] | tuple[str, ...]) -> list[str]:
             f"{n!r}: {REFUSED.get(n, 'not an audited reasoning-gym dataset')}" for n in bad
         )
         valid = ", ".join(sorted(SAFE_DATASETS))
-        raise ValueError(f"reasoning_gym subsets: {why}. Valid datasets: {valid}")
+        raise ConfigValueError(f"reasoning_gym subsets: {why}. Valid datasets: {valid}")
     return list(dict.fromkeys(names))
 
 
