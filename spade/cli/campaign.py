@@ -14,7 +14,7 @@ from rich.table import Table
 from spade.cli.common import StorageOptionsOpt, fail, storage_options
 from spade.errors import SpadeError, StorageError
 from spade.pipeline.campaign import list_campaigns, request_stop
-from spade.pipeline.summary import campaign_status
+from spade.pipeline.summary import SUMMARY_COLUMNS, campaign_status
 from spade.storage import CampaignStore, ObjectStore
 
 # soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
@@ -23,24 +23,7 @@ console = Console(file=sys.stdout, soft_wrap=True)
 StoreOpt = Annotated[
     str, typer.Option("--store", "-s", help="Object store root of the campaign (storage.root).")
 ]
-STATUS_COLUMNS = (
-    "round",
-    "replay_of",
-    "attempts",
-    "accepted",
-    "novel",
-    "duplicates",
-    "repaired",
-    "pool_envs",
-    "win_rate",
-    "hinted_win_rate",
-    "regret",
-    "designer_spread",
-    "train_loss",
-    "designer_loss",
-    "heldout_win_rate",
-    "weights",
-)
+STATUS_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c != "designer_reward")
 """The columns of ``spade status`` (the rest of ``SUMMARY_COLUMNS`` is in ``--json``)."""
 # Two-line headers and short numbers keep the table within a terminal's 80 columns.
 HEADERS = {

@@ -5,17 +5,14 @@ report."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from spade.testing.processes import CHROMIUM
+from tests.bench.runner import run_bench
 
-REPO = Path(__file__).resolve().parents[2]
 FIGURES = {
     "data": ("overview_cold_s", "overview_warm_s", "page_data_cold_s"),
     "page": (
@@ -36,16 +33,7 @@ FIGURES = {
 def test_dashboard_bench_quick_writes_figures_and_ratios(tmp_path: Path) -> None:
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"{CHROMIUM} missing (scripts/bootstrap.sh installs Debian's chromium)")
-    out = tmp_path / "x.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "dashboard.py"), "--quick", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    data = json.loads(out.read_text())
+    data = run_bench("dashboard.py", "--quick", out=tmp_path / "x.json", timeout=300)
     assert data["machine"]["nproc"] > 0 and data["timestamp"] and data["mode"] == "quick"
 
     base, big = data["baseline"], data["big"]

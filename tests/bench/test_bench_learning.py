@@ -5,30 +5,18 @@ asserted: benchmarks report."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.runner import run_bench
 
 
 @pytest.mark.sandbox
 @pytest.mark.timeout(660)
 def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> None:
     out = tmp_path / "learning.json"
-    script = str(REPO / "bench" / "learning.py")
-    proc = subprocess.run(
-        [sys.executable, script, "--quick", "--sweep", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    data = json.loads(out.read_text())
+    data = run_bench("learning.py", "--quick", "--sweep", out=out, timeout=600)
     assert data["mode"] == "quick" and data["machine"]["nproc"] > 0 and data["timestamp"]
     spade, pool = data["runs"]["spade"]["0"], data["runs"]["pool"]["0"]
     assert [r["round"] for r in spade] == [r["round"] for r in pool] == [0, 1]

@@ -3,31 +3,18 @@ and a round resumed after its held-out stage failed, both timed and written to J
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from spade.storage import STAGES
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.runner import run_bench
 
 
 @pytest.mark.sandbox
 @pytest.mark.timeout(660)
 def test_orchestration_bench_scripted_overhead_and_resume(tmp_path: Path) -> None:
-    out = tmp_path / "x.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "orchestration.py"), "--scripted", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    data = json.loads(out.read_text())
+    data = run_bench("orchestration.py", "--scripted", out=tmp_path / "x.json", timeout=600)
     assert data["machine"]["nproc"] > 0 and data["timestamp"] and data["mode"] == "scripted"
 
     ov = data["overhead"]

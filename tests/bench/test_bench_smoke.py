@@ -3,19 +3,16 @@ end and writes the figures its table shows."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.runner import run_bench
 
 
 @pytest.mark.sandbox
 def test_sandbox_bench_quick_writes_three_sections(tmp_path: Path) -> None:
-    data = _run_bench("sandbox.py", tmp_path / "sandbox.json", 180)
+    data = run_bench("sandbox.py", "--quick", out=tmp_path / "sandbox.json", timeout=180)
     assert data["machine"]["nproc"] > 0 and data["machine"]["timestamp"]
 
     start = data["start_latency"]
@@ -33,21 +30,9 @@ def test_sandbox_bench_quick_writes_three_sections(tmp_path: Path) -> None:
         assert run["verifications"] > 0 and run["per_second"] > 0 and run["speedup"] > 0
 
 
-def _run_bench(script: str, out: Path, timeout: float, *args: str) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / script), "--quick", "--out", str(out), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text())
-
-
 @pytest.mark.slow  # ~40 s: .ci/run runs it after the default suite
 def test_train_bench_quick_compares_the_engines_on_one_batch(tmp_path: Path) -> None:
-    data = _run_bench("train.py", tmp_path / "train.json", 300)
+    data = run_bench("train.py", "--quick", out=tmp_path / "train.json", timeout=300)
     torch_run, ds_run = data["results"]
     assert torch_run["engine"] == "torch" and ds_run["engine"].startswith("deepspeed")
     assert torch_run["tokens_per_step"] == ds_run["tokens_per_step"] > 0  # the same batch
@@ -60,7 +45,7 @@ def test_train_bench_quick_compares_the_engines_on_one_batch(tmp_path: Path) -> 
 def test_rollouts_bench_quick_compares_transformers_and_llamacpp(
     tmp_path: Path, smol_env: Path
 ) -> None:
-    data = _run_bench("rollouts.py", tmp_path / "rollouts.json", 600)
+    data = run_bench("rollouts.py", "--quick", out=tmp_path / "rollouts.json", timeout=600)
     settings, results = data["settings"], data["results"]
     for name in ("transformers", "llama.cpp"):
         r = results[name]
@@ -81,7 +66,7 @@ def test_rollouts_bench_quick_compares_transformers_and_llamacpp(
 def test_designs_bench_quick_counts_every_attempt_per_variant(
     tmp_path: Path, smol_env: Path
 ) -> None:
-    data = _run_bench("designs.py", tmp_path / "designs.json", 600)
+    data = run_bench("designs.py", "--quick", out=tmp_path / "designs.json", timeout=600)
     rows = data["rows"]
     assert [r["variant"] for r in rows] == ["write-bare", "edit-repair"]
     for r in rows:

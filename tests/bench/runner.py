@@ -1,0 +1,25 @@
+"""Run a benchmark script as a user does (``python bench/<script> ...`` from the checkout) and
+read the JSON it writes; a failed run fails the test with the ends of its output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_bench(script: str, *args: str, out: Path, timeout: float) -> Any:
+    """``bench/<script> <args> --out <out>``: the JSON written to ``out``."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), *args, "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(out.read_text())
