@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from spade.curriculum.memory import SEED_ROUND, UNKNOWN_SKILL, MemoryRecord, read_declarations
 from spade.envs.examples import example_paths
-from spade.errors import ConfigError
+from spade.errors import ConfigError, ConfigValueError
 
 if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
     from spade.config import CampaignConfig, MemoryConfig
@@ -53,10 +53,12 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
 
 def _jsonl_record(raw: object, where: str, config: MemoryConfig) -> MemoryRecord:
     if not isinstance(raw, dict):
-        raise ValueError(f"{where}: a record must be a JSON object, got {type(raw).__name__}")
+        raise ConfigValueError(f"{where}: a record must be a JSON object, got {type(raw).__name__}")
     code = next((raw[f] for f in CODE_FIELDS if isinstance(raw.get(f), str) and raw[f]), None)
     if code is None:
-        raise ValueError(f"{where}: record has no code (a non-empty {' / '.join(CODE_FIELDS)})")
+        raise ConfigValueError(
+            f"{where}: record has no code (a non-empty {' / '.join(CODE_FIELDS)})"
+        )
     extra: dict[str, Any] = {}
     for key, types in _OPTIONAL_TYPES.items():
         value = raw.get(key)
@@ -64,13 +66,13 @@ def _jsonl_record(raw: object, where: str, config: MemoryConfig) -> MemoryRecord
             continue
         # bool is an int in Python: keep true/false out of the numeric fields and vice versa
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise ValueError(f"{where}: field {key!r} has the wrong type: {value!r}")
+            raise ConfigValueError(f"{where}: field {key!r} has the wrong type: {value!r}")
         extra[key] = value
     env_id = next((raw[f] for f in ID_FIELDS if isinstance(raw.get(f), str | int)), None)
     try:
         return _record_from_code(where if env_id is None else str(env_id), code, config, extra)
     except ValueError as exc:  # the record's own checks: say which line
-        raise ValueError(f"{where}: {exc}") from exc
+        raise ConfigValueError(f"{where}: {exc}") from exc
 
 
 def _read_jsonl(pool: Path, config: MemoryConfig) -> list[MemoryRecord]:
@@ -82,7 +84,7 @@ def _read_jsonl(pool: Path, config: MemoryConfig) -> list[MemoryRecord]:
         try:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: not valid JSON: {exc}") from exc
+            raise ConfigValueError(f"{where}: not valid JSON: {exc}") from exc
         records.append(_jsonl_record(raw, where, config))
     return records
 
@@ -106,11 +108,12 @@ def import_pool(path: str | Path, config: MemoryConfig) -> list[MemoryRecord]:
         skill until played designs take them (:meth:`EnvironmentMemory.examples_for`).
 
     Raises:
-        ValueError: the path is missing, holds no environments, or a record is malformed.
+        ConfigValueError (a ValueError): the path is missing, holds no environments, or a
+            record is malformed.
     """
     pool = Path(path)
     if not pool.exists():
-        raise ValueError(f"environment pool {pool} does not exist")
+        raise ConfigValueError(f"environment pool {pool} does not exist")
     if pool.is_dir():
         files = sorted(p for p in pool.glob("*.py") if p.name != "__init__.py")
         records = [
@@ -121,7 +124,7 @@ def import_pool(path: str | Path, config: MemoryConfig) -> list[MemoryRecord]:
     else:
         records = _read_jsonl(pool, config)
     if not records:
-        raise ValueError(f"environment pool {pool} holds no environments")
+        raise ConfigValueError(f"environment pool {pool} holds no environments")
     return records
 
 

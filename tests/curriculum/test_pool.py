@@ -225,3 +225,14 @@ def test_a_held_out_path_that_does_not_exist_is_an_error_not_a_leak(tmp_path, mo
     )
     with pytest.raises(ConfigError, match="neither a file nor a folder"):
         seed_records(cfg)
+
+
+def test_a_bad_seed_pool_is_a_config_error(tmp_path):
+    """The pool is the user's input (memory.seed_pool): ConfigError, and ValueError as before."""
+    from spade.errors import ConfigError
+
+    bad = tmp_path / "pool.jsonl"
+    bad.write_text('{"code": "x", "win_rate": 2.0}\n')
+    for path in (tmp_path / "nowhere", bad):
+        with pytest.raises(ConfigError):
+            import_pool(path, MemoryConfig())
