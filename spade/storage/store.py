@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from spade.errors import InvalidKeyError, ObjectCorruptError, ObjectMissingError, StorageError
+from spade.errors import (
+    ConfigValueError,
+    InvalidKeyError,
+    ObjectCorruptError,
+    ObjectMissingError,
+    StorageError,
+)
 
 if TYPE_CHECKING:
     from spade.config import StorageConfig
@@ -122,7 +128,7 @@ class ObjectStore:
 
     def __init__(self, root: str, storage_options: Mapping[str, Any] | None = None) -> None:
         if not root:
-            raise ValueError("the store root must be a folder or an fsspec URL, not empty")
+            raise ConfigValueError("the store root must be a folder or an fsspec URL, not empty")
         self.storage_options: dict[str, Any] = dict(storage_options or {})
         self.fs, path = fsspec.core.url_to_fs(root, **self.storage_options)
         self.root_path: str = path.rstrip("/") or path

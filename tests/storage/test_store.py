@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from spade.errors import InvalidKeyError, ObjectCorruptError, StorageError
+from spade.errors import ConfigError, InvalidKeyError, ObjectCorruptError, StorageError
 from spade.storage import (
     STAGES,
     CampaignStore,
@@ -261,3 +261,5 @@ def test_bad_store_data_and_ids_are_storage_errors():
         with pytest.raises(InvalidKeyError) as exc:
             call()
         assert isinstance(exc.value, StorageError) and isinstance(exc.value, ValueError)
+    with pytest.raises(ConfigError, match="not empty"):  # a --store "" or storage.root
+        ObjectStore("")
