@@ -51,13 +51,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 import yaml
 from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
 from rich.console import Console
 from rich.table import Table
+
+from spade.stats import mean
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -163,8 +164,7 @@ def round_row(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return fmean(values) if values else None
+    return mean(r.get(key) for r in rows)
 
 
 def per_round_means(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
