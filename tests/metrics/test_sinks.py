@@ -159,7 +159,7 @@ def test_a_sink_that_raises_while_logging_only_warns(tmp_path, monkeypatch):
 
 
 def test_log_round_takes_round_summary_as_it_is(tmp_path):
-    """The row the campaign flow passes (``round_summary``) of a round the store barely has:
+    """The row the campaign flow passes (``summarize_round``) of a round the store barely has:
     the held-out suites come from the store through the summary."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
