@@ -1,9 +1,12 @@
 """What every task of the round shares: timeouts, retries, result persistence and the cache key.
 
 Task results persist to the campaign's Prefect result storage as JSON (:mod:`flows.results`)
-and are cached on a key of (the task's data inputs, the config sections the stage depends on,
-the source of the ``spade`` modules it runs: :mod:`spade.pipeline.keys`), plus the task's own
-source (``TASK_SOURCE``): a re-run recomputes only what changed and what depends on it.
+and are cached on a key of (the round its :class:`~spade.pipeline.context.RoundContext` names:
+campaign id, round index, weights served; the task's data inputs; the config sections the stage
+depends on; the source of the ``spade`` modules it runs: :mod:`spade.pipeline.keys`), plus the
+task's own source (``TASK_SOURCE``): a re-run recomputes only what changed and what depends on
+it. The context's store and policy objects are never hashed: the policy file's contents are in
+the config hash of the stages that read it.
 
 A task that commits a stage names it (``commits``): before a cached result is reused, the
 outputs that stage's manifest records are verified (size and sha256); if one is missing or

@@ -133,8 +133,8 @@ def _closures(root: Path) -> dict[str, frozenset[str]]:
 
 
 def runs_sessions(stage: str, root: Path = SPADE_ROOT) -> bool:
-    """Whether one of ``stage``'s entry functions calls :data:`SESSION_MARK`; ValueError for
-    an entry function its module does not define."""
+    """Whether one of ``stage``'s entry functions names :data:`SESSION_MARK` (``ctx.policy``);
+    ValueError for an entry function its module does not define."""
     found = False
     for entry in STAGE_ENTRIES[stage]:
         module, _, func = entry.partition(":")
