@@ -43,9 +43,9 @@ from spade.designer.corpus import Corpus
 from spade.designer.designer import DesignAttempt, design_batch
 from spade.envs.examples import example_paths
 from spade.inference.factory import open_backend
+from spade.pipeline.state import seed_memory
 from spade.sandbox.policy import load_policy
 from spade.verify.novelty import similarity, source_tokens
-from spade.workflows import load_memory
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXAMPLES = str(Path(example_paths()[0]).parent)
@@ -109,7 +109,7 @@ def pool_copies(attempts: list[DesignAttempt], threshold: float) -> list[float]:
 
 async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str, Any]:
     policy = load_policy(cfg.sandbox.policy_path)
-    memory = load_memory(cfg)
+    memory = seed_memory(cfg)
     started = time.perf_counter()
     attempts = await design_batch(backend, Corpus.load(cfg.corpus), memory, cfg, policy)
     minutes = (time.perf_counter() - started) / 60

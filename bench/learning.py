@@ -128,11 +128,13 @@ def base_heldout(cfg: Any, campaign_id: str) -> dict[str, Any]:
     """The held-out plays of the base weights (round -1 of both arms)."""
     from spade.inference.pool import BASE, close_shared_backends
     from spade.pipeline.campaign import ensure_campaign
+    from spade.pipeline.context import RoundContext
     from spade.pipeline.heldout import heldout
 
-    ensure_campaign(cfg, campaign_id)
+    ctx = RoundContext.open(cfg, campaign_id, 0)
+    ensure_campaign(ctx.store, cfg)
     try:
-        return asyncio.run(heldout(cfg, campaign_id, 0, BASE))
+        return asyncio.run(heldout(ctx, BASE))
     finally:
         asyncio.run(close_shared_backends())
 

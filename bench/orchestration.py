@@ -9,7 +9,7 @@ a round whose last stage failed costs against running it from scratch.
    ``configs/demo-cpu.yaml``). ``W - S`` is split with the Prefect API's own run times:
    before and after the flow run is Running (creating it, reporting its end), the flow body
    between task runs (creating task runs, proposing their states, the flow's bookkeeping:
-   ``ensure_campaign``, ``carried_state``, ``round_summary``), and inside task runs but
+   ``ensure_campaign``, ``carried_state``, ``summarize_round``), and inside task runs but
    outside the stages' records (cache keys, opening the shared model backend, result
    persistence). Timed across all of these: Prefect walking every task argument
    (``visit_collection``, which looks for upstream futures in, and resolves, each parameter:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-BOOKKEEPING = ("ensure_campaign", "carried_state", "round_summary", "result_storage")
+BOOKKEEPING = ("ensure_campaign", "carried_state", "summarize_round", "result_storage")
 
 
 class Clock:

@@ -28,6 +28,7 @@ from spade.pipeline.campaign import (
     start_campaign,
     stop_requested,
 )
+from spade.pipeline.record import campaign_store
 from spade.pipeline.summary import SUMMARY_COLUMNS, campaign_status
 from spade.storage import CampaignStore
 
@@ -69,8 +70,9 @@ async def campaign_flow(
     log = get_run_logger()
     cid = campaign_id or new_campaign_id(config)
     total = config.run.rounds if rounds is None else rounds
-    with campaign_lease(config, cid):
-        cs = start_campaign(config, cid)
+    cs = campaign_store(config, cid)
+    with campaign_lease(cs, config):
+        start_campaign(cs, config)
         r = first_incomplete_round(cs, report=log.warning)
         log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
         runner = task_runner(config)

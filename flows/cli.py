@@ -117,7 +117,7 @@ def run(
         raise fail(exc) from None
     cid = campaign_id or new_campaign_id(cfg)
     try:  # a campaign id another run is working on: one clear error
-        check_not_running(cfg, cid)
+        check_not_running(campaign_store(cfg, cid), cfg)
     except SpadeError as exc:
         raise fail(exc) from None
     console.print(f"campaign [bold]{cid}[/] -> {cfg.storage.root}")
@@ -138,7 +138,7 @@ def resume(
         cfg = saved_config(ObjectStore(store, given), campaign_id)
         moved = {"root": store} | ({"storage_options": given} if options is not None else {})
         cfg = cfg.model_copy(update={"storage": cfg.storage.model_copy(update=moved)})
-        check_not_running(cfg, campaign_id)
+        check_not_running(campaign_store(cfg, campaign_id), cfg)
         _check_inputs(cfg)
     except SpadeError as exc:
         raise fail(exc) from None
@@ -153,7 +153,7 @@ def deploy(
         int, typer.Option(help="Concurrent GPU stages (the spade-gpu limit).")
     ] = 1,
 ) -> None:
-    """Register the campaign, round and evaluate deployments with the configured Prefect server."""
+    """Register the campaign, round and held-out deployments with the configured Prefect server."""
     if not os.environ.get("PREFECT_API_URL"):
         raise fail("set PREFECT_API_URL to the Prefect server to deploy to")
     prefect = str(Path(sys.executable).with_name("prefect"))
@@ -175,7 +175,7 @@ def deploy(
             err.print(done.stdout + done.stderr)
             raise typer.Exit(done.returncode)
     _gpu_limit(prefect, env, gpu_slots)
-    console.print("deployments registered: spade-campaign, spade-round, spade-evaluate")
+    console.print("deployments registered: spade-campaign, spade-round, spade-heldout")
 
 
 def _gpu_limit(prefect: str, env: dict[str, str], slots: int) -> None:

@@ -9,13 +9,21 @@ import asyncio
 from typing import Any
 
 from prefect import task, unmapped
-from prefect.utilities.annotations import quote
 
-from flows.stages import INFERENCE, IO_TIMEOUT_S, PERSIST, VERIFY_TIMEOUT_S, cached
+from flows.stages import (
+    INFERENCE,
+    IO_TIMEOUT_S,
+    PERSIST,
+    VERIFY_TIMEOUT_S,
+    bind,
+    cached,
+    results,
+    unwalked,
+)
 from spade.agent.evaluate import EnvSpec
-from spade.config import CampaignConfig
-from spade.inference.pool import WeightsRef, shared_backend
+from spade.inference.pool import shared_backend
 from spade.pipeline import pool as pool_stage
+from spade.pipeline.context import RoundContext
 from spade.pipeline.pool import PoolEnv
 from spade.pipeline.replay import RoundPlan
 from spade.verify import Verdict
@@ -25,36 +33,33 @@ from spade.verify import Verdict
     name="verify_pool",
     retries=1,
     timeout_seconds=VERIFY_TIMEOUT_S,
-    cache_policy=cached("verify"),
+    cache_policy=cached("verify", per_round=False),
     **PERSIST,
 )
-async def verify_pool(config: CampaignConfig, code: str) -> Verdict:
+async def verify_pool(ctx: RoundContext, code: str) -> Verdict:
     """The verifier's checks on one pool environment, in nsjail; cached by code (and the
-    sandbox config and verifier source), so a pool file is verified once, not every round."""
-    return await asyncio.to_thread(pool_stage.verify_pool_env, config, code)
+    sandbox config and verifier source, not the round), so a pool file is verified once, not
+    every round."""
+    return await asyncio.to_thread(pool_stage.verify_pool_env, ctx, code)
 
 
 @task(
     name="fill_pool",
-    task_run_name="pool-r{round_index}",
+    task_run_name="pool-r{ctx.round}",
     cache_policy=cached("pool", commits=("pool",)),
     **INFERENCE,
 )
 async def fill_pool(
-    config: CampaignConfig,
-    campaign_id: str,
-    round_index: int,
+    ctx: RoundContext,
     need: int,
     chosen: list[tuple[PoolEnv, Verdict]],
     rejected: list[tuple[PoolEnv, Verdict]],
-    weights: WeightsRef,
 ) -> list[EnvSpec]:
     """Hints for the verified pool environments (declared, else the model's); commit ``pool``."""
-    args = (config, campaign_id, round_index, need, chosen, rejected)
     if not pool_stage.needs_model(chosen):  # every hint declared: no model to load
-        return await pool_stage.fill(*args, None)
-    async with shared_backend(config, weights) as backend:
-        return await pool_stage.fill(*args, backend)
+        return await pool_stage.fill(ctx, need, chosen, rejected, None)
+    async with shared_backend(ctx.config, ctx.weights) as backend:
+        return await pool_stage.fill(ctx, need, chosen, rejected, backend)
 
 
 @task(
@@ -63,11 +68,9 @@ async def fill_pool(
     cache_policy=cached("pool", commits=("pool",)),
     **PERSIST,
 )
-async def replay_pool(
-    config: CampaignConfig, campaign_id: str, round_index: int, plan: RoundPlan
-) -> list[EnvSpec]:
+async def replay_pool(ctx: RoundContext, plan: RoundPlan) -> list[EnvSpec]:
     """A replay round's pool stage: the replayed regeneration's pool environments."""
-    return await asyncio.to_thread(pool_stage.replay, config, campaign_id, round_index, plan)
+    return await asyncio.to_thread(pool_stage.replay, ctx, plan)
 
 
 @task(
@@ -76,34 +79,37 @@ async def replay_pool(
     cache_policy=cached("pool", commits=("pool",)),
     **PERSIST,
 )
-async def skip_pool(
-    config: CampaignConfig, campaign_id: str, round_index: int, reason: str
-) -> list[EnvSpec]:
+async def skip_pool(ctx: RoundContext, reason: str) -> list[EnvSpec]:
     """Commit the pool stage as skipped (enough designs, or no fill configured)."""
-    return await asyncio.to_thread(pool_stage.skip, config, campaign_id, round_index, reason)
+    return await asyncio.to_thread(pool_stage.skip, ctx, reason)
+
+
+class PoolTasks:
+    """The pool stage's tasks, persisting to the campaign's result ``storage``; ``retry`` for
+    those that write and have no retries of their own."""
+
+    def __init__(self, storage: Any, retry: dict[str, Any]) -> None:
+        self.verify_pool = bind(verify_pool, storage)
+        self.fill_pool = bind(fill_pool, storage)
+        self.replay_pool = bind(replay_pool, storage, retry)
+        self.skip_pool = bind(skip_pool, storage, retry)
 
 
 async def pool_phase(
-    t: Any,
-    config: CampaignConfig,
-    cid: str,
-    r: int,
-    plan: RoundPlan,
-    designed: list[EnvSpec],
-    weights: WeightsRef,
+    t: PoolTasks, ctx: RoundContext, plan: RoundPlan, designed: list[EnvSpec]
 ) -> list[EnvSpec]:
     """The round's pool environments: replayed, drawn (verified in the jail, a rejected one
     replaced by the next in the draw) and hinted, or none."""
     if not plan.designs:
-        return list(await t.replay_pool(config, cid, r, plan))
-    need, candidates, why = pool_stage.candidates(config, plan, [s.env_id for s in designed])
+        return list(await t.replay_pool(ctx, plan))
+    need, candidates, why = pool_stage.candidates(ctx.config, plan, [s.env_id for s in designed])
     if need == 0:
-        return list(await t.skip_pool(config, cid, r, why))
+        return list(await t.skip_pool(ctx, why))
     chosen: list[tuple[PoolEnv, Verdict]] = []
     rejected: list[tuple[PoolEnv, Verdict]] = []
     while candidates and len(chosen) < need:
         batch, candidates = candidates[: need - len(chosen)], candidates[need - len(chosen) :]
-        verdicts = t.verify_pool.map(unmapped(config), [e.code for e in batch]).result()
+        verdicts = results(t.verify_pool.map(unmapped(ctx), [e.code for e in batch]))
         ok, bad = pool_stage.take(need - len(chosen), batch, verdicts)
         chosen, rejected = chosen + ok, rejected + bad
-    return list(await t.fill_pool(config, cid, r, need, quote(chosen), quote(rejected), weights))
+    return list(await t.fill_pool(ctx, need, unwalked(chosen), unwalked(rejected)))

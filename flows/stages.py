@@ -1,9 +1,12 @@
 """What every task of the round shares: timeouts, retries, result persistence and the cache key.
 
 Task results persist to the campaign's Prefect result storage as JSON (:mod:`flows.results`)
-and are cached on a key of (the task's data inputs, the config sections the stage depends on,
-the source of the ``spade`` modules it runs: :mod:`spade.pipeline.keys`), plus the task's own
-source (``TASK_SOURCE``): a re-run recomputes only what changed and what depends on it.
+and are cached on a key of (the round its :class:`~spade.pipeline.context.RoundContext` names:
+campaign id, round index, weights served; the task's data inputs; the config sections the stage
+depends on; the source of the ``spade`` modules it runs: :mod:`spade.pipeline.keys`), plus the
+task's own source (``TASK_SOURCE``): a re-run recomputes only what changed and what depends on
+it. The context's store and policy objects are never hashed: the policy file's contents are in
+the config hash of the stages that read it.
 
 A task that commits a stage names it (``commits``): before a cached result is reused, the
 outputs that stage's manifest records are verified (size and sha256); if one is missing or
@@ -18,19 +21,23 @@ store failure (:class:`spade.errors.StorageError`, ``storage.write_retries``; se
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from prefect import Task
 from prefect.cache_policies import TASK_SOURCE, CachePolicy
 from prefect.context import TaskRunContext
+from prefect.futures import PrefectFutureList
 from prefect.tasks import exponential_backoff
+from prefect.utilities.annotations import quote
 from prefect.utilities.hashing import hash_objects
 
 from flows.results import ResultSerializer
 from spade.config import CampaignConfig
 from spade.errors import StorageError
+from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import config_hash, stage_code_version
-from spade.pipeline.record import campaign_store
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +62,9 @@ class StageKey(CachePolicy):
     """
 
     stage: str = ""
-    commits: tuple[str, ...] = ()  # the stages whose manifest this task writes ("train_{role}")
+    commits: tuple[str, ...] = ()  # stages whose manifest it writes ("train_{data.role}")
     under: str = ""  # only their outputs named so ("envs/{env.env_id}/"): a mapped task's share
+    per_round: bool = True  # False: a result shared by every round and campaign (pool verdicts)
 
     def compute_key(
         self,
@@ -65,22 +73,28 @@ class StageKey(CachePolicy):
         flow_parameters: dict[str, Any],
         **kwargs: Any,
     ) -> str | None:
-        config = inputs["config"]
-        rest = {k: v for k, v in inputs.items() if k != "config"}
+        ctx: RoundContext = inputs["ctx"]
+        # the round's identity, never the store or the policy objects (the policy file's
+        # contents are in config_hash, for the stages whose config sections name it)
+        scope = [ctx.campaign_id, ctx.round, ctx.weights] if self.per_round else []
+        rest = {k: v for k, v in inputs.items() if k != "ctx"}
         key = hash_objects(
-            self.stage, config_hash(config, self.stage), stage_code_version(self.stage), rest
+            self.stage,
+            config_hash(ctx.config, self.stage),
+            stage_code_version(self.stage),
+            scope,
+            rest,
         )
-        repairs = self.repairs(inputs) if key is not None else []
+        repairs = self.repairs(ctx, inputs) if key is not None else []
         return hash_objects(key, "repairs", repairs) if any(repairs) else key
 
-    def repairs(self, inputs: dict[str, Any]) -> list[int]:
+    def repairs(self, ctx: RoundContext, inputs: dict[str, Any]) -> list[int]:
         """Per stage this task committed: how often its outputs were found missing or corrupt,
         counting (and logging) what is damaged now. A new count is a new key: the task runs
         again, and later resumes reuse that result, not the one from before the damage."""
-        if not self.commits or "campaign_id" not in inputs or "round_index" not in inputs:
+        if not self.commits:
             return []
-        cs = campaign_store(inputs["config"], inputs["campaign_id"])
-        r, under = inputs["round_index"], self.under.format(**inputs)
+        cs, r, under = ctx.store, ctx.round, self.under.format(**inputs)
         counts = []
         for stage in (s.format(**inputs) for s in self.commits):
             problems = cs.verify_stage(r, stage, under)
@@ -90,8 +104,10 @@ class StageKey(CachePolicy):
         return counts
 
 
-def cached(stage: str, commits: tuple[str, ...] = (), under: str = "") -> CachePolicy:
-    return StageKey(stage=stage, commits=commits, under=under) + TASK_SOURCE
+def cached(
+    stage: str, commits: tuple[str, ...] = (), under: str = "", *, per_round: bool = True
+) -> CachePolicy:
+    return StageKey(stage=stage, commits=commits, under=under, per_round=per_round) + TASK_SOURCE
 
 
 def store_failure(task: Any, task_run: Any, state: Any) -> bool:
@@ -107,6 +123,27 @@ def store_retries(config: CampaignConfig) -> dict[str, Any]:
         "retry_delay_seconds": config.storage.write_retry_delay_s,
         "retry_condition_fn": store_failure,
     }
+
+
+def unwalked[T](value: T) -> T:
+    """``value`` passed to a task as it is: Prefect does not walk it looking for futures (the
+    cost grows with the data: trajectories, attempts). It is Prefect's ``quote``, typed as the
+    value, since Prefect unwraps it before the task runs (so mypy checks the call)."""
+    return cast(T, quote(value))
+
+
+def results[R](futures: PrefectFutureList[Coroutine[Any, Any, R]]) -> list[R]:
+    """The results of a mapped async task, waited for. (Prefect's overloads of ``Task.map`` type
+    an async task's futures as coroutines; their results are the values.)"""
+    return cast(list[R], futures.result())
+
+
+def bind[**P, R](
+    task: Task[P, R], storage: Any, retries: dict[str, Any] | None = None
+) -> Task[P, R]:
+    """``task`` persisting its results to ``storage`` (the campaign's result storage), with
+    ``retries`` (:func:`store_retries`) for a task that writes and has no retries of its own."""
+    return task.with_options(result_storage=storage, **(retries or {}))
 
 
 PERSIST: dict[str, Any] = {"persist_result": True, "result_serializer": ResultSerializer()}

@@ -1,11 +1,19 @@
-"""``spade design`` and ``spade evaluate``: one batch of designs, or hinted/unhinted plays."""
+"""``spade design`` and ``spade evaluate``: one batch of designs, or hinted/unhinted plays.
+
+They compose the library functions a round's stages use (the designer's batch: design, verify,
+repair, hint; the stage functions that describe and hint environment files, shared with the
+held-out stage: :mod:`spade.pipeline.hint`), and write plain files instead of stage records:
+JSON lines, code, hints.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,10 +21,12 @@ from rich.table import Table
 from rich.text import Text
 
 from spade.cli.common import ConfigOpt, config_or_exit, fail
+from spade.config import CampaignConfig
 from spade.errors import SpadeError
 from spade.stats import mean
 
 if TYPE_CHECKING:  # the CLI imports the designer only when a command runs
+    from spade.agent.evaluate import EnvEvaluation
     from spade.designer.designer import DesignAttempt
 
 console = Console()
@@ -25,6 +35,84 @@ console = Console()
 def _num(value: float | None, digits: int) -> str:
     """A table cell: "–" where there is nothing to show (no plays), not a made-up 0."""
     return "–" if value is None else f"{value:.{digits}f}"
+
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def _write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
+
+
+async def run_design(
+    cfg: CampaignConfig, out: Path, *, regeneration: int = 0, progress: Progress = _quiet
+) -> list[DesignAttempt]:
+    """Design one batch; write ``attempts.jsonl``, ``envs/<id>.py`` (+ ``.hint.txt``), config."""
+    from spade.designer.corpus import Corpus
+    from spade.designer.designer import design_batch
+    from spade.inference.factory import open_backend
+    from spade.pipeline.state import seed_memory
+    from spade.sandbox.policy import load_policy
+
+    policy = load_policy(cfg.sandbox.policy_path)
+    corpus = Corpus.load(cfg.corpus)
+    memory = seed_memory(cfg)
+    progress(f"corpus: {len(corpus)} documents; memory: {len(memory)} designs")
+    async with open_backend(cfg) as backend:
+        progress(f"model: {backend.model_name}")
+        attempts = await design_batch(
+            backend, corpus, memory, cfg, policy, regeneration=regeneration
+        )
+    envs = out / "envs"
+    envs.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(cfg.resolved_yaml(), encoding="utf-8")
+    _write_jsonl(out / "attempts.jsonl", [a.to_dict() for a in attempts])
+    for a in attempts:
+        if a.accepted and a.code and a.env_id:
+            (envs / f"{a.env_id}.py").write_text(a.code, encoding="utf-8")
+            if a.hint:
+                (envs / f"{a.env_id}.hint.txt").write_text(a.hint + "\n", encoding="utf-8")
+    return attempts
+
+
+async def run_evaluate(
+    cfg: CampaignConfig, paths: Sequence[Path], out: Path | None, *, progress: Progress = _quiet
+) -> list[EnvEvaluation]:
+    """Hinted and unhinted plays of environment files; optionally written to ``out``."""
+    from spade.agent.evaluate import evaluate_envs
+    from spade.inference.factory import open_backend
+    from spade.pipeline.hint import env_specs
+    from spade.sandbox.policy import load_policy
+
+    policy = load_policy(cfg.sandbox.policy_path)
+    async with open_backend(cfg) as backend:
+        specs, notes = await env_specs(paths, cfg, policy, backend)
+        for path, note in zip(paths, notes, strict=True):
+            if note:
+                progress(f"{path.name}: no hint ({note}), so no hinted plays")
+        n = len(specs) * (cfg.evaluation.unhinted_plays + cfg.evaluation.hinted_plays)
+        progress(f"model: {backend.model_name}; playing up to {n} episodes")
+        results = await evaluate_envs(backend, specs, cfg, policy)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(cfg.resolved_yaml(), encoding="utf-8")
+        _write_jsonl(
+            out / "evaluations.jsonl",
+            [
+                r.summary() | {"path": str(p), "hint": s.hint, "hint_note": note}
+                for r, p, s, note in zip(results, paths, specs, notes, strict=True)
+            ],
+        )
+        _write_jsonl(
+            out / "trajectories.jsonl", [t.to_dict() for r in results for t in r.trajectories]
+        )
+    return results
 
 
 def design(
@@ -37,8 +125,6 @@ def design(
     ] = 0,
 ) -> None:
     """Design one batch of environments, verify them in the sandbox and write hints."""
-    from spade.workflows import run_design
-
     cfg = config_or_exit(config)
     try:
         attempts = asyncio.run(
@@ -95,8 +181,6 @@ def evaluate(
     ] = None,
 ) -> None:
     """Play environments with and without their hint and print the regret table."""
-    from spade.workflows import run_evaluate
-
     missing = [p for p in envs if not p.is_file()]
     if missing:
         raise fail(f"no such file: {missing[0]}")

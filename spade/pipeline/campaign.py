@@ -17,7 +17,7 @@ import yaml
 
 from spade.config import CampaignConfig
 from spade.errors import ConfigError
-from spade.pipeline.record import CONFIG_KEY, campaign_store
+from spade.pipeline.record import CONFIG_KEY
 from spade.storage import CampaignStore, ObjectStore, RunLayout, utc_now
 from spade.storage.lease import Lease
 
@@ -35,9 +35,9 @@ def new_campaign_id(cfg: CampaignConfig) -> str:
     return f"{cfg.name}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
-def start_campaign(cfg: CampaignConfig, campaign_id: str) -> CampaignStore:
+def start_campaign(cs: CampaignStore, cfg: CampaignConfig) -> CampaignStore:
     """Record the campaign (first start) and the config it runs with now (every start)."""
-    cs = campaign_store(cfg, campaign_id)
+    campaign_id = cs.layout.campaign_id
     prefix = cs.layout.campaign_prefix
     if not cs.store.exists(f"{prefix}/{CAMPAIGN_FILE}"):
         cs.store.write_json(
@@ -50,11 +50,10 @@ def start_campaign(cfg: CampaignConfig, campaign_id: str) -> CampaignStore:
     return cs
 
 
-def ensure_campaign(cfg: CampaignConfig, campaign_id: str) -> CampaignStore:
+def ensure_campaign(cs: CampaignStore, cfg: CampaignConfig) -> CampaignStore:
     """Record the campaign if this is its first round run on its own (a ``spade-round`` run)."""
-    cs = campaign_store(cfg, campaign_id)
     if not cs.store.exists(f"{cs.layout.campaign_prefix}/{CAMPAIGN_FILE}"):
-        start_campaign(cfg, campaign_id)
+        start_campaign(cs, cfg)
     return cs
 
 
@@ -99,25 +98,25 @@ def first_incomplete_round(cs: CampaignStore, report: Callable[[str], Any] | Non
     return r
 
 
-def _lease(cfg: CampaignConfig, campaign_id: str) -> tuple[Lease, str]:
-    cs = campaign_store(cfg, campaign_id)
+def _lease(cs: CampaignStore, cfg: CampaignConfig) -> tuple[Lease, str]:
     key = f"{cs.layout.campaign_prefix}/{LEASE_FILE}"
-    lease = Lease(cs.store, key, cfg.storage.lease_ttl_s, what=f"campaign {campaign_id!r}")
+    what = f"campaign {cs.layout.campaign_id!r}"
+    lease = Lease(cs.store, key, cfg.storage.lease_ttl_s, what=what)
     return lease, cs.store.url(key)
 
 
-def check_not_running(cfg: CampaignConfig, campaign_id: str) -> None:
+def check_not_running(cs: CampaignStore, cfg: CampaignConfig) -> None:
     """LeaseHeldError naming the run that holds the campaign now, if one does (the CLI's early,
     clear error; the flow's :func:`campaign_lease` is what excludes a second run)."""
-    _lease(cfg, campaign_id)[0].check_free()
+    _lease(cs, cfg)[0].check_free()
 
 
 @contextlib.contextmanager
-def campaign_lease(cfg: CampaignConfig, campaign_id: str) -> Iterator[None]:
+def campaign_lease(cs: CampaignStore, cfg: CampaignConfig) -> Iterator[None]:
     """Hold the campaign's lease while the block runs: a second run of the same campaign id
     (another process or machine) gets a LeaseHeldError naming this one. Nested holds in one
     process (a campaign flow running its round flows) share the outer lease."""
-    lease, url = _lease(cfg, campaign_id)
+    lease, url = _lease(cs, cfg)
     with _held_lock:
         nested = _held.get(url, 0) > 0
         if nested:

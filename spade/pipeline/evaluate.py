@@ -21,32 +21,21 @@ import time
 
 from spade.agent.evaluate import EnvEvaluation, EnvSpec, evaluate_envs
 from spade.agent.trajectory import Trajectory
-from spade.config import CampaignConfig
 from spade.inference.base import Backend
-from spade.inference.pool import WeightsRef
-from spade.pipeline.design import busy_seconds
+from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import config_hash, fingerprint, stage_code_version
-from spade.pipeline.record import StageRecord, campaign_store, jsonl
-from spade.sandbox.policy import load_policy
+from spade.pipeline.record import StageRecord, busy_seconds, jsonl
 from spade.storage import CampaignStore
 
 
-async def evaluate_env(
-    cfg: CampaignConfig,
-    campaign_id: str,
-    round: int,
-    env: EnvSpec,
-    backend: Backend,
-    weights: WeightsRef | None = None,
-) -> EnvEvaluation:
+async def evaluate_env(ctx: RoundContext, env: EnvSpec, backend: Backend) -> EnvEvaluation:
     """All plays of one environment (those an earlier attempt stored are not played again);
-    its trajectories and summary go to the store. ``weights``: what the backend serves (None:
-    its model name stands for them)."""
+    its trajectories and summary go to the store. ``backend`` serves ``ctx.weights``."""
     started = time.time()
-    cs = campaign_store(cfg, campaign_id)
+    cs, round = ctx.store, ctx.round
     prefix = f"envs/{env.env_id}"
     plays = cs.layout.stage_key(round, "evaluate", f"{prefix}/plays")
-    key = plays_key(cfg, env, backend, weights)
+    key = plays_key(ctx, env)
     stored = _stored_plays(cs, plays, key)
 
     def store(index: int, traj: Trajectory) -> None:
@@ -55,9 +44,8 @@ async def evaluate_env(
             row = {"key": key, "trajectory": traj.to_dict()}
             cs.store.write_bytes(f"{plays}/{index:04d}.json", json.dumps(row).encode())
 
-    policy = load_policy(cfg.sandbox.policy_path)
     (evaluation,) = await evaluate_envs(
-        backend, [env], cfg, policy, finished=stored, on_finished=store
+        backend, [env], ctx.config, ctx.policy, finished=stored, on_finished=store
     )
     cs.store.write_bytes(
         cs.layout.stage_key(round, "evaluate", f"{prefix}/trajectories.jsonl"),
@@ -71,15 +59,13 @@ async def evaluate_env(
     return evaluation
 
 
-def plays_key(
-    cfg: CampaignConfig, env: EnvSpec, backend: Backend, weights: WeightsRef | None
-) -> str:
+def plays_key(ctx: RoundContext, env: EnvSpec) -> str:
     """What decides an environment's plays, digested: the weights, the evaluate stage's config
     and code, and the environment (code, hint, tool use)."""
     return fingerprint(
         {
-            "weights": weights.to_dict() if weights is not None else backend.model_name,
-            "config": config_hash(cfg, "evaluate"),
+            "weights": ctx.weights.to_dict(),
+            "config": config_hash(ctx.config, "evaluate"),
             "code": stage_code_version("evaluate"),
             "env": hashlib.sha256(env.code.encode()).hexdigest(),
             "hint": env.hint,
@@ -102,16 +88,11 @@ def _stored_plays(cs: CampaignStore, prefix: str, key: str) -> dict[int, Traject
     return out
 
 
-def commit_evaluations(
-    cfg: CampaignConfig,
-    campaign_id: str,
-    round: int,
-    evaluations: list[EnvEvaluation],
-    weights: str,
-) -> None:
+def commit_evaluations(ctx: RoundContext, evaluations: list[EnvEvaluation]) -> None:
     """Commit the evaluate stage: one summary line per environment (with its ``source``), and
-    which weights played."""
-    rec = StageRecord(cfg, campaign_id, round, "evaluate", {"weights": weights})
+    which weights played (``ctx.weights``)."""
+    weights = ctx.weights.version
+    rec = StageRecord(ctx, "evaluate", {"weights": weights})
     spans = []
     for e in evaluations:
         for name in ("trajectories.jsonl", "summary.json"):

@@ -22,9 +22,10 @@ from spade.designer.designer import env_id_for
 from spade.eval.runner import play_suite
 from spade.inference.base import Backend
 from spade.inference.pool import WeightsRef, shared_backend
+from spade.pipeline.context import RoundContext
+from spade.pipeline.hint import describe
 from spade.pipeline.record import StageRecord
-from spade.sandbox.policy import SandboxPolicy, load_policy
-from spade.workflows import describe
+from spade.sandbox.policy import SandboxPolicy
 
 
 def heldout_files(cfg: CampaignConfig) -> list[Path]:
@@ -32,16 +33,16 @@ def heldout_files(cfg: CampaignConfig) -> list[Path]:
     return env_files(cfg.run.heldout_envs, "run.heldout_envs")
 
 
-async def heldout(
-    cfg: CampaignConfig, campaign_id: str, round: int, weights: WeightsRef
-) -> dict[str, Any]:
-    """Play every held-out environment unhinted; commit ``heldout`` (skipped when none)."""
-    rec = StageRecord(cfg, campaign_id, round, "heldout", {"weights": weights.version})
+async def heldout(ctx: RoundContext, weights: WeightsRef) -> dict[str, Any]:
+    """Play every held-out environment unhinted with ``weights`` (the round's published ones);
+    commit ``heldout`` (skipped when none)."""
+    cfg = ctx.config
+    rec = StageRecord(ctx, "heldout", {"weights": weights.version})
     files = heldout_files(cfg)
     if not files and not cfg.run.heldout_suites:
         rec.commit("skipped", "no held-out environments or suites configured (run.heldout_*)")
         return {}
-    policy = load_policy(cfg.sandbox.policy_path)
+    policy = ctx.policy
     async with shared_backend(cfg, weights) as backend:
         overall = await _play_files(backend, files, cfg, policy, rec, weights)
         suites: dict[str, Any] = {}

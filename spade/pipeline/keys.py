@@ -68,16 +68,16 @@ are in no key)."""
 _INFERENCE = "spade.inference.pool:shared_backend"  # the model a task's backend serves
 STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
     "sample_documents": (
-        "spade.pipeline.design:sample_documents",
+        "spade.pipeline.documents:sample_documents",
         "spade.pipeline.pool:skip_design",
     ),
     "design": ("spade.pipeline.design:design", "spade.pipeline.design:repair", _INFERENCE),
     "verify": (
-        "spade.pipeline.design:verify",
-        "spade.pipeline.design:settle",
+        "spade.pipeline.verify:verify",
+        "spade.pipeline.verify:settle",
         "spade.pipeline.pool:verify_pool_env",
     ),
-    "hint": ("spade.pipeline.design:hint", "spade.pipeline.replay:replay", _INFERENCE),
+    "hint": ("spade.pipeline.hint:hint", "spade.pipeline.replay:replay", _INFERENCE),
     "pool": (
         "spade.pipeline.pool:fill",
         "spade.pipeline.pool:needs_model",
@@ -91,10 +91,10 @@ STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
         _INFERENCE,
     ),
     "score": ("spade.pipeline.score:score_round",),
-    "memory": ("spade.pipeline.score:remember",),
+    "memory": ("spade.pipeline.memory:remember",),
     "train_agent": ("spade.pipeline.train:train", "spade.pipeline.train:skip_training"),
     "train_designer": ("spade.pipeline.train:train", "spade.pipeline.train:skip_role"),
-    "publish": ("spade.pipeline.train:publish",),
+    "publish": ("spade.pipeline.publish:publish",),
     "heldout": ("spade.pipeline.heldout:heldout",),
 }
 """The ``spade`` functions (``module:function``) each stage's Prefect tasks call (the flows'
@@ -105,8 +105,9 @@ JAIL_RUNTIME: tuple[str, ...] = ("sandbox/server.py", "__init__.py", "envs")
 run there, never imported on the host, so no import reaches it; it is part of the code of every
 stage that runs sessions (:func:`runs_sessions`)."""
 
-SESSION_MARK = "load_policy"
-"""A stage runs sessions when one of its entry functions calls this: a jail needs the policy."""
+SESSION_MARK = "policy"
+"""A stage runs sessions when one of its entry functions reads this (``ctx.policy``, the round's
+sandbox policy): a jail needs the policy."""
 
 KEY_MODULES: tuple[str, ...] = (
     "spade.pipeline.keys",
@@ -132,8 +133,8 @@ def _closures(root: Path) -> dict[str, frozenset[str]]:
 
 
 def runs_sessions(stage: str, root: Path = SPADE_ROOT) -> bool:
-    """Whether one of ``stage``'s entry functions calls :data:`SESSION_MARK`; ValueError for
-    an entry function its module does not define."""
+    """Whether one of ``stage``'s entry functions names :data:`SESSION_MARK` (``ctx.policy``);
+    ValueError for an entry function its module does not define."""
     found = False
     for entry in STAGE_ENTRIES[stage]:
         module, _, func = entry.partition(":")
@@ -147,6 +148,7 @@ def runs_sessions(stage: str, root: Path = SPADE_ROOT) -> bool:
         if not defs:
             raise ValueError(f"stage {stage}: no function {entry} under {root}")
         names = {n.id for n in ast.walk(defs[0]) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(defs[0]) if isinstance(n, ast.Attribute)}
         found = found or SESSION_MARK in names
     return found
 

@@ -43,10 +43,11 @@ from spade.curriculum.pool import env_files
 from spade.designer.designer import DesignAttempt, env_id_for, hint_designs, verify_design
 from spade.errors import ConfigError
 from spade.inference.base import Backend
+from spade.pipeline.context import RoundContext
 from spade.pipeline.heldout import heldout_files
-from spade.pipeline.record import StageRecord, campaign_store
+from spade.pipeline.record import StageRecord
 from spade.pipeline.replay import PLAN_FILE, RoundPlan, environment_rows
-from spade.sandbox.policy import load_policy
+from spade.storage import CampaignStore
 from spade.verify import Verdict
 
 log = logging.getLogger(__name__)
@@ -153,9 +154,10 @@ def candidates(
     return need, draw(pool_envs(cfg), cfg.seed, plan.regeneration, set(accepted_ids)), ""
 
 
-def verify_pool_env(cfg: CampaignConfig, code: str) -> Verdict:
-    """The verifier's checks on one pool environment, in the jail (as for a design)."""
-    return verify_design(code, cfg, load_policy(cfg.sandbox.policy_path))
+def verify_pool_env(ctx: RoundContext, code: str) -> Verdict:
+    """The verifier's checks on one pool environment, in the jail (as for a design); it writes
+    nothing, so its verdict depends on the config, the policy and the code alone."""
+    return verify_design(code, ctx.config, ctx.policy)
 
 
 def needs_model(chosen: Sequence[tuple[PoolEnv, Verdict]]) -> bool:
@@ -164,9 +166,7 @@ def needs_model(chosen: Sequence[tuple[PoolEnv, Verdict]]) -> bool:
 
 
 async def fill(
-    cfg: CampaignConfig,
-    campaign_id: str,
-    round: int,
+    ctx: RoundContext,
     need: int,
     chosen: list[tuple[PoolEnv, Verdict]],
     rejected: list[tuple[PoolEnv, Verdict]],
@@ -177,7 +177,8 @@ async def fill(
     ``rejected``: candidates the verifier turned down (kept with their verdicts, as data).
     ``backend`` writes hints for environments that declare none (None when all declare one).
     """
-    rec = StageRecord(cfg, campaign_id, round, STAGE, {"need": str(need)})
+    cfg, round = ctx.config, ctx.round
+    rec = StageRecord(ctx, STAGE, {"need": str(need)})
     for env, verdict in [*chosen, *rejected]:
         extra = {"failed_check": verdict.failed_check, "file": env.name}
         rec.write_json(f"verdicts/{env.env_id}.json", verdict.to_dict() | extra)
@@ -244,29 +245,29 @@ def _spec(row: dict[str, Any], code: str) -> EnvSpec:
     return EnvSpec(row["env_id"], code, row["skill"], row["hint"], bool(row["tool_use"]), "pool")
 
 
-def skip(cfg: CampaignConfig, campaign_id: str, round: int, reason: str) -> list[EnvSpec]:
+def skip(ctx: RoundContext, reason: str) -> list[EnvSpec]:
     """Commit the stage as skipped (no pool environment this round)."""
-    rec = StageRecord(cfg, campaign_id, round, STAGE)
+    rec = StageRecord(ctx, STAGE)
     rec.write_jsonl(ENVIRONMENTS, [])
     rec.commit("skipped", reason)
     return []
 
 
-def pool_rows(cfg: CampaignConfig, campaign_id: str, round: int) -> list[dict[str, Any]]:
+def pool_rows(cs: CampaignStore, round: int) -> list[dict[str, Any]]:
     """The pool environments round ``round`` played (none before this stage existed)."""
-    return environment_rows(campaign_store(cfg, campaign_id), round, STAGE)
+    return environment_rows(cs, round, STAGE)
 
 
-def replay(cfg: CampaignConfig, campaign_id: str, round: int, plan: RoundPlan) -> list[EnvSpec]:
+def replay(ctx: RoundContext, plan: RoundPlan) -> list[EnvSpec]:
     """A replay round's pool stage: the pool environments of the regeneration it replays, with
     their hints (their code is already stored: only named here)."""
     if plan.replay_of is None:
-        raise ValueError(f"round {round}: plan {plan} designs; nothing to replay")
-    rows = pool_rows(cfg, campaign_id, plan.replay_of)
+        raise ValueError(f"round {ctx.round}: plan {plan} designs; nothing to replay")
+    rows = pool_rows(ctx.store, plan.replay_of)
     note = f"replays the pool environments of round {plan.replay_of}"
     if not rows:
-        return skip(cfg, campaign_id, round, f"round {plan.replay_of} played no pool environment")
-    rec = StageRecord(cfg, campaign_id, round, STAGE, {"replay_of": str(plan.replay_of)})
+        return skip(ctx, f"round {plan.replay_of} played no pool environment")
+    rec = StageRecord(ctx, STAGE, {"replay_of": str(plan.replay_of)})
     for row in rows:
         rec.outputs[f"code/{row['env_id']}"] = row["code_sha256"]
     rec.write_jsonl(ENVIRONMENTS, rows)
@@ -274,15 +275,15 @@ def replay(cfg: CampaignConfig, campaign_id: str, round: int, plan: RoundPlan) -
     return [_spec(r, rec.cs.store.get_blob(r["code_sha256"]).decode("utf-8")) for r in rows]
 
 
-def skip_design(cfg: CampaignConfig, campaign_id: str, round: int, plan: RoundPlan) -> list[Any]:
+def skip_design(ctx: RoundContext, plan: RoundPlan) -> list[DesignAttempt]:
     """Pool mode's design half of a regeneration round: the plan recorded, the design-side
     stages committed as skipped; no design attempt."""
     note = "run.env_source is pool: nothing is designed"
-    rec = StageRecord(cfg, campaign_id, round, "sample_documents")
+    rec = StageRecord(ctx, "sample_documents")
     rec.write_json(PLAN_FILE, plan.to_dict())
     rec.commit("skipped", note)
     for stage in DESIGN_SIDE:
-        StageRecord(cfg, campaign_id, round, stage).commit("skipped", note)
+        StageRecord(ctx, stage).commit("skipped", note)
     return []
 
 

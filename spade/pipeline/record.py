@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spade.config import CampaignConfig
 from spade.errors import ObjectCorruptError
@@ -19,6 +19,9 @@ from spade.pipeline.keys import config_hash, stage_code_version
 from spade.storage import CampaignStore, ObjectStore, StageManifest, utc_now
 from spade.storage.layout import file_entry
 from spade.storage.store import SHA256_HEX, blob_key, json_bytes
+
+if TYPE_CHECKING:  # the context imports this module (for campaign_store)
+    from spade.pipeline.context import RoundContext
 
 CONFIG_KEY = "config.yaml"
 
@@ -58,15 +61,9 @@ def _stored_key(ref: str) -> str | None:
 class StageRecord:
     """One stage's outputs in one round; :meth:`commit` writes the manifest (last)."""
 
-    def __init__(
-        self,
-        cfg: CampaignConfig,
-        campaign_id: str,
-        round: int,
-        stage: str,
-        inputs: dict[str, str] | None = None,
-    ) -> None:
-        self.cs = campaign_store(cfg, campaign_id)
+    def __init__(self, ctx: RoundContext, stage: str, inputs: dict[str, str] | None = None) -> None:
+        cfg, round = ctx.config, ctx.round
+        self.cs = ctx.store
         self.round, self.stage = round, self.cs.layout.check_stage(stage)
         self.inputs = dict(inputs or {})
         self.outputs: dict[str, str] = {}
@@ -141,3 +138,17 @@ class StageRecord:
         )
         self.cs.write_stage_manifest(manifest)
         return manifest
+
+
+def busy_seconds(spans: list[dict[str, Any]]) -> float:
+    """Wall time the mapped tasks of a stage were busy: the union of their [started, finished]
+    intervals (epoch seconds), so parallel work is not counted twice and gaps are not counted."""
+    total, end = 0.0, float("-inf")
+    for s in sorted(spans, key=lambda s: s.get("started", 0.0)):
+        start, finish = s.get("started"), s.get("finished")
+        if start is None or finish is None:
+            continue
+        if finish > end:
+            total += finish - max(start, end)
+            end = finish
+    return total

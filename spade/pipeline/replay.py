@@ -19,13 +19,15 @@ to ``run.min_envs``) are replayed with its designs, by the pool stage.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spade.config import CampaignConfig
 from spade.designer.designer import DesignAttempt
 from spade.errors import StorageError
-from spade.pipeline.record import StageRecord, campaign_store, read_jsonl
+from spade.pipeline.record import StageRecord, read_jsonl
 from spade.storage import CampaignStore
+
+if TYPE_CHECKING:  # the context's module imports nothing of this one; a type only
+    from spade.pipeline.context import RoundContext
 
 PLAN_FILE = "plan.json"
 
@@ -75,15 +77,15 @@ def environment_rows(cs: CampaignStore, round: int, stage: str = "hint") -> list
     return read_jsonl(cs, key) if cs.store.exists(key) else []
 
 
-def plan_round(cfg: CampaignConfig, campaign_id: str, round: int) -> RoundPlan:
-    """Round ``round``'s plan, from the previous round's plan and ``run.regen_interval``."""
+def plan_round(ctx: RoundContext) -> RoundPlan:
+    """The round's plan, from the previous round's plan and ``run.regen_interval``."""
+    round, cs = ctx.round, ctx.store
     if round == 0:
         return RoundPlan(regeneration=0)
-    cs = campaign_store(cfg, campaign_id)
     prev = read_plan(cs, round - 1)
     source = round - 1 if prev.replay_of is None else prev.replay_of
     played = environment_rows(cs, source) or environment_rows(cs, source, "pool")
-    if round - source < cfg.run.regen_interval and played:
+    if round - source < ctx.config.run.regen_interval and played:
         return RoundPlan(prev.regeneration, replay_of=source)
     return RoundPlan(prev.regeneration + 1)
 
@@ -107,21 +109,19 @@ def _replayed_attempts(
     return out
 
 
-def replay(
-    cfg: CampaignConfig, campaign_id: str, round: int, plan: RoundPlan
-) -> list[DesignAttempt]:
+def replay(ctx: RoundContext, plan: RoundPlan) -> list[DesignAttempt]:
     """The design half of a replay round: record the plan, mark design and verify as skipped,
     and carry the source round's environments (code and hints) into this round's hint stage."""
     if plan.replay_of is None:
-        raise ValueError(f"round {round}: plan {plan} designs; nothing to replay")
+        raise ValueError(f"round {ctx.round}: plan {plan} designs; nothing to replay")
     source = plan.replay_of
     note = f"replays the environments of round {source}"
-    rec = StageRecord(cfg, campaign_id, round, "sample_documents", {"replay_of": str(source)})
+    rec = StageRecord(ctx, "sample_documents", {"replay_of": str(source)})
     rec.write_json(PLAN_FILE, plan.to_dict())
     rec.commit("skipped", note)
     for stage in ("design", "verify"):
-        StageRecord(cfg, campaign_id, round, stage).commit("skipped", note)
-    hint = StageRecord(cfg, campaign_id, round, "hint", {"replay_of": str(source)})
+        StageRecord(ctx, stage).commit("skipped", note)
+    hint = StageRecord(ctx, "hint", {"replay_of": str(source)})
     environments = environment_rows(hint.cs, source)
     for row in environments:  # the code is content-addressed: already stored, only named here
         hint.outputs[f"code/{row['env_id']}"] = row["code_sha256"]

@@ -1,4 +1,4 @@
-"""The score and remember stages: designer rewards, the EMA, and the environment memory."""
+"""The score stage: designer rewards for every design attempt, and the updated EMA."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from spade.agent.evaluate import EnvEvaluation
-from spade.config import CampaignConfig
-from spade.curriculum.memory import EnvironmentMemory
 from spade.designer.designer import DesignAttempt
+from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
-from spade.scoring import ScoredAttempt, design_flags, memory_records, score
+from spade.scoring import ScoredAttempt, design_flags, score
 
 
 @dataclass
@@ -28,9 +27,7 @@ class RoundScores:
 
 
 def score_round(
-    cfg: CampaignConfig,
-    campaign_id: str,
-    round: int,
+    ctx: RoundContext,
     attempts: list[DesignAttempt],
     evaluations: list[EnvEvaluation],
     ema: dict[str, float],
@@ -42,8 +39,8 @@ def score_round(
     ``failed: true`` and no reward), then a row per pool environment played (``source: pool``,
     no reward: the designer is never rewarded for those).
     """
-    scored, new_ema = score(attempts, evaluations, cfg.scoring, ema)
-    rec = StageRecord(cfg, campaign_id, round, "score", {"ema": fingerprint(ema)})
+    scored, new_ema = score(attempts, evaluations, ctx.config.scoring, ema)
+    rec = StageRecord(ctx, "score", {"ema": fingerprint(ema)})
     by_attempt = {id(s.attempt): s for s in scored}
     rows = [_row(by_attempt[id(a)]) if id(a) in by_attempt else _failed_row(a) for a in attempts]
     rows += [
@@ -109,23 +106,3 @@ def _failed_row(a: DesignAttempt) -> dict[str, Any]:
         "slot": a.slot,
         "attempt": a.attempt,
     }
-
-
-def remember(
-    cfg: CampaignConfig,
-    campaign_id: str,
-    round: int,
-    memory_state: dict[str, Any],
-    attempts: list[DesignAttempt],
-    evaluations: list[EnvEvaluation],
-) -> dict[str, Any]:
-    """Add this round's evaluated designs to the memory (FIFO-bounded); its new state. Pool
-    environments are not designs and stay out (see :mod:`spade.pipeline.pool`)."""
-    memory = EnvironmentMemory(cfg.memory)
-    memory.load_state_dict(memory_state)
-    memory.extend(memory_records(attempts, evaluations, round))
-    state = memory.state_dict()
-    rec = StageRecord(cfg, campaign_id, round, "memory", {"memory": fingerprint(memory_state)})
-    rec.write_json("memory.json", state)
-    rec.commit()
-    return state

@@ -4,7 +4,7 @@ designer's delayed batch. Everything here is read from committed stage outputs o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory
@@ -12,9 +12,12 @@ from spade.curriculum.pool import seed_records
 from spade.designer.designer import DesignAttempt
 from spade.errors import StorageError
 from spade.inference.pool import BASE, WeightsRef
-from spade.pipeline.record import campaign_store, read_jsonl
+from spade.pipeline.record import read_jsonl
 from spade.pipeline.replay import read_plan
 from spade.storage import CampaignStore
+
+if TYPE_CHECKING:  # a type only: reading state needs no policy
+    from spade.pipeline.context import RoundContext
 
 
 @dataclass
@@ -26,11 +29,16 @@ class Carried:
     weights: WeightsRef = BASE
 
 
-def initial_memory(cfg: CampaignConfig) -> dict[str, Any]:
-    """The memory of round 0: the seed pool (:func:`seed_records`), or empty."""
+def seed_memory(cfg: CampaignConfig) -> EnvironmentMemory:
+    """A fresh environment memory holding the seed pool (:func:`seed_records`), or empty."""
     memory = EnvironmentMemory(cfg.memory)
     memory.extend(seed_records(cfg))
-    return memory.state_dict()
+    return memory
+
+
+def initial_memory(cfg: CampaignConfig) -> dict[str, Any]:
+    """The memory of round 0: the seed pool, or empty (:func:`seed_memory`)."""
+    return seed_memory(cfg).state_dict()
 
 
 def _output(cs: CampaignStore, round: int, stage: str, name: str) -> Any:
@@ -43,12 +51,11 @@ def _output(cs: CampaignStore, round: int, stage: str, name: str) -> Any:
     return cs.store.read_json(cs.layout.stage_key(round, stage, name))
 
 
-def carried_state(cfg: CampaignConfig, campaign_id: str, round: int) -> Carried:
-    """Round ``round``'s starting state: round 0 starts fresh, later rounds from round - 1."""
-    if round == 0:
-        return Carried(initial_memory(cfg))
-    cs = campaign_store(cfg, campaign_id)
-    prev = round - 1
+def carried_state(ctx: RoundContext) -> Carried:
+    """The round's starting state: round 0 starts fresh, later rounds from round - 1."""
+    if ctx.round == 0:
+        return Carried(initial_memory(ctx.config))
+    cs, prev = ctx.store, ctx.round - 1
     return Carried(
         memory=_output(cs, prev, "memory", "memory.json"),
         ema={k: float(v) for k, v in _output(cs, prev, "score", "ema.json").items()},
@@ -57,18 +64,18 @@ def carried_state(cfg: CampaignConfig, campaign_id: str, round: int) -> Carried:
 
 
 def delayed_designer_batch(
-    cfg: CampaignConfig, campaign_id: str, round: int
+    ctx: RoundContext,
 ) -> tuple[int, list[DesignAttempt], list[float]] | None:
-    """The design attempts and rewards the designer trains on in ``round``: those of round
-    ``round - training.designer_delay_steps`` (None before that round exists, and when that
+    """The design attempts and rewards the designer trains on in the round: those of round
+    ``ctx.round - training.designer_delay_steps`` (None before that round exists, and when that
     round designed nothing: it replayed environments, see :mod:`spade.pipeline.replay`, or
     took them all from the pool, ``run.env_source: pool``). Scored rows of pool environments
     are not the designer's and are left out, and so are attempts that failed on our side (an
     outage: no reward, nothing to learn from)."""
-    source = round - cfg.training.designer_delay_steps
+    source = ctx.round - ctx.config.training.designer_delay_steps
     if source < 0:
         return None
-    cs = campaign_store(cfg, campaign_id)
+    cs = ctx.store
     _output(cs, source, "score", "ema.json")  # the source round must be scored
     verified = cs.read_stage_manifest(source, "verify")
     if not read_plan(cs, source).designs or (verified and verified.status == "skipped"):
@@ -86,9 +93,8 @@ def delayed_designer_batch(
     return source, [a for a, _ in kept], [float(s["reward"]) for _, s in kept]
 
 
-def published_weights(cfg: CampaignConfig, campaign_id: str, round: int) -> WeightsRef | None:
+def published_weights(cs: CampaignStore, round: int) -> WeightsRef | None:
     """The weights round ``round`` published; None when its publish stage is not committed."""
-    cs = campaign_store(cfg, campaign_id)
     manifest = cs.read_stage_manifest(round, "publish")
     if manifest is None or not manifest.done:
         return None

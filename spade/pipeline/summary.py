@@ -15,8 +15,7 @@ from collections import Counter
 from statistics import fmean
 from typing import Any
 
-from spade.config import CampaignConfig
-from spade.pipeline.record import campaign_store, read_jsonl
+from spade.pipeline.record import read_jsonl
 from spade.pipeline.replay import PLAN_FILE
 from spade.storage import CampaignStore
 
@@ -163,11 +162,6 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "weights": weights.get("version"),
         "stage_seconds": seconds,
     }
-
-
-def round_summary(cfg: CampaignConfig, campaign_id: str, round: int) -> dict[str, Any]:
-    """:func:`summarize_round` for a campaign named by config and id."""
-    return summarize_round(campaign_store(cfg, campaign_id), round)
 
 
 def campaign_status(cs: CampaignStore) -> dict[str, Any]:

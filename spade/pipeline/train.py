@@ -1,5 +1,6 @@
-"""Training and publishing stages: one GRPO update of the agent, then of the designer, on one
-chain of policy checkpoints (the same model plays both roles), and publishing the result.
+"""The training stages: one GRPO update of the agent, then of the designer, on one chain of
+policy checkpoints (the same model plays both roles); :mod:`spade.pipeline.publish` makes the
+result what the next round serves.
 
 Checkpoints live inside the round's stage folders
 (``round-<NNNN>/train_agent/checkpoint/step-<n>``), so a re-run after a crash writes the same
@@ -10,17 +11,38 @@ files, so its folder is a Hugging Face model folder a vLLM server can be restart
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from spade.agent.evaluate import EnvEvaluation
 from spade.config import CampaignConfig
-from spade.errors import ConfigError
+from spade.designer.designer import DesignAttempt
 from spade.inference.pool import WeightsRef
+from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
 
-log = logging.getLogger(__name__)
 Role = Literal["agent", "designer"]
+
+
+@dataclass(frozen=True)
+class AgentData:
+    """What the agent trains on: the round's evaluations (their trajectories)."""
+
+    evaluations: list[EnvEvaluation]
+    role: ClassVar[Role] = "agent"
+
+
+@dataclass(frozen=True)
+class DesignerData:
+    """What the designer trains on: a scored round's design attempts and their rewards (the
+    delayed batch, :func:`spade.pipeline.state.delayed_designer_batch`)."""
+
+    attempts: list[DesignAttempt]
+    rewards: list[float]
+    role: ClassVar[Role] = "designer"
+
+
+TrainData = AgentData | DesignerData
 
 
 @dataclass(frozen=True)
@@ -33,13 +55,12 @@ class TrainOutcome:
     skipped: str = ""  # why nothing was trained
 
 
-def _samples(cfg: CampaignConfig, role: Role, data: Any) -> list[Any]:
+def _samples(cfg: CampaignConfig, data: TrainData) -> list[Any]:
     from spade.training.run import agent_samples, designer_samples
 
-    if role == "agent":
-        return agent_samples(cfg, [t for e in data for t in e.trajectories])
-    attempts, rewards = data
-    return designer_samples(cfg, attempts, rewards)
+    if isinstance(data, AgentData):
+        return agent_samples(cfg, [t for e in data.evaluations for t in e.trajectories])
+    return designer_samples(cfg, data.attempts, data.rewards)
 
 
 def _trainer(
@@ -64,23 +85,16 @@ def _trainer(
     return trainer, files
 
 
-def train(
-    cfg: CampaignConfig,
-    campaign_id: str,
-    round: int,
-    role: Role,
-    data: Any,
-    parent: WeightsRef,
-) -> TrainOutcome:
-    """One GRPO update of ``role`` from ``parent``; commits ``train_<role>``.
+def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> TrainOutcome:
+    """One GRPO update of ``data.role`` from ``parent``; commits ``train_<role>``.
 
-    ``data``: the round's evaluations (agent) or ``(attempts, rewards)`` (designer).
+    ``data``: the round's evaluations (agent) or the delayed attempts and rewards (designer).
     Nothing trainable (no accepted design, no tokens, all-equal rewards) commits the stage as
     skipped and hands the parent's weights on.
     """
-    stage = f"train_{role}"
-    rec = StageRecord(cfg, campaign_id, round, stage, {"parent": parent.version})
-    samples = _samples(cfg, role, data)
+    cfg, round, role = ctx.config, ctx.round, data.role
+    rec = StageRecord(ctx, f"train_{role}", {"parent": parent.version})
+    samples = _samples(cfg, data)
     reason = ""
     if not samples:
         reason = "no trainable samples"
@@ -109,85 +123,15 @@ def train(
     return TrainOutcome(weights, metrics, len(samples))
 
 
-async def publish(
-    cfg: CampaignConfig, campaign_id: str, round: int, weights: WeightsRef
-) -> WeightsRef:
-    """Make ``weights`` the round's published weights; the next round serves them.
-
-    - in-process transformers: the pool swaps the version in when it next serves (a LoRA
-      checkpoint merged into the base weights), see :mod:`spade.inference.pool`;
-    - a managed vLLM server (``inference.backend: vllm``, on this machine): restarted on a full
-      checkpoint's folder, served under the version's name, or given a LoRA adapter at runtime
-      under the version's name (the previous adapter unloaded). A checkpoint on a remote store
-      is copied (verified) to ``$SPADE_CACHE/published`` first: vLLM reads only its own disk;
-    - a managed llama.cpp server (``inference.backend: llamacpp``): restarted with the LoRA
-      adapter converted to GGUF (cached by content), completions named after the version;
-    - an external server (``openai``): see :func:`_publish_to_server`.
-    """
-    rec = StageRecord(cfg, campaign_id, round, "publish", {"weights": weights.version})
-    note = ""
-    if weights.checkpoint is not None and cfg.inference.backend == "vllm":
-        from spade.inference.pool import serve_on_managed_vllm
-
-        await serve_on_managed_vllm(cfg, weights)
-    elif weights.checkpoint is not None and cfg.inference.backend == "llamacpp":
-        from spade.inference.pool import serve_on_managed_llamacpp
-
-        await serve_on_managed_llamacpp(cfg, weights)
-    elif weights.checkpoint is not None and cfg.inference.backend == "openai":
-        note = await _publish_to_server(cfg, campaign_id, round, weights)
-    rec.write_json("weights.json", weights.to_dict())
-    rec.commit(note=note)
-    return weights
-
-
-async def _publish_to_server(
-    cfg: CampaignConfig, campaign_id: str, round: int, weights: WeightsRef
-) -> str:
-    """An external OpenAI-compatible server, possibly on another machine.
-
-    LoRA: the adapter loads at runtime from the checkpoint folder's path on this machine, so the
-    store must be a filesystem the server sees at the same path (a local or network-mounted
-    ``storage.root``); a checkpoint on a remote store (``s3://``) is a ConfigError, as vLLM
-    reads adapters from its own filesystem only (use ``inference.backend: vllm``, whose server
-    on this machine gets a local copy). The adapter the previous round published is unloaded
-    once the new one is loaded. Full weights: the server's owner restarts it on them (noted).
-    """
-    from spade.inference.openai import OpenAIBackend
-    from spade.pipeline.state import published_weights
-    from spade.training.checkpoint import local_checkpoint_path
-
-    assert weights.checkpoint is not None
-    if weights.kind != "lora":
-        log.warning("external server: restart it on %s to serve these weights", weights.checkpoint)
-        return f"full weights: restart the external server on {weights.checkpoint}"
-    folder = local_checkpoint_path(weights.checkpoint, cfg.storage.storage_options)
-    if folder is None:
-        raise ConfigError(
-            f"cannot publish LoRA adapter {weights.checkpoint} to the external server at"
-            f" {cfg.inference.base_url}: vLLM loads adapters from its own filesystem, not from"
-            " a remote store. Put storage.root on a filesystem the server mounts at the same"
-            " path, or use inference.backend 'vllm' (a managed server here gets a local copy)"
-        )
-    previous = published_weights(cfg, campaign_id, round - 1) if round > 0 else None
-    old = previous.version if previous and previous.kind == "lora" and previous.checkpoint else None
-    client = OpenAIBackend(cfg.inference.model_copy(update={"served_model": None}), "admin")
-    try:  # the client is closed whatever the server answers
-        await client.swap_lora_adapter(weights.version, str(folder), previous=old)
-    finally:
-        await client.aclose()
-    return ""
-
-
-def skip_training(cfg: CampaignConfig, campaign_id: str, round: int) -> None:
+def skip_training(ctx: RoundContext) -> None:
     """Commit both training stages as skipped (``run.train`` is off)."""
     roles: tuple[Role, ...] = ("agent", "designer")
     for role in roles:
-        skip_role(cfg, campaign_id, round, role, "run.train is off")
+        skip_role(ctx, role, "run.train is off")
 
 
-def skip_role(cfg: CampaignConfig, campaign_id: str, round: int, role: Role, reason: str) -> None:
+def skip_role(ctx: RoundContext, role: Role, reason: str) -> None:
     """Commit ``train_<role>`` as skipped, with the reason (e.g. the designer in pool mode)."""
-    rec = StageRecord(cfg, campaign_id, round, f"train_{role}")
+    rec = StageRecord(ctx, f"train_{role}")
     rec.write_json("outcome.json", {"skipped": reason, "samples": 0})
     rec.commit("skipped", reason)

@@ -24,6 +24,7 @@ from statistics import fmean
 from typing import Any
 
 from spade.config import CampaignConfig
+from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
 from spade.stats import mean
 
@@ -150,7 +151,8 @@ def build_campaign(
         if rnd == rounds:  # the in-progress round: designed, verified and hinted; no more
             break
         accepted = [a for a in attempts if a["accepted"]]
-        pool = StageRecord(cfg, campaign_id, rnd, "pool")  # no pool environment played
+        # no pool environment played
+        pool = StageRecord(RoundContext.open(cfg, campaign_id, rnd), "pool")
         pool.commit("skipped", "run.min_envs is 0", seconds=STAGE_SECONDS["pool"])
         evals = _evaluate(cfg, campaign_id, rnd, accepted, plays, rng, detail)
         scored = _score(cfg, campaign_id, rnd, attempts, evals)
@@ -202,7 +204,7 @@ def _expected(attempts, scored, memory_size, metrics, heldout, weights) -> dict[
 
 
 def _commit(cfg: CampaignConfig, cid: str, rnd: int, stage: str, outputs: dict[str, Any]) -> None:
-    rec = StageRecord(cfg, cid, rnd, stage)
+    rec = StageRecord(RoundContext.open(cfg, cid, rnd), stage)
     for name, value in outputs.items():
         if name.endswith(".jsonl"):
             rec.write_jsonl(name, value)
@@ -248,13 +250,13 @@ def _design_half(cfg, cid, rnd, n_env, detail, first_code, accept=True) -> list[
             "tool_use": False, "solution": ["forward"] * 3 if ok else [], "hint": None,
             "hint_note": None, "prompt_token_ids": [1] * 50, "token_ids": [2] * 20, "logprobs": [-0.5] * 20,
         })  # fmt: skip
-    design = StageRecord(cfg, cid, rnd, "design")
+    design = StageRecord(RoundContext.open(cfg, cid, rnd), "design")
     for k in (0, 1):
         design.write_jsonl(
             f"attempt-{k}.jsonl",
             [a | {"verdict": None, "accepted": False} for a in attempts if a["attempt"] == k],
         )
-    verify = StageRecord(cfg, cid, rnd, "verify")
+    verify = StageRecord(RoundContext.open(cfg, cid, rnd), "verify")
     for a in attempts:
         if a["code"] is not None and detail:
             design.write_blob(f"code/{a['env_id']}", a["code"].encode())
@@ -267,7 +269,7 @@ def _design_half(cfg, cid, rnd, n_env, detail, first_code, accept=True) -> list[
             a["hint"] = (
                 f"Walk forward {3 + a['slot'] % 4} times; the exit never moves ({a['env_id']})."
             )
-    hint = StageRecord(cfg, cid, rnd, "hint")
+    hint = StageRecord(RoundContext.open(cfg, cid, rnd), "hint")
     keys = ("env_id", "skill", "doc_id", "tool_use", "hint", "hint_note")
     hint.write_jsonl(
         "environments.jsonl", [{k: a[k] for k in keys} for a in attempts if a["accepted"]]
@@ -278,7 +280,9 @@ def _design_half(cfg, cid, rnd, n_env, detail, first_code, accept=True) -> list[
 
 def _evaluate(cfg, cid, rnd, accepted, plays, rng, detail) -> dict[str, dict[str, Any]]:
     evals = {}
-    rec = StageRecord(cfg, cid, rnd, "evaluate", {"weights": f"r{rnd - 1:04d}-designer"})
+    rec = StageRecord(
+        RoundContext.open(cfg, cid, rnd), "evaluate", {"weights": f"r{rnd - 1:04d}-designer"}
+    )
     for a in accepted:
         wins = rng.randint(0, plays)
         hinted_wins = rng.randint(wins, plays)

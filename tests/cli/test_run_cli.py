@@ -15,7 +15,8 @@ import yaml
 from rich.console import Console
 
 from spade.cli.progress import CampaignProgress, StageLog
-from spade.pipeline.record import StageRecord
+from spade.pipeline.context import RoundContext
+from spade.pipeline.record import StageRecord, campaign_store
 from spade.storage import CampaignStore, ObjectStore
 from spade.testing.scripted_designer import round_overrides, write_corpus
 
@@ -119,7 +120,7 @@ def test_a_second_run_of_a_running_campaign_is_one_clear_error(tmp_path):
 
     root = tmp_path / "store"
     cfg = load_config(overrides={"storage.root": str(root)})
-    cs = start_campaign(cfg, "busy")
+    cs = start_campaign(campaign_store(cfg, "busy"), cfg)
     with Lease(cs.store, f"campaign/busy/{LEASE_FILE}", 600) as held:
         done = spade("resume", "busy", "--store", str(root), "--no-live", home=tmp_path / "p")
     assert done.returncode == 2, done.stdout + done.stderr
@@ -133,7 +134,7 @@ def test_live_view_renders_what_the_store_holds(tmp_path):
 
     cfg = load_config(overrides={"storage.root": str(tmp_path)})
     for stage in ("sample_documents", "design"):
-        StageRecord(cfg, "view", 0, stage).commit()
+        StageRecord(RoundContext.open(cfg, "view", 0), stage).commit()
     cs = CampaignStore(ObjectStore(str(tmp_path)), "view")
     key = cs.layout.stage_key(0, "verify", "verdicts/env-1.json")
     cs.store.write_json(key, {"failed_check": None})
@@ -158,16 +159,16 @@ def test_stage_log_prints_each_committed_stage_once(tmp_path):
     from spade.config import load_config
 
     cfg = load_config(overrides={"storage.root": str(tmp_path)})
-    StageRecord(cfg, "log", 0, "sample_documents").commit()
+    StageRecord(RoundContext.open(cfg, "log", 0), "sample_documents").commit()
     cs = CampaignStore(ObjectStore(str(tmp_path)), "log")
     lines: list[str] = []
     log = StageLog(CampaignProgress(cs, rounds=1), lines.append)
     log.step()
     assert [line.split("] ", 1)[1] for line in lines] == ["round 0 sample_documents done"]
-    StageRecord(cfg, "log", 0, "design").commit()
+    StageRecord(RoundContext.open(cfg, "log", 0), "design").commit()
     key = cs.layout.stage_key(0, "verify", "verdicts/env-1.json")
     cs.store.write_json(key, {"failed_check": "parse"})
-    StageRecord(cfg, "log", 0, "verify").commit()
+    StageRecord(RoundContext.open(cfg, "log", 0), "verify").commit()
     log.view._polled = 0.0  # the view reads the store at most once a second
     log.step()
     assert [line.split("] ", 1)[1] for line in lines[1:]] == [

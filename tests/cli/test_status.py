@@ -8,13 +8,14 @@ import json
 from spade.cli.progress import CampaignProgress
 from spade.config import load_config
 from spade.pipeline.campaign import ensure_campaign
-from spade.pipeline.record import StageRecord, jsonl
+from spade.pipeline.context import RoundContext
+from spade.pipeline.record import StageRecord, campaign_store, jsonl
 from spade.storage import STAGES
 from tests.cli.test_run_cli import spade
 
 
 def _round(cfg, r: int, *, complete: bool) -> None:
-    cs = StageRecord(cfg, "wide", r, "score").cs
+    cs = StageRecord(RoundContext.open(cfg, "wide", r), "score").cs
     designs = [
         {"source": "designed", "accepted": i % 2 == 0, "failure": None if i % 2 == 0 else
          "duplicate", "win_rate": 0.625, "hinted_win_rate": 0.875, "regret": 0.25,
@@ -41,12 +42,12 @@ def _round(cfg, r: int, *, complete: bool) -> None:
     )
     cs.store.write_json(cs.layout.stage_key(r, "heldout", "summary.json"), {"win_rate": 0.333})
     for stage in STAGES if complete else STAGES[:3]:
-        StageRecord(cfg, "wide", r, stage).commit()
+        StageRecord(RoundContext.open(cfg, "wide", r), stage).commit()
 
 
 def test_status_fits_80_columns_and_says_why_a_role_did_not_train(tmp_path):
     cfg = load_config(overrides={"storage.root": str(tmp_path / "store")})
-    ensure_campaign(cfg, "wide")
+    ensure_campaign(campaign_store(cfg, "wide"), cfg)
     _round(cfg, 118, complete=True)
     _round(cfg, 119, complete=False)
     done = spade("status", "wide", "--store", str(tmp_path / "store"), home=tmp_path / "home")
@@ -82,10 +83,10 @@ def test_a_small_reward_spread_is_not_shown_as_none():
 
 def test_a_damaged_store_is_one_clear_error_and_the_live_view_keeps_going(tmp_path):
     cfg = load_config(overrides={"storage.root": str(tmp_path / "store")})
-    ensure_campaign(cfg, "wide")
+    ensure_campaign(campaign_store(cfg, "wide"), cfg)
     _round(cfg, 0, complete=True)
     _round(cfg, 1, complete=True)
-    cs = StageRecord(cfg, "wide", 1, "score").cs
+    cs = StageRecord(RoundContext.open(cfg, "wide", 1), "score").cs
     view = CampaignProgress(cs, rounds=2)
     assert [row["round"] for row in view.poll()] == [0, 1]
     cs.store.write_bytes(cs.layout.stage_key(1, "score", "scored.jsonl"), b'{"source": "des')

@@ -7,6 +7,7 @@ import pytest
 from spade.config import CampaignConfig
 from spade.dashboard import data as data_mod
 from spade.dashboard.data import CampaignData, campaign_ids, loader
+from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
 from spade.storage import STAGES, ObjectStore
 from spade.testing.synthetic import STAGE_SECONDS, SUITES, build_campaign
@@ -75,7 +76,7 @@ def test_reload_reads_manifests_only_until_a_stage_commits(camp, monkeypatch):
     # re-run round 3's publish stage: only that round's small files are read again
     asked.clear()
     cfg = CampaignConfig.model_validate({"storage": {"root": camp.root}})
-    rec = StageRecord(cfg, camp.campaign_id, 3, "publish")
+    rec = StageRecord(RoundContext.open(cfg, camp.campaign_id, 3), "publish")
     rec.write_json("weights.json", {"version": "r0003-again", "checkpoint": None, "kind": "lora"})
     rec.commit(seconds=9.0)
     ov = data.overview()
@@ -184,7 +185,7 @@ def test_overview_refreshes_in_the_background(tmp_path):
     data = CampaignData(camp.root, camp.campaign_id)
     first = data.overview()
     cfg = CampaignConfig.model_validate({"storage": {"root": camp.root}})
-    rec = StageRecord(cfg, camp.campaign_id, 1, "publish")
+    rec = StageRecord(RoundContext.open(cfg, camp.campaign_id, 1), "publish")
     rec.write_json("weights.json", {"version": "r0001-again", "checkpoint": None, "kind": "lora"})
     rec.commit(seconds=1.0)
     assert data.overview(max_age_s=0.0, wait=False) is first  # stale, answered at once

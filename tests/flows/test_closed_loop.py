@@ -21,9 +21,10 @@ import pytest
 
 from flows.round import round_flow
 from spade.config import load_config
+from spade.pipeline.context import RoundContext
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.state import carried_state
-from spade.pipeline.summary import round_summary
+from spade.pipeline.summary import summarize_round
 from spade.storage import STAGES
 from spade.testing.scripted_designer import HALF, INFEASIBLE, ScriptedModel
 
@@ -189,17 +190,17 @@ def test_a_round_that_accepts_nothing_still_plays_trains_and_publishes(
     designer = cs.store.read_json(cs.layout.stage_key(0, "train_designer", "outcome.json"))
     assert agent["samples"] > 0 and "skipped" not in agent, agent
     assert designer["samples"] == len(designs) and "skipped" not in designer, designer
-    row = round_summary(cfg, "loop", 0)
+    row = summarize_round(campaign_store(cfg, "loop"), 0)
     assert (row["accepted"], row["pool_envs"]) == (0, 2) and row["designer_spread"] > 0
     assert row["weights"] == "r0000-designer" and row["train_loss"] is not None
     assert row["designer_loss"] is not None and row["pool_episodes"] == 8
 
     # round 1 serves what round 0 published, and closes the loop again
-    assert carried_state(cfg, "loop", 1).weights.version == "r0000-designer"
+    assert carried_state(RoundContext.open(cfg, "loop", 1)).weights.version == "r0000-designer"
     seen = len(nothing_passes.chat_requests)
     _run(cfg, "loop", 1)
     assert _models(nothing_passes, seen) == {"r0000-designer"}
-    assert round_summary(cfg, "loop", 1)["weights"] == "r0001-designer"
+    assert summarize_round(campaign_store(cfg, "loop"), 1)["weights"] == "r0001-designer"
 
 
 def test_the_fixed_pool_baseline_designs_nothing_and_trains_the_agent(
@@ -225,11 +226,11 @@ def test_the_fixed_pool_baseline_designs_nothing_and_trains_the_agent(
         assert "pool" in manifest.note
     envs = read_jsonl(cs, cs.layout.stage_key(0, "pool", "environments.jsonl"))
     assert sorted(e["file"] for e in envs) == ["half", "locker"]  # designer.envs_per_round: 2
-    row = round_summary(cfg, "base", 0)
+    row = summarize_round(campaign_store(cfg, "base"), 0)
     assert (row["attempts"], row["pool_envs"], row["designer_reward"]) == (0, 2, None)
     assert row["train_loss"] is not None and row["weights"] == "r0000-agent"
     seen = len(nothing_passes.chat_requests)
     _run(cfg, "base", 1)  # a replay round: the same pool environments, new weights
     assert read_jsonl(cs, cs.layout.stage_key(1, "pool", "environments.jsonl")) == envs
     assert _models(nothing_passes, seen) == {"r0000-agent"}
-    assert round_summary(cfg, "base", 1)["replay_of"] == 0
+    assert summarize_round(campaign_store(cfg, "base"), 1)["replay_of"] == 0

@@ -13,8 +13,8 @@ from prefect import flow
 from flows.design_tasks import design
 from spade.config import load_config
 from spade.designer.designer import DesignAttempt
-from spade.inference.pool import BASE
-from spade.pipeline import design as stages
+from spade.pipeline.context import RoundContext
+from spade.pipeline.documents import sample_documents
 from spade.pipeline.replay import plan_round
 from spade.pipeline.state import initial_memory
 from spade.testing.openai_server import FakeOpenAIServer
@@ -46,14 +46,15 @@ def test_an_outage_of_the_design_stage_is_retried_by_prefect(prefect_api, tmp_pa
                 "designer.envs_per_round": 3,
             }
         )
-        documents = stages.sample_documents(cfg, "retry", 0, plan_round(cfg, "retry", 0))
+        ctx = RoundContext.open(cfg, "retry", 0)
+        documents = sample_documents(ctx, plan_round(ctx))
         quick = design.with_options(retry_delay_seconds=0, retry_jitter_factor=None)
         assert quick.retries == design.retries >= 1
 
         @flow
         async def design_once() -> list[DesignAttempt]:
             memory = initial_memory(cfg)
-            return await quick(cfg, "retry", 0, 0, [0, 1, 2], documents, memory, BASE, 0)
+            return await quick(ctx, 0, [0, 1, 2], documents, memory, 0)
 
         attempts = asyncio.run(design_once())
         assert server.seen == 6  # the failed try's 3 requests, then the retry's 3

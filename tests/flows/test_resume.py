@@ -53,6 +53,8 @@ def _kinds(server) -> dict[str, int]:
     """Requests the stand-in answered, by role (designer, hint writer, agent)."""
     out = {"design": 0, "hint": 0, "play": 0}
     for r in server.chat_requests:
+        if not isinstance(r, dict):  # a body the SIGKILL tore mid-send: refused (400), not answered
+            continue
         system = r["messages"][0].get("content") or ""
         kind = "design" if system.startswith("You write correct") else "play"
         out["hint" if system.startswith("You coach") else kind] += 1

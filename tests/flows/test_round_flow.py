@@ -27,6 +27,7 @@ from flows.round import RoundOutcome, round_flow
 from spade.config import load_config
 from spade.pipeline import train as train_stages
 from spade.pipeline.campaign import round_complete
+from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.state import carried_state
@@ -164,7 +165,7 @@ def test_campaign_carries_memory_and_weights_and_resumes_by_id(
     ema0 = cs.store.read_json(cs.layout.stage_key(0, "score", "ema.json"))
     assert cs.read_stage_manifest(1, "score").inputs == {"ema": fingerprint(ema0)}
     assert cs.read_stage_manifest(1, "train_agent").inputs == {"parent": "r0000-designer"}
-    carried = carried_state(cfg, "camp", 2)
+    carried = carried_state(RoundContext.open(cfg, "camp", 2))
     assert carried.weights.version == "r0000-designer" and carried.memory == memory1
     # the Prefect UI shows the per-round table and the links to the stored artifacts
     table, links = asyncio.run(_artifacts("camp-rounds", "camp-artifacts"))
@@ -193,7 +194,7 @@ def test_replay_rounds_play_the_last_regeneration_again(
     hint call; fresh plays, scores and agent training), round 2 is the next regeneration."""
     from spade.pipeline.replay import RoundPlan, read_plan
     from spade.pipeline.state import delayed_designer_batch
-    from spade.pipeline.summary import round_summary
+    from spade.pipeline.summary import summarize_round
 
     cfg = _config(scripted_overrides, tmp_path / "store", tiny_policy, **{"run.regen_interval": 2})
     cs = campaign_store(cfg, "rp")
@@ -214,8 +215,10 @@ def test_replay_rounds_play_the_last_regeneration_again(
     assert set(_regrets(cfg, "rp", 1)) == {e["env_id"] for e in envs0}
     agent1 = cs.store.read_json(cs.layout.stage_key(1, "train_agent", "outcome.json"))
     assert agent1["samples"] > 0  # the agent trains on the replayed plays
-    assert delayed_designer_batch(cfg, "rp", 1) is None  # nothing designed: the designer waits
-    row = round_summary(cfg, "rp", 1)
+    assert (
+        delayed_designer_batch(RoundContext.open(cfg, "rp", 1)) is None
+    )  # nothing designed: the designer waits
+    row = summarize_round(campaign_store(cfg, "rp"), 1)
     assert row["replay_of"] == 0 and row["designer_reward"] is None
     assert (row["attempts"], row["accepted"]) == (0, 3)  # nothing designed; 3 envs replayed
     # each environment once in memory, with its newest measurement

@@ -36,7 +36,8 @@ from spade.inference.pool import (
     serve_on_managed_llamacpp,
     shared_backend,
 )
-from spade.pipeline.train import publish
+from spade.pipeline.context import RoundContext
+from spade.pipeline.publish import publish
 from spade.preflight import check_model
 from spade.training.checkpoint import save_checkpoint
 from spade.training.weights import adapter_config, adapter_tensors, wrap_lora
@@ -131,7 +132,9 @@ def test_a_published_lora_checkpoint_is_served_by_llama_cpp(cfg, adapted) -> Non
     weights = WeightsRef("r0001-agent", uri, "lora")
     try:  # the pool's server is stopped whatever happens
         base_out, _ = _served(cfg, BASE)
-        asyncio.run(publish(cfg, "c", 1, weights))  # the training stage's publish
+        asyncio.run(
+            publish(RoundContext.open(cfg, "c", 1), weights)
+        )  # the training stage's publish
         out, server = _served(cfg, weights)
         pid = server.pid
         again, _ = _served(cfg, weights)  # published already: no restart

@@ -88,7 +88,7 @@ def deployed(prefect_server: PrefectServer, live_campaign, tmp_path_factory) -> 
     with prefect_server.client() as client:
         return {
             name: str(client.read_deployment_by_name(name).id)
-            for name in ("spade-campaign/campaign", "spade-round/round", "spade-evaluate/evaluate")
+            for name in ("spade-campaign/campaign", "spade-round/round", "spade-heldout/heldout")
         }
 
 

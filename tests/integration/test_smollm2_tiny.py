@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from spade.cli.selfplay import run_design, run_evaluate
 from spade.config import load_config
 from spade.designer.designer import env_id_for
-from spade.pipeline.record import campaign_store, read_jsonl
+from spade.pipeline.context import RoundContext
+from spade.pipeline.record import read_jsonl
 from spade.pipeline.score import score_round
-from spade.workflows import run_design, run_evaluate
 
 pytestmark = pytest.mark.sandbox
 
@@ -85,8 +86,9 @@ def test_tiny_round_with_smollm2(tmp_path, smol_env):
     assert evaluation["hint"] or evaluation["hint_note"]  # a hint, or why there is none
 
     # Score the batch as the score stage does, and read back what it recorded.
-    scores = score_round(cfg, "smol", 0, attempts, [result], {})
-    store = campaign_store(cfg, "smol")
+    ctx = RoundContext.open(cfg, "smol", 0)
+    scores = score_round(ctx, attempts, [result], {})
+    store = ctx.store
     (row,) = read_jsonl(store, store.layout.stage_key(0, "score", "scored.jsonl"))
     assert row["accepted"] == attempt.accepted and row["failure"] == attempt.failure_kind
     assert row["skill"] == attempt.skill and row["reward"] == scores.rewards[0]

@@ -10,7 +10,7 @@ import pytest
 from spade.config import load_config
 from spade.metrics.sinks import configured_sinks, log_round, round_metrics
 from spade.pipeline.record import campaign_store
-from spade.pipeline.summary import SUMMARY_COLUMNS, round_summary
+from spade.pipeline.summary import SUMMARY_COLUMNS, summarize_round
 
 CID = "metrics-camp-20260101-000000-abcd"
 
@@ -159,13 +159,13 @@ def test_a_sink_that_raises_while_logging_only_warns(tmp_path, monkeypatch):
 
 
 def test_log_round_takes_round_summary_as_it_is(tmp_path):
-    """The row the campaign flow passes (``round_summary``) of a round the store barely has:
+    """The row the campaign flow passes (``summarize_round``) of a round the store barely has:
     the held-out suites come from the store through the summary."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     cfg = _cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb")})
     _write_heldout(cfg, 0, {"humaneval": {"score": 0.25}})
-    row = round_summary(cfg, CID, 0)
+    row = summarize_round(campaign_store(cfg, CID), 0)
     assert log_round(cfg, CID, 0, row) == []
     acc = EventAccumulator(str(tmp_path / "tb" / CID))
     acc.Reload()

@@ -32,12 +32,17 @@ from spade.designer.designer import (
 )
 from spade.errors import InferenceError
 from spade.inference.factory import open_backend
-from spade.pipeline import design as stages
+from spade.pipeline.context import RoundContext
+from spade.pipeline.design import design, repair
+from spade.pipeline.documents import sample_documents
+from spade.pipeline.hint import hint
+from spade.pipeline.memory import remember
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.replay import plan_round
-from spade.pipeline.score import remember, score_round
+from spade.pipeline.score import score_round
 from spade.pipeline.state import delayed_designer_batch, initial_memory
-from spade.pipeline.summary import round_summary
+from spade.pipeline.summary import summarize_round
+from spade.pipeline.verify import settle, verify
 from spade.testing.openai_server import FakeOpenAIServer
 from tests.designer.test_design_batch import (
     BACKWARDS,
@@ -119,23 +124,24 @@ def _slot_documents(cfg: CampaignConfig) -> list[str]:
     return [d.doc_id for d in round_documents(Corpus.load(cfg.corpus), cfg, 0)[:3]]
 
 
-def _settled(cfg: CampaignConfig, cid: str, batch: list[DesignAttempt]) -> list[DesignAttempt]:
+def _settled(ctx: RoundContext, batch: list[DesignAttempt]) -> list[DesignAttempt]:
     todo = awaiting_verdict(batch)
-    verdicts = [stages.verify(cfg, cid, 0, a.code or "", a.references) for a in todo]
-    return stages.settle(cfg, cid, 0, [], batch, verdicts)[0]
+    verdicts = [verify(ctx, a.code or "", a.references) for a in todo]
+    return settle(ctx, [], batch, verdicts)[0]
 
 
 async def _design_half(cfg: CampaignConfig, cid: str, slots: list[int]) -> list[DesignAttempt]:
     """Round 0's design stages for ``slots``, as the round flow runs them."""
-    documents = stages.sample_documents(cfg, cid, 0, plan_round(cfg, cid, 0))
+    ctx = RoundContext.open(cfg, cid, 0)
+    documents = sample_documents(ctx, plan_round(ctx))
     async with open_backend(cfg) as backend:
-        batch = await stages.design(cfg, cid, 0, 0, slots, documents, initial_memory(cfg), backend)
-        batch = _settled(cfg, cid, batch)
+        batch = await design(ctx, 0, slots, documents, initial_memory(cfg), backend)
+        batch = _settled(ctx, batch)
         for turn in range(cfg.designer.repair_turns):
             if not any(needs_repair(a) for a in batch):
                 break
-            batch = _settled(cfg, cid, await stages.repair(cfg, cid, 0, 0, turn, batch, backend))
-        return await stages.hint(cfg, cid, 0, batch, backend)
+            batch = _settled(ctx, await repair(ctx, 0, turn, batch, backend))
+        return await hint(ctx, batch, backend)
 
 
 def _evaluations(attempts: list[DesignAttempt]) -> list[EnvEvaluation]:
@@ -156,10 +162,11 @@ def _round(
         cfg = _config(server, tmp_path, **kw)
         attempts = asyncio.run(_design_half(cfg, cid, slots))
     evaluations = _evaluations(attempts)
-    score_round(cfg, cid, 0, attempts, evaluations, {})
-    memory = remember(cfg, cid, 0, initial_memory(cfg), attempts, evaluations)
-    cs = campaign_store(cfg, cid)
-    delayed = delayed_designer_batch(cfg, cid, 0)
+    ctx = RoundContext.open(cfg, cid, 0)
+    score_round(ctx, attempts, evaluations, {})
+    memory = remember(ctx, initial_memory(cfg), attempts, evaluations)
+    cs = ctx.store
+    delayed = delayed_designer_batch(ctx)
     assert delayed is not None
     return {
         "attempts": attempts,
@@ -167,7 +174,7 @@ def _round(
         "memory": memory,
         "batch": [(a.slot, a.env_id, a.accepted, a.token_ids) for a in delayed[1]],
         "rewards": delayed[2],
-        "summary": round_summary(cfg, cid, 0),
+        "summary": summarize_round(cs, 0),
     }
 
 
@@ -264,7 +271,7 @@ def test_a_hint_lost_to_an_outage_fails_the_hint_stage(tmp_path):
 
         async def go() -> None:
             async with open_backend(cfg) as backend:
-                await stages.hint(cfg, "c", 0, [attempt], backend)
+                await hint(RoundContext.open(cfg, "c", 0), [attempt], backend)
 
         with pytest.raises(InferenceError, match="1 of 1 accepted designs got no hint"):
             asyncio.run(go())

@@ -13,6 +13,7 @@ from spade.config import load_config
 from spade.errors import InferenceError, StorageError
 from spade.inference.factory import open_backend
 from spade.inference.pool import WeightsRef
+from spade.pipeline.context import RoundContext
 from spade.pipeline.evaluate import evaluate_env
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.testing.openai_server import FakeOpenAIServer
@@ -41,7 +42,8 @@ def _config(server: FakeOpenAIServer, root: str):
 def _run(cfg, campaign: str, weights: WeightsRef | None = None):
     async def go():
         async with open_backend(cfg) as backend:
-            return await evaluate_env(cfg, campaign, 0, ENV, backend, weights)
+            ctx = RoundContext.open(cfg, campaign, 0, weights)
+            return await evaluate_env(ctx, ENV, backend)
 
     return asyncio.run(go())
 

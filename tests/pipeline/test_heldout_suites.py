@@ -13,9 +13,10 @@ from spade.dashboard.data import CampaignData
 from spade.eval.base import get_suite
 from spade.inference.pool import BASE, close_shared_backends
 from spade.pipeline.campaign import ensure_campaign
+from spade.pipeline.context import RoundContext
 from spade.pipeline.heldout import heldout
 from spade.pipeline.record import campaign_store
-from spade.pipeline.summary import round_summary
+from spade.pipeline.summary import summarize_round
 from spade.testing.openai_server import FakeOpenAIServer
 from tests.eval.scripted import ActionScript, gold_actions
 
@@ -44,11 +45,12 @@ def _play_round(root: str, options: dict[str, object]) -> tuple[dict[str, object
 
 def _heldout_round(cfg, campaign: str) -> dict[str, object]:
     """The heldout stage of round 0 of a new campaign, on the base weights."""
-    ensure_campaign(cfg, campaign)
+    ctx = RoundContext.open(cfg, campaign, 0)
+    ensure_campaign(ctx.store, cfg)
 
     async def run() -> dict[str, object]:
         try:
-            return await heldout(cfg, campaign, 0, BASE)
+            return await heldout(ctx, BASE)
         finally:
             await close_shared_backends()
 
@@ -64,7 +66,7 @@ def _check(root: str, options: dict[str, object]) -> None:
     stored = json.loads(cs.store.read_bytes(f"{prefix}/summary.json"))
     assert stored["suites"] == overall["suites"] and stored["win_rate"] is None
     # the round's summary row (status, metrics sinks) carries them too
-    assert round_summary(cfg, "suites", 0)["heldout_suites"] == overall["suites"]  # type: ignore[arg-type]
+    assert summarize_round(campaign_store(cfg, "suites"), 0)["heldout_suites"] == overall["suites"]  # type: ignore[arg-type]
     rows = [json.loads(x) for x in cs.store.read_bytes(f"{prefix}/suites.jsonl").splitlines()]
     assert sorted((r["suite"], r["score"]) for r in rows) == [
         ("humaneval", 1.0), ("humaneval", 1.0), ("reasoning_gym", 1.0), ("reasoning_gym", 1.0),
@@ -111,4 +113,7 @@ def test_heldout_plays_each_environment_as_often_as_configured(tmp_path, heldout
     (row,) = [json.loads(x) for x in cs.store.read_bytes(f"{prefix}/results.jsonl").splitlines()]
     # the mean return beside the win rate (partial credit: what moves first for a small model)
     assert overall["mean_return"] == row["mean_return"] and 0.0 <= row["mean_return"] <= 1.0
-    assert round_summary(cfg, "plays", 0)["heldout_mean_return"] == row["mean_return"]
+    assert (
+        summarize_round(campaign_store(cfg, "plays"), 0)["heldout_mean_return"]
+        == row["mean_return"]
+    )

@@ -17,9 +17,9 @@ from spade.pipeline.campaign import (
     start_campaign,
     stop_requested,
 )
-from spade.pipeline.design import busy_seconds
+from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import STAGE_ENTRIES, STAGE_SECTIONS, config_hash, stage_code_version
-from spade.pipeline.record import StageRecord
+from spade.pipeline.record import StageRecord, busy_seconds, campaign_store
 from spade.pipeline.state import carried_state, published_weights
 from spade.pipeline.summary import campaign_status
 from spade.storage import STAGES, ObjectStore
@@ -57,7 +57,7 @@ def test_busy_seconds_counts_overlaps_once_and_skips_gaps():
 
 def _commit_round(cfg, cid: str, r: int, stages=STAGES) -> None:
     for stage in stages:
-        rec = StageRecord(cfg, cid, r, stage)
+        rec = StageRecord(RoundContext.open(cfg, cid, r), stage)
         if stage == "memory":
             rec.write_json("memory.json", {"version": 1, "capacity": 200, "records": []})
         if stage == "score":
@@ -69,18 +69,18 @@ def _commit_round(cfg, cid: str, r: int, stages=STAGES) -> None:
 
 def test_campaign_lifecycle_in_the_store(tmp_path):
     cfg = load_config(overrides={"storage.root": str(tmp_path), "name": "life"})
-    cs = start_campaign(cfg, "c1")
+    cs = start_campaign(campaign_store(cfg, "c1"), cfg)
     assert list_campaigns(cs.store) == ["c1"]
     assert saved_config(cs.store, "c1") == cfg
     assert first_incomplete_round(cs) == 0
     with pytest.raises(StorageError, match="not committed"):
-        carried_state(cfg, "c1", 1)
+        carried_state(RoundContext.open(cfg, "c1", 1))
     _commit_round(cfg, "c1", 0)
     assert round_complete(cs, 0) and first_incomplete_round(cs) == 1
-    carried = carried_state(cfg, "c1", 1)
+    carried = carried_state(RoundContext.open(cfg, "c1", 1))
     assert carried.ema == {"logic": 0.5} and carried.weights.version == "r0000-agent"
-    assert published_weights(cfg, "c1", 0).version == "r0000-agent"  # type: ignore[union-attr]
-    assert published_weights(cfg, "c1", 1) is None
+    assert published_weights(campaign_store(cfg, "c1"), 0).version == "r0000-agent"  # type: ignore[union-attr]
+    assert published_weights(campaign_store(cfg, "c1"), 1) is None
     _commit_round(cfg, "c1", 1, STAGES[:3])
     status = campaign_status(cs)
     assert [r["complete"] for r in status["rounds"]] == [True, False]
@@ -89,9 +89,9 @@ def test_campaign_lifecycle_in_the_store(tmp_path):
 
     request_stop(cs)
     assert stop_requested(cs)
-    start_campaign(cfg, "c1")  # a new start clears it
+    start_campaign(campaign_store(cfg, "c1"), cfg)  # a new start clears it
     assert not stop_requested(cs)
-    ensure_campaign(cfg, "c2")
+    ensure_campaign(campaign_store(cfg, "c2"), cfg)
     assert list_campaigns(cs.store) == ["c1", "c2"]
 
 

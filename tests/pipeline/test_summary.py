@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from spade.config import load_config
 from spade.pipeline.record import campaign_store, jsonl
-from spade.pipeline.summary import round_summary
+from spade.pipeline.summary import summarize_round
 
 
 def test_environments_without_hinted_plays_do_not_break_the_means(tmp_path):
@@ -19,7 +19,7 @@ def test_environments_without_hinted_plays_do_not_break_the_means(tmp_path):
          "regret": None, "reward": 0.0},
     ]  # fmt: skip
     cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
-    row = round_summary(cfg, "c", 0)
+    row = summarize_round(campaign_store(cfg, "c"), 0)
     assert (row["attempts"], row["accepted"], row["rejections"]) == (3, 2, {"parse": 1})
     assert row["win_rate"] == 0.375 and row["hinted_win_rate"] == 1.0  # the one measured
     assert row["regret"] == 0.375 and row["designer_reward"] == 0.0
@@ -62,7 +62,7 @@ def test_designs_and_pool_environments_are_counted_apart(tmp_path):
     )
     skipped = {"skipped": "every advantage is zero (equal rewards within each group)"}
     cs.store.write_json(cs.layout.stage_key(0, "train_designer", "outcome.json"), skipped)
-    row = round_summary(cfg, "c", 0)
+    row = summarize_round(campaign_store(cfg, "c"), 0)
     assert (row["attempts"], row["accepted"], row["novel"]) == (3, 1, 1)
     assert (row["duplicates"], row["repaired"], row["pool_envs"]) == (1, 1, 1)
     assert row["rejections"] == {"duplicate": 1, "parse": 1}
@@ -83,7 +83,7 @@ def test_novelty_unknown_without_the_check(tmp_path):
     cs = campaign_store(cfg, "c")
     rows = [_designed(accepted=True, win_rate=1.0, regret=0.0, reward=0.0)]
     cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
-    row = round_summary(cfg, "c", 0)
+    row = summarize_round(campaign_store(cfg, "c"), 0)
     assert row["novel"] is None and row["accepted"] == 1 and row["pool_envs"] == 0
 
 
@@ -94,5 +94,5 @@ def test_nothing_accepted_is_nothing_novel(tmp_path):
     cs = campaign_store(cfg, "c")
     rows = [_designed(failure="crash", reward=0.0), _designed(failure="syntax", reward=0.0)]
     cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
-    row = round_summary(cfg, "c", 0)
+    row = summarize_round(campaign_store(cfg, "c"), 0)
     assert (row["attempts"], row["accepted"], row["novel"]) == (2, 0, 0)

@@ -29,7 +29,10 @@ from spade.inference.pool import (
     shared_vllm_server,
 )
 from spade.pipeline.campaign import ensure_campaign
-from spade.pipeline.train import publish, train
+from spade.pipeline.context import RoundContext
+from spade.pipeline.publish import publish
+from spade.pipeline.record import campaign_store
+from spade.pipeline.train import DesignerData, train
 from spade.testing.openai_server import FakeOpenAIServer
 from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.checkpoint import load_checkpoint
@@ -73,7 +76,7 @@ def _vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     }
 
 
-def _design_data() -> tuple[list[DesignAttempt], list[float]]:
+def _design_data() -> DesignerData:
     """Four design attempts of one skill, two rewarded: trainable designer samples."""
     attempts = [
         DesignAttempt(
@@ -88,7 +91,7 @@ def _design_data() -> tuple[list[DesignAttempt], list[float]]:
         )
         for i in range(4)
     ]
-    return attempts, [1.0, 0.0, 1.0, 0.0]
+    return DesignerData(attempts, [1.0, 0.0, 1.0, 0.0])
 
 
 def _launches(tmp_path: Path) -> list[list[str]]:
@@ -107,8 +110,8 @@ def test_a_full_checkpoint_is_a_model_folder_the_managed_server_restarts_on(
     policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = _config(policy, str(tmp_path / "store"), **_vllm(tmp_path, monkeypatch))
-    ensure_campaign(cfg, "full")
-    outcome = train(cfg, "full", 0, "designer", _design_data(), BASE)
+    ensure_campaign(campaign_store(cfg, "full"), cfg)
+    outcome = train(RoundContext.open(cfg, "full", 0), _design_data(), BASE)
     weights = outcome.weights
     assert weights.kind == "full" and weights.checkpoint is not None
     folder = Path(weights.checkpoint)
@@ -117,7 +120,7 @@ def test_a_full_checkpoint_is_a_model_folder_the_managed_server_restarts_on(
 
     async def go() -> Completion:
         try:  # the managed server is stopped whatever happens
-            await publish(cfg, "full", 0, weights)
+            await publish(RoundContext.open(cfg, "full", 0), weights)
             return await _ask(cfg, weights)
         finally:
             await close_shared_backends()
@@ -139,17 +142,17 @@ def test_lora_on_s3_is_staged_for_the_managed_server_and_the_old_adapter_unloade
         f"s3://{b.name}/runs",
         **{"storage.storage_options": b.storage_options, **LORA, **_vllm(tmp_path, monkeypatch)},
     )
-    ensure_campaign(cfg, "lora")
-    first = train(cfg, "lora", 0, "designer", _design_data(), BASE).weights
-    second = train(cfg, "lora", 1, "designer", _design_data(), first).weights
+    ensure_campaign(campaign_store(cfg, "lora"), cfg)
+    first = train(RoundContext.open(cfg, "lora", 0), _design_data(), BASE).weights
+    second = train(RoundContext.open(cfg, "lora", 1), _design_data(), first).weights
     assert first.kind == second.kind == "lora"
     assert str(first.checkpoint).startswith("s3://") and str(second.checkpoint).startswith("s3://")
 
     async def go() -> tuple[list[str], list[str], Completion]:
         try:  # the managed server is stopped whatever happens
-            await publish(cfg, "lora", 0, first)
+            await publish(RoundContext.open(cfg, "lora", 0), first)
             after_first = await shared_vllm_server(cfg).client.list_models()
-            await publish(cfg, "lora", 1, second)
+            await publish(RoundContext.open(cfg, "lora", 1), second)
             after_second = await shared_vllm_server(cfg).client.list_models()
             return after_first, after_second, await _ask(cfg, second)
         finally:
@@ -182,16 +185,18 @@ def test_an_external_server_loads_adapters_from_a_shared_path_and_unloads_the_ol
                 "inference.max_retries": 0,
             },
         )
-        ensure_campaign(cfg, "ext")
-        first = train(cfg, "ext", 0, "designer", _design_data(), BASE).weights
-        second = train(cfg, "ext", 1, "designer", _design_data(), first).weights
+        ensure_campaign(campaign_store(cfg, "ext"), cfg)
+        first = train(RoundContext.open(cfg, "ext", 0), _design_data(), BASE).weights
+        second = train(RoundContext.open(cfg, "ext", 1), _design_data(), first).weights
 
         async def go() -> Completion:
             try:  # the pool is emptied whatever happens
-                await publish(cfg, "ext", 0, first)
+                await publish(RoundContext.open(cfg, "ext", 0), first)
                 assert server.adapters == {"r0000-designer": first.checkpoint}
-                await publish(cfg, "ext", 1, second)
-                await publish(cfg, "ext", 1, second)  # a re-run publish: already loaded
+                await publish(RoundContext.open(cfg, "ext", 1), second)
+                await publish(
+                    RoundContext.open(cfg, "ext", 1), second
+                )  # a re-run publish: already loaded
                 return await _ask(cfg, second)
             finally:
                 await close_shared_backends()
@@ -209,7 +214,7 @@ def test_an_external_server_cannot_load_an_adapter_from_a_remote_store(
     policy: Path, tmp_path: Path
 ) -> None:
     cfg = _config(policy, str(tmp_path / "store"), **{**LORA, "inference.backend": "openai"})
-    ensure_campaign(cfg, "remote")
+    ensure_campaign(campaign_store(cfg, "remote"), cfg)
     weights = WeightsRef("r0000-designer", "s3://bucket/runs/step-00000001", "lora")
     with pytest.raises(ConfigError, match="own filesystem"):
-        asyncio.run(publish(cfg, "remote", 0, weights))
+        asyncio.run(publish(RoundContext.open(cfg, "remote", 0), weights))

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from spade.config import load_config
 from spade.designer.designer import DesignAttempt
-from spade.pipeline.design import settle
+from spade.pipeline.context import RoundContext
 from spade.pipeline.record import campaign_store
+from spade.pipeline.verify import settle
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,7 +21,7 @@ def test_the_verify_manifest_records_the_policy_file_and_its_digest(tmp_path):
         overrides={"storage.root": str(tmp_path / "store"), "sandbox.policy_path": str(policy)}
     )
     failed = DesignAttempt(slot=0, attempt=0, skill="s", doc_id="d", messages=[])  # no code
-    settle(cfg, "c", 0, [], [failed], [])
+    settle(RoundContext.open(cfg, "c", 0), [], [failed], [])
     manifest = campaign_store(cfg, "c").read_stage_manifest(0, "verify")
     assert manifest is not None
     assert manifest.inputs == {

@@ -11,6 +11,7 @@ import tests.fakes.flaky_fs  # noqa: F401  (registers flaky://)
 from spade.config import load_config
 from spade.errors import ObjectCorruptError, ObjectMissingError, StorageError
 from spade.pipeline.campaign import first_incomplete_round, round_complete, start_campaign
+from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord, campaign_store, read_jsonl
 from spade.storage import STAGES, ObjectStore, blob_key
 from tests.fakes.flaky_fs import FlakyFS
@@ -69,7 +70,7 @@ def test_ensure_blob_rewrites_a_tampered_blob_of_the_right_size(root):
 
 
 def _commit(cfg, stage: str, r: int = 0) -> StageRecord:
-    rec = StageRecord(cfg, "c", r, stage)
+    rec = StageRecord(RoundContext.open(cfg, "c", r), stage)
     rec.write_jsonl("rows.jsonl", [{"i": i} for i in range(3)])
     rec.write_json("state.json", {"stage": stage})
     rec.write_blob("code/env", f"class {stage.title()}Env: ...".encode())
@@ -80,7 +81,7 @@ def _commit(cfg, stage: str, r: int = 0) -> StageRecord:
 @pytest.mark.attack
 def test_manifests_record_size_and_sha256_and_resume_finds_what_broke(root):
     cfg = load_config(overrides={"storage.root": root[0], "storage.storage_options": root[1]})
-    cs = start_campaign(cfg, "c")
+    cs = start_campaign(campaign_store(cfg, "c"), cfg)
     for stage in STAGES:
         _commit(cfg, stage)
     manifest = cs.read_stage_manifest(0, "score")
@@ -124,7 +125,7 @@ def test_manifests_record_size_and_sha256_and_resume_finds_what_broke(root):
 def test_a_stage_output_written_by_another_task_is_recorded_by_content(tmp_path):
     """The evaluate stage names its mapped tasks' objects by key: read back at commit."""
     cfg = load_config(overrides={"storage.root": str(tmp_path)})
-    rec = StageRecord(cfg, "c", 0, "evaluate")
+    rec = StageRecord(RoundContext.open(cfg, "c", 0), "evaluate")
     key = rec.key("envs/e1/summary.json")
     rec.cs.store.write_json(key, {"env_id": "e1"})
     rec.outputs["envs/e1/summary.json"] = key

@@ -17,6 +17,7 @@ import pytest
 from spade.config import load_config
 from spade.errors import LeaseHeldError
 from spade.pipeline.campaign import LEASE_FILE, campaign_lease
+from spade.pipeline.record import campaign_store
 from spade.storage import ObjectStore
 from spade.storage.lease import Lease
 
@@ -93,9 +94,11 @@ def test_campaign_lease_is_shared_by_nested_holds_in_one_process(tmp_path):
     cfg = load_config(overrides={"storage.root": str(tmp_path), "storage.lease_ttl_s": 60})
     store = ObjectStore(str(tmp_path))
     key = f"campaign/c1/{LEASE_FILE}"
-    with campaign_lease(cfg, "c1"):
+    with campaign_lease(campaign_store(cfg, "c1"), cfg):
         owner = json.loads(store.read_bytes(key))["owner"]
-        with campaign_lease(cfg, "c1"):  # the round flow inside the campaign flow
+        with campaign_lease(
+            campaign_store(cfg, "c1"), cfg
+        ):  # the round flow inside the campaign flow
             assert json.loads(store.read_bytes(key))["owner"] == owner
         assert store.exists(key)  # the inner hold does not release it
         with pytest.raises(LeaseHeldError, match="campaign 'c1' is held by"):

@@ -1,6 +1,6 @@
-"""Held-out evaluation as its own flow (the ``spade-evaluate`` deployment): play the configured
+"""Held-out evaluation as its own flow (the ``spade-heldout`` deployment): play the configured
 held-out environments and benchmark suites with the weights a campaign published in a given
-round, on demand."""
+round, on demand (the round's ``heldout`` stage, :mod:`spade.pipeline.heldout`)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,22 @@ from spade.config import CampaignConfig
 from spade.inference.pool import BASE, WeightsRef
 from spade.metrics.prom import start_metrics_server
 from spade.pipeline import heldout as heldout_stage
+from spade.pipeline.context import RoundContext
 from spade.pipeline.state import published_weights
 
 
 @task(name="heldout", retries=2, retry_delay_seconds=10)
-async def play_heldout(
-    config: CampaignConfig, campaign_id: str, round_index: int, weights: WeightsRef
-) -> dict[str, Any]:
-    return await heldout_stage.heldout(config, campaign_id, round_index, weights)
+async def play_heldout(ctx: RoundContext, weights: WeightsRef) -> dict[str, Any]:
+    return await heldout_stage.heldout(ctx, weights)
 
 
-@flow(name="spade-evaluate", flow_run_name="{campaign_id}-heldout-{round_index}")
-async def evaluate_flow(
+@flow(name="spade-heldout", flow_run_name="{campaign_id}-heldout-{round_index}")
+async def heldout_flow(
     config: CampaignConfig, campaign_id: str, round_index: int = 0
 ) -> dict[str, Any]:
     """Held-out plays with the weights published by round ``round_index`` (base weights when
     that round published none); results go to the round's ``heldout`` stage."""
     start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
-    weights = published_weights(config, campaign_id, round_index) or BASE
-    return await play_heldout(config, campaign_id, round_index, weights)
+    ctx = RoundContext.open(config, campaign_id, round_index)
+    weights = published_weights(ctx.store, round_index) or BASE
+    return await play_heldout(ctx.serving(weights), weights)
