@@ -10,7 +10,7 @@ Three questions, each answered against a plain baseline on the same machine in t
 2. **Per-step overhead.** The same example, reset with the same seed and driven through the
    same action sequence, stepped (a) in-process, (b) through a persistent jailed session. A
    bare JSON-lines echo server over pipes (no jail, no environment) gives the transport
-   floor. DESIGN.md section 5: a pipe round trip costs ~55 µs here and nsjail adds almost
+   floor. docs/architecture.md §7.4: a pipe round trip costs ~55 µs here and nsjail adds almost
    nothing per step; the aim is a jailed overhead under 100 µs per step. (The jail runs
    Debian's Python 3.11, the host 3.12, so the environment's own work differs slightly.)
 3. **Verifications per second** with 1, 2 and 4 ``verify()`` calls in parallel (threads; each
@@ -52,7 +52,7 @@ from spade.sandbox.session import JailedSession
 from spade.verify.verifier import verify
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "sandbox.json"
-PIPE_FLOOR_US = 55.0  # DESIGN.md section 5: JSON-lines round trip over pipes, median
+PIPE_FLOOR_US = 55.0  # docs/architecture.md §7.4: JSON-lines round trip over pipes, median
 STEP_TARGET_US = 100.0  # aim for the jailed per-step overhead
 SEED = 1234
 
@@ -305,7 +305,7 @@ def step_table(r: dict[str, Any]) -> Table:
     t.add_row("overhead (jailed − in-process)", f"{r['overhead_median']:.1f}", "", "")
     t.add_row("jailed − plain pipe", f"{r['jailed_minus_pipe_median']:.1f}", "", "")
     t.caption = (
-        f"DESIGN.md: a pipe round trip (~{PIPE_FLOOR_US:.0f} µs) is the floor; "
+        f"docs/architecture.md §7.4: a pipe round trip (~{PIPE_FLOOR_US:.0f} µs) is the floor; "
         f"aim: overhead under {STEP_TARGET_US:.0f} µs"
     )
     return t

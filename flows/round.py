@@ -1,4 +1,4 @@
-"""One SPADE round as a Prefect flow: every stage of DESIGN.md §2 is its own task.
+"""One SPADE round as a Prefect flow: every stage of docs/architecture.md §2 is its own task.
 
 sample_documents -> (design -> verify, mapped -> settle -> (repair -> verify, mapped -> settle)
 per repair turn) per attempt -> hint -> evaluate, mapped

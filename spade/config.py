@@ -1,8 +1,8 @@
 """One typed configuration tree for a SPADE campaign, loadable from YAML.
 
-Every number of DESIGN.md §2 is a field here with the reference implementation's default, a
-docstring and bounds. Flow parameters (later) are these models, so the Prefect UI renders a
-form for them. ``resolved_yaml()`` is what gets saved beside every run.
+Every number of docs/architecture.md §1.4 is a field here with the reference implementation's
+default, a docstring and bounds. Flow parameters (later) are these models, so the Prefect UI renders
+a form for them. ``resolved_yaml()`` is what gets saved beside every run.
 """
 
 from __future__ import annotations
@@ -549,7 +549,7 @@ class DeepSpeedConfig(_Section):
 
 
 class TrainingConfig(_Section):
-    """GRPO updates of the agent and the designer (DESIGN.md §2.8)."""
+    """GRPO updates of the agent and the designer (docs/architecture.md §2.9)."""
 
     engine: Literal["torch", "deepspeed"] = Field(
         "torch", description="Plain torch (CPU or one GPU) or DeepSpeed ZeRO."

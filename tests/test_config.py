@@ -1,4 +1,5 @@
-"""The campaign configuration: DESIGN.md §2 defaults, YAML loading, overrides and bad input."""
+"""The campaign configuration: docs/architecture.md §1.4 defaults, YAML loading, overrides and
+bad input."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def test_defaults_are_the_reference_numbers():
 
 
 def test_training_defaults_are_the_reference_numbers():
-    """DESIGN.md §2.8: GRPO with z-scored advantages, clip-higher, a small KL, lr 1e-6 or LoRA."""
+    """docs/architecture.md §2.9: GRPO with z-scored advantages, clip-higher, a small KL, lr 1e-6
+    or LoRA."""
     t = load_config().training
     assert t.advantage_std is True  # z-scored within each environment's plays
     assert (t.eps_low, t.eps_high) == (0.2, 0.28)
@@ -447,7 +449,7 @@ def test_evaluation_and_verifier_share_the_success_threshold():
 
 def test_hint_limits_are_config_fields():
     d = load_config().designer
-    assert (d.hint_max_sentences, d.hint_tries) == (3, 2)  # DESIGN.md §2.4: 1-3 sentences
+    assert (d.hint_max_sentences, d.hint_tries) == (3, 2)  # docs/architecture.md §2.4
     for field, bad in [("hint_max_sentences", 0), ("hint_tries", 0), ("hint_tries", 11)]:
         with pytest.raises(ConfigError, match=f"designer\\.{field}"):
             load_config(overrides={f"designer.{field}": bad})

@@ -75,7 +75,8 @@ class Trajectory:
         return self.turns[-1].reward if self.turns else 0.0
 
     def episode_return(self) -> float:
-        """DESIGN §2.5: the last step's reward clipped to [-1, 1] if terminated, else 0."""
+        """The last step's reward clipped to [-1, 1] if terminated, else 0
+        (docs/architecture.md §2.6)."""
         return max(-1.0, min(1.0, self.final_reward)) if self.terminated else 0.0
 
     def success(self, threshold: float = 1.0) -> bool:

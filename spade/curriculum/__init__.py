@@ -1,4 +1,5 @@
-"""The curriculum: regret, designer rewards and the environment memory (DESIGN.md §2.2, §2.5–2.7).
+"""The curriculum: regret, designer rewards and the environment memory
+(docs/architecture.md §2.2, §2.7, §2.8).
 
 Pure, stdlib-only code: no torch, no Prefect, and the config models it receives are only read.
 

@@ -1,6 +1,6 @@
 """The environment memory: a bounded FIFO of past designs that conditions the next ones.
 
-DESIGN.md §2.2 and §2.7. Each record keeps a design's id, skill, its code (whole, up to
+docs/architecture.md §2.2 and §2.8. Each record keeps a design's id, skill, its code (whole, up to
 ``MemoryConfig.code_head_chars``), its unhinted win rate and regret and the round it came from.
 The designer's prompt shows examples from it (:meth:`EnvironmentMemory.examples_for`):
 *positives* of the same skill whose win rate lies in a band, drawn from the top by regret, and
@@ -182,8 +182,8 @@ class EnvironmentMemory:
 
         Only accepted records whose whole code fits ``designer.max_example_chars`` take part
         (:meth:`MemoryRecord.shown_whole`: longer ones are skipped, never cut). *Scored*
-        records (with a win rate) are the examples of DESIGN.md §2.2; *unscored* ones (no win
-        rate: designs seeded from a pool that nobody has played yet) only fill positive slots.
+        records (with a win rate) are the examples of docs/architecture.md §2.2; *unscored* ones (no
+        win rate: designs seeded from a pool that nobody has played yet) only fill positive slots.
 
         - positives: up to ``designer.positives`` (k) records of ``skill``. Scored records whose
           win rate is in ``designer.positive_win_rate`` (inclusive) come first: "drawn from the

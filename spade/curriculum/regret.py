@@ -1,8 +1,8 @@
 """Regret estimators and the win rate: pure functions of per-episode numbers.
 
 The agent's regret on an environment is how much better it plays *with* the privileged hint
-than without it (DESIGN.md §2.6). Estimators are chosen by name from :data:`REGRET_ESTIMATORS`
-(``ScoringConfig.regret_estimator``):
+than without it (docs/architecture.md §2.7). Estimators are chosen by name from
+:data:`REGRET_ESTIMATORS` (``ScoringConfig.regret_estimator``):
 
 - ``mean_gap``: ``max(0, mean(hinted) - mean(unhinted))`` — the reference's estimator;
 - ``max_gap``: ``max(0, max(hinted) - mean(unhinted))`` — PAIRED-style: the best hinted play

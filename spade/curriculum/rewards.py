@@ -1,10 +1,10 @@
 """Designer rewards: how good a design was for the curriculum, pure and chosen by name.
 
-DESIGN.md §2.6. A valid design is scored by the function ``ScoringConfig.designer_reward``
-names (:data:`DESIGNER_REWARDS`); a design that failed verification by the one
-``ScoringConfig.rejected_reward`` names (:data:`REJECTED_REWARDS`): ``flat`` (the reference:
-``config.invalid_reward``, or ``config.timeout_penalty`` when it failed by timing out) or
-``graded`` (by how far it got through the verifier: its tier in :data:`REJECTED_TIERS`, then
+docs/architecture.md §2.7. A valid design is scored by the function
+``ScoringConfig.designer_reward`` names (:data:`DESIGNER_REWARDS`); a design that failed
+verification by the one ``ScoringConfig.rejected_reward`` names (:data:`REJECTED_REWARDS`): ``flat``
+(the reference: ``config.invalid_reward``, or ``config.timeout_penalty`` when it failed by timing
+out) or ``graded`` (by how far it got through the verifier: its tier in :data:`REJECTED_TIERS`, then
 its progress within the tier). Then, with
 ``config.centre_per_skill``, the mean reward of each skill is subtracted (no division by the
 std), so the designer is compared with itself on the same skill.

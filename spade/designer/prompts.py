@@ -1,8 +1,8 @@
 """The designer's prompts: write an environment from a document (or edit one into a new one),
 repair a rejected design, and write a hint for one.
 
-Written for this project. The environment contract they describe is DESIGN.md §3, with the
-names the jail binds before a design runs (:mod:`spade.envs.prelude`) and the near misses that
+Written for this project. The environment contract they describe is docs/architecture.md §3, with
+the names the jail binds before a design runs (:mod:`spade.envs.prelude`) and the near misses that
 get small models' designs rejected. Examples come from the environment memory (good designs of
 the same skill, and one that was too easy or too hard) and are always whole: a class cut in the
 middle is what a small model copies.

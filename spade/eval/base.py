@@ -66,7 +66,7 @@ class Suite(Protocol):
 
 
 def episode_score(trajectory: Trajectory) -> float:
-    """A play's return (DESIGN §2.5: last reward if terminated, else 0) clipped to [0, 1]."""
+    """A play's return (last reward if terminated, else 0: docs/architecture.md §2.6), in [0, 1]."""
     return max(0.0, trajectory.episode_return())
 
 

@@ -1,4 +1,4 @@
-"""A ``vllm serve`` process this program launches, watches and stops (DESIGN.md §4).
+"""A ``vllm serve`` process this program launches, watches and stops (docs/architecture.md §4).
 
 vLLM cannot share Prefect's environment, so it always runs as a separate process started from
 its own environment: the ``vllm`` executable of another virtual environment

@@ -1,7 +1,7 @@
 """Regenerations and replays: which rounds design new environments, which replay old ones.
 
-DESIGN.md §2: between regenerations the reference replays the same environments for several
-training steps (``run.regen_interval``: 4 for games, 8 for tool use). Here a round is one
+docs/architecture.md §2.12: between regenerations the reference replays the same environments for
+several training steps (``run.regen_interval``: 4 for games, 8 for tool use). Here a round is one
 training step, so a *regeneration* round designs (sample → design → verify → hint) and the next
 ``regen_interval - 1`` rounds *replay* its accepted environments: the agent plays them again with
 its current weights, they are scored again (win rate, regret) and the agent trains on the new

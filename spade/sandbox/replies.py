@@ -27,7 +27,7 @@ code that later walks the value (``repr``, ``json.dumps``, a schema validator) c
 without bound."""
 
 REWARD_RANGE = (-1.0, 1.0)
-"""The contract's reward range (DESIGN §3; ``sandbox.verify.reward_min``/``reward_max``)."""
+"""The contract's reward range (docs/architecture.md §3; ``sandbox.verify.reward_min``/``_max``)."""
 
 # A JSON string from its opening quote: always matches (to its closing quote, or to the end of
 # the reply when unterminated, which the decoder then rejects), so it never backtracks.

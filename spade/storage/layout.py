@@ -44,7 +44,7 @@ STAGES: tuple[str, ...] = (
     "publish",
     "heldout",
 )
-"""The round's stages in pipeline order (DESIGN.md §2)."""
+"""The round's stages in pipeline order (docs/architecture.md §2)."""
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1

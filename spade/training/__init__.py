@@ -1,4 +1,4 @@
-"""Training: GRPO on plays and designs (DESIGN.md §2.8).
+"""Training: GRPO on plays and designs (docs/architecture.md §2.9).
 
 - :mod:`spade.training.samples`: :class:`TrainSample`, builders from trajectories and design
   attempts, advantages, micro-batching and collation (the one-token shift is documented there);

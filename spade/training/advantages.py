@@ -1,4 +1,4 @@
-"""Group-relative advantages for GRPO (DESIGN.md §2.8).
+"""Group-relative advantages for GRPO (docs/architecture.md §2.9).
 
 A *group* is the set of samples whose rewards are compared with each other: an environment's
 plays for the agent, or a skill's design attempts for the designer. Two estimators, chosen by

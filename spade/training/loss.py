@@ -1,4 +1,5 @@
-"""The GRPO policy loss: clipped surrogate, KL penalty, importance correction (DESIGN.md §2.8).
+"""The GRPO policy loss: clipped surrogate, KL penalty, importance correction
+(docs/architecture.md §2.9).
 
 Shapes: ``B`` sequences (plays or design attempts) of ``T`` token positions (padded). Every
 per-token tensor is ``(B, T)``; ``mask`` is ``(B, T)`` and is nonzero exactly on the tokens the

@@ -100,8 +100,8 @@ def samples_from_trajectories(
 ) -> list[TrainSample]:
     """Agent samples: one per episode (``Trajectory.token_view()``), else one per turn.
 
-    Hinted plays are measured, never trained on (DESIGN §2.4): with ``only_unhinted`` (the
-    default) they are skipped. ``reward`` is the episode return and ``group`` the env id, so
+    Hinted plays are measured, never trained on (docs/architecture.md §2.4): with ``only_unhinted``
+    (the default) they are skipped. ``reward`` is the episode return and ``group`` the env id, so
     advantages compare the plays of one environment. When the chat template is not prefix-stable
     (``token_view()`` is None) every turn becomes its own sample (its prompt masked) carrying
     the episode's return. Episodes and turns without generated tokens are skipped, and so are

@@ -1,4 +1,4 @@
-"""GRPO updates of the agent or the designer (DESIGN.md §2.8).
+"""GRPO updates of the agent or the designer (docs/architecture.md §2.9).
 
 :meth:`GRPOTrainer.step` takes samples whose advantages are set
 (:func:`spade.training.samples.assign_advantages`) and takes ``updates_per_batch`` (``K``)

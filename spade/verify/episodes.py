@@ -35,7 +35,7 @@ class Episode:
         return self.steps[-1][2] if self.steps else 0.0
 
     def episode_return(self) -> float:
-        """DESIGN §2.5: the last reward clipped to [-1, 1] if terminated, else 0."""
+        """docs/architecture.md §2.6: the last reward clipped to [-1, 1] if terminated, else 0."""
         return max(-1.0, min(1.0, self.final_reward)) if self.terminated else 0.0
 
     def succeeded(self, threshold: float) -> bool:
