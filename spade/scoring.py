@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from spade.agent.evaluate import EnvEvaluation
 from spade.config import ScoringConfig
 from spade.curriculum.memory import MemoryRecord
 from spade.curriculum.rewards import DesignOutcome, designer_rewards_with_raw
-from spade.designer.designer import DesignAttempt
 from spade.designer.extract import parse_progress
+from spade.records import DesignAttempt, EnvEvaluation
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from spade.agent.evaluate import EnvEvaluation
 from spade.config import ScoringConfig
-from spade.designer.designer import DesignAttempt
+from spade.records import DesignAttempt, EnvEvaluation
 from spade.scoring import design_flags, memory_records, outcomes, score
 
 

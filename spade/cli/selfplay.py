@@ -16,7 +16,7 @@ from spade.config import CampaignConfig, load_config
 from spade.errors import ConfigError, SpadeError
 
 if TYPE_CHECKING:  # the CLI imports the designer only when a command runs
-    from spade.designer.designer import DesignAttempt
+    from spade.records import DesignAttempt
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Campaign YAML (default: built-in defaults).")

@@ -39,7 +39,7 @@ from spade.envs import TextEnv, extract_boxed
 from spade.eval.base import HeldoutTask, episode_score, task_header
 
 if TYPE_CHECKING:
-    from spade.agent.trajectory import Trajectory
+    from spade.records import Trajectory
 
 NAME = "humaneval"
 

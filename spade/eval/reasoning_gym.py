@@ -26,7 +26,7 @@ from spade.envs import extract_boxed
 from spade.eval.base import HeldoutTask, task_header
 
 if TYPE_CHECKING:
-    from spade.agent.trajectory import Trajectory
+    from spade.records import Trajectory
 
 SUITE_NAME = "reasoning_gym"
 

@@ -37,34 +37,15 @@ import re
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spade.config import CampaignConfig
 from spade.errors import ConfigError
 from spade.inference.base import Backend
+from spade.records import BASE, WeightsRef
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WeightsRef:
-    """Which weights a stage uses: a version label and the checkpoint that holds them."""
-
-    version: str = "base"
-    checkpoint: str | None = None  # None: the configured base model
-    kind: str = "full"  # "full" or "lora" (the checkpoint's kind)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "checkpoint": self.checkpoint, "kind": self.kind}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WeightsRef:
-        return cls(str(data["version"]), data.get("checkpoint"), str(data.get("kind", "full")))
-
-
-BASE = WeightsRef()
 
 
 def _pool_key(cfg: CampaignConfig) -> str:
