@@ -263,7 +263,7 @@ class ScoringConfig(Section):
         " judgement such as infeasible or trivial), evenly spaced from graded_floor up to"
         " graded_floor / 7, so"
         " below every valid design's reward (>= 0): a signal when nothing passes"
-        " (spade.curriculum.rewards.REJECTED_TIERS).",
+        " (spade.scoring.rewards.REJECTED_TIERS).",
     )
     graded_floor: float = Field(
         -1.0,

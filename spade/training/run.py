@@ -60,7 +60,7 @@ def _designer_rewards(
             " --evaluations with `spade evaluate`'s evaluations.jsonl of the designed envs"
         )
     from spade.records import EnvEvaluation
-    from spade.scoring import score
+    from spade.scoring.outcomes import score
 
     fields = set(EnvEvaluation.__dataclass_fields__) - {"trajectories"}
     played = [

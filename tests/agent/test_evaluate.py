@@ -12,7 +12,7 @@ from spade.errors import ConfigError, InferenceError
 from spade.inference.factory import open_backend
 from spade.records import DesignAttempt, EnvSpec
 from spade.sandbox.policy import load_policy
-from spade.scoring import memory_records, score
+from spade.scoring.outcomes import memory_records, score
 from spade.training.samples import samples_from_trajectories
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.integration.scripted_designer import SKY

@@ -15,7 +15,7 @@ from spade.designer.designer import design_batch
 from spade.inference.factory import open_backend
 from spade.records import EnvSpec
 from spade.sandbox.policy import load_policy
-from spade.scoring import memory_records, score
+from spade.scoring.outcomes import memory_records, score
 from tests.integration.scripted_designer import check_expected_round, env_class
 
 pytestmark = pytest.mark.sandbox

@@ -205,7 +205,7 @@ failure; the rest are :class:`spade.sandbox.failures.FailureKind` values (kept a
 so this module needs no sandbox import; a test checks every kind is here). A design accepted
 after a repair turn is valid and scored as such: its final outcome counts, not its first answer.
 An attempt whose request failed on our side (``inference``) is no design and has no tier: it is
-left out of scoring (:func:`spade.scoring.score`).
+left out of scoring (:func:`spade.scoring.outcomes.score`).
 """
 
 

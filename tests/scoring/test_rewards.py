@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from spade.config import ScoringConfig
-from spade.curriculum.rewards import (
+from spade.scoring.rewards import (
     DESIGNER_REWARDS,
     REJECTED_REWARDS,
     REJECTED_TIERS,
