@@ -12,6 +12,7 @@ lint: bootstrap
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+	.venv/bin/lint-imports
 
 test: lint
 	.venv/bin/pytest -m "not slow and not gpu" -q --durations=25

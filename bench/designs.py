@@ -40,10 +40,11 @@ from rich.table import Table
 
 from spade.config import CampaignConfig, load_config
 from spade.designer.corpus import Corpus
-from spade.designer.designer import DesignAttempt, design_batch
+from spade.designer.designer import design_batch
 from spade.envs.examples import example_paths
 from spade.inference.factory import open_backend
 from spade.pipeline.state import seed_memory
+from spade.records import DesignAttempt
 from spade.sandbox.policy import load_policy
 from spade.verify.novelty import similarity, source_tokens
 

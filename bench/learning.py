@@ -126,10 +126,11 @@ def run_arm(cfg: Any, campaign_id: str) -> list[dict[str, Any]]:
 
 def base_heldout(cfg: Any, campaign_id: str) -> dict[str, Any]:
     """The held-out plays of the base weights (round -1 of both arms)."""
-    from spade.inference.pool import BASE, close_shared_backends
+    from spade.inference.pool import close_shared_backends
     from spade.pipeline.campaign import ensure_campaign
     from spade.pipeline.context import RoundContext
     from spade.pipeline.heldout import heldout
+    from spade.records import BASE
 
     ctx = RoundContext.open(cfg, campaign_id, 0)
     ensure_campaign(ctx.store, cfg)

@@ -24,7 +24,7 @@ from flows.stages import (
     unwalked,
 )
 from spade.designer.corpus import Document
-from spade.designer.designer import DesignAttempt, awaiting_verdict, needs_repair
+from spade.designer.designer import awaiting_verdict, needs_repair
 from spade.inference.pool import shared_backend
 from spade.pipeline import design as design_stage
 from spade.pipeline import documents as documents_stage
@@ -34,7 +34,7 @@ from spade.pipeline import replay as replay_stage
 from spade.pipeline import verify as verify_stage
 from spade.pipeline.context import RoundContext
 from spade.pipeline.replay import RoundPlan
-from spade.verify import Verdict
+from spade.records import DesignAttempt, Verdict
 
 DESIGN_HALF = ("sample_documents", "design", "verify", "hint")
 """The stages a replay round's (or pool mode's) design half commits in one task."""

@@ -9,11 +9,11 @@ from typing import Any
 from prefect import flow, task
 
 from spade.config import CampaignConfig
-from spade.inference.pool import BASE, WeightsRef
 from spade.metrics.prom import start_metrics_server
 from spade.pipeline import heldout as heldout_stage
 from spade.pipeline.context import RoundContext
 from spade.pipeline.state import published_weights
+from spade.records import BASE, WeightsRef
 
 
 @task(name="heldout", retries=2, retry_delay_seconds=10)

@@ -20,13 +20,12 @@ from flows.stages import (
     results,
     unwalked,
 )
-from spade.agent.evaluate import EnvSpec
 from spade.inference.pool import shared_backend
 from spade.pipeline import pool as pool_stage
 from spade.pipeline.context import RoundContext
 from spade.pipeline.pool import PoolEnv
 from spade.pipeline.replay import RoundPlan
-from spade.verify import Verdict
+from spade.records import EnvSpec, Verdict
 
 
 @task(

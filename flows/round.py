@@ -49,10 +49,8 @@ from flows.stages import (
     unwalked,
 )
 from flows.storage import result_storage, task_runner
-from spade.agent.evaluate import EnvEvaluation, EnvSpec
 from spade.config import CampaignConfig
-from spade.designer.designer import DesignAttempt
-from spade.inference.pool import WeightsRef, shared_backend
+from spade.inference.pool import shared_backend
 from spade.metrics.prom import start_metrics_server
 from spade.pipeline import evaluate as evaluate_stage
 from spade.pipeline import heldout as heldout_stage
@@ -68,6 +66,7 @@ from spade.pipeline.score import RoundScores
 from spade.pipeline.state import carried_state, delayed_designer_batch
 from spade.pipeline.summary import summarize_round
 from spade.pipeline.train import AgentData, DesignerData, Role, TrainData, TrainOutcome
+from spade.records import DesignAttempt, EnvEvaluation, EnvSpec, WeightsRef
 
 
 @task(

@@ -1,6 +1,6 @@
 """Errors named by the boundary they cross.
 
-A broken generated environment is *data* (see :class:`spade.sandbox.failures.Failure`), not
+A broken generated environment is *data* (see :class:`spade.records.Failure`), not
 one of these. These errors mean our own set-up or input is wrong and should fail loudly.
 """
 

@@ -1,3 +1,4 @@
+import ast
 import subprocess
 import sys
 
@@ -30,3 +31,37 @@ def test_envs_runtime_imports_under_the_jail_interpreter():
         text=True,
     )
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def _spade_modules_after(statement: str) -> list[str]:
+    code = (
+        f"import sys; {statement}; print(sorted(m for m in sys.modules if m.startswith('spade')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return ast.literal_eval(out.stdout)  # a printed list of module names
+
+
+def test_import_config_starts_no_sandbox():
+    """The config package is near the bottom of the layers: reading a config loads pydantic
+    and yaml, never the sandbox (its session, nsjail), the verifier or torch."""
+    modules = _spade_modules_after("import spade.config")
+    assert modules, "the probe imported nothing"
+    assert {m.split(".")[1] for m in modules if "." in m} <= {"config", "errors"}, modules
+    heavy = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, spade.config; print(sorted({'torch', 'nsjail', 'prefect'} & set(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert heavy.stdout.strip() == "[]"
+
+
+def test_import_records_imports_nothing_of_the_project():
+    """The records are the bottom layer: importing them loads no other spade module."""
+    modules = _spade_modules_after("import spade.records")
+    assert modules, "the probe imported nothing"
+    assert all(m == "spade" or m.startswith("spade.records") for m in modules), modules

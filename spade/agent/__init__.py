@@ -2,6 +2,5 @@
 
 from spade.agent.actions import extract_action
 from spade.agent.rollout import EpisodeJob, RolloutSettings, run_episodes
-from spade.agent.trajectory import Trajectory, Turn
 
-__all__ = ["EpisodeJob", "RolloutSettings", "Trajectory", "Turn", "extract_action", "run_episodes"]
+__all__ = ["EpisodeJob", "RolloutSettings", "extract_action", "run_episodes"]

@@ -14,58 +14,14 @@ stage fails and is retried instead of storing numbers made of an outage.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
 
 from spade.agent.rollout import EpisodeJob, OnFinished, RolloutSettings, run_episodes
-from spade.agent.trajectory import Trajectory
 from spade.config import CampaignConfig
 from spade.curriculum.regret import get_regret_estimator, win_rate
 from spade.errors import InferenceError
 from spade.inference.base import Backend
+from spade.records import EnvEvaluation, EnvSpec, Trajectory
 from spade.sandbox.policy import SandboxPolicy
-
-EnvSource = Literal["designed", "pool"]
-"""Where an environment came from: the designer wrote it, or it was drawn from the fixed pool
-(``run.env_pool``); pool environments are played and trained on, never rewarded to the
-designer."""
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """An accepted environment to evaluate."""
-
-    env_id: str
-    code: str
-    skill: str
-    hint: str | None
-    tool_use: bool = False
-    source: EnvSource = "designed"
-
-
-@dataclass
-class EnvEvaluation:
-    """One environment's plays and the numbers the curriculum needs.
-
-    Returns, win rates and regret come from the plays that did not fail on our side;
-    ``failed_plays`` counts those that did (kept in ``trajectories``, measuring nothing) and
-    ``env_failed_plays`` the plays the environment itself broke (data: included, return 0).
-    """
-
-    env_id: str
-    skill: str
-    hinted_returns: list[float]
-    unhinted_returns: list[float]
-    win_rate: float  # unhinted
-    hinted_win_rate: float | None  # None without hinted plays (no hint): unknown, not 0
-    regret: float
-    failed_plays: int
-    trajectories: list[Trajectory] = field(default_factory=list, repr=False)
-    source: EnvSource = "designed"
-    env_failed_plays: int = 0
-
-    def summary(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "trajectories"}
 
 
 def rollout_settings(cfg: CampaignConfig) -> RolloutSettings:

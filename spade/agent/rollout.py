@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 from spade.agent.actions import ActionFormat, extract_action
 from spade.agent.prompts import system_prompt
-from spade.agent.trajectory import Trajectory, Turn
 from spade.inference.base import (
     Backend,
     ChatRequest,
@@ -29,6 +28,7 @@ from spade.inference.base import (
     InferenceFailureKind,
     SamplingParams,
 )
+from spade.records import Trajectory, Turn
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.replies import REWARD_RANGE

@@ -14,10 +14,12 @@ from rich.progress import Progress
 
 from spade.cli.common import fail
 from spade.cli.report import print_traceback, summary_table, verdict_json, verdict_table
+from spade.config import VerifyConfig
 from spade.errors import ConfigError, SandboxError
+from spade.records import Verdict
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy, load_policy
-from spade.verify import Reference, Verdict, VerifyConfig, verify_file
+from spade.verify import Reference, verify_file
 
 env_app = typer.Typer(help="Check and play environment files.", no_args_is_help=True)
 PolicyOpt = Annotated[

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from spade.verify import Verdict
+from spade.records import Verdict
 
 
 def verdict_json(path: Path, verdict: Verdict) -> str:

@@ -26,8 +26,7 @@ from spade.errors import SpadeError
 from spade.stats import mean
 
 if TYPE_CHECKING:  # the CLI imports the designer only when a command runs
-    from spade.agent.evaluate import EnvEvaluation
-    from spade.designer.designer import DesignAttempt
+    from spade.records import DesignAttempt, EnvEvaluation
 
 console = Console()
 

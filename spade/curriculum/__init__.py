@@ -1,10 +1,9 @@
-"""The curriculum: regret, designer rewards and the environment memory
-(docs/architecture.md §2.2, §2.7, §2.8).
+"""The curriculum: regret and the environment memory (docs/architecture.md §2.2, §2.8;
+designer rewards are in :mod:`spade.scoring.rewards`).
 
 Pure, stdlib-only code: no torch, no Prefect, and the config models it receives are only read.
 
 - :mod:`~spade.curriculum.regret`: regret estimators by name and the win rate;
-- :mod:`~spade.curriculum.rewards`: designer rewards by name, their centring per skill;
 - :mod:`~spade.curriculum.memory`: the bounded memory of designs, its prompt examples and
   edit parents;
 - :mod:`~spade.curriculum.pool`: seeding it from an existing environment pool.
@@ -28,43 +27,21 @@ from spade.curriculum.regret import (
     mean_gap,
     win_rate,
 )
-from spade.curriculum.rewards import (
-    DESIGNER_REWARDS,
-    DesignerReward,
-    DesignOutcome,
-    blend,
-    centre_per_skill,
-    designer_rewards,
-    get_designer_reward,
-    learning_potential,
-    plateau,
-    update_ema,
-)
 
 __all__ = [
-    "DESIGNER_REWARDS",
     "REGRET_ESTIMATORS",
     "SEED_ROUND",
     "UNKNOWN_SKILL",
-    "DesignOutcome",
-    "DesignerReward",
     "EnvironmentMemory",
     "MemoryRecord",
     "NegativeLabel",
     "RegretEstimator",
-    "blend",
-    "centre_per_skill",
-    "designer_rewards",
-    "get_designer_reward",
     "get_regret_estimator",
     "import_pool",
-    "learning_potential",
     "max_gap",
     "mean_gap",
     "negative_label",
-    "plateau",
     "read_declarations",
     "seed_records",
-    "update_ema",
     "win_rate",
 ]

@@ -27,8 +27,6 @@ import copy
 import hashlib
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
@@ -45,97 +43,19 @@ from spade.designer.prompts import (
 from spade.designer.skills import active_skills, slot_skills
 from spade.errors import DesignParseError, InferenceError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
+from spade.records import INFERENCE, DesignAttempt, Verdict
 from spade.sandbox.policy import SandboxPolicy
-from spade.verify import Reference, Verdict, verify
+from spade.verify import Reference, verify
 
 TRACEBACK_LINES = 6
 """Last lines of a failed check's traceback kept in the verdict and told to a repair turn."""
 REASON_CHARS = 500
 """Longest failure reason told to a repair turn."""
-INFERENCE = "inference"
-"""Failure kind of an attempt whose design or repair request failed on our side."""
 
 
 def env_id_for(code: str) -> str:
     """Content address of a design: the same code is the same environment."""
     return "env-" + hashlib.sha256(code.encode("utf-8")).hexdigest()[:16]
-
-
-@dataclass
-class DesignAttempt:
-    """One try at one slot: the prompt, the completion, and what became of it.
-
-    ``messages``, ``completion`` and the token fields are the first answer's (what the designer
-    trains on); ``code``, ``env_id``, ``verdict``, ``accepted`` and the failure are the final
-    ones, after any repair turns. A repaired attempt keeps its first answer's code and failure
-    in ``first_code`` / ``first_failure_kind`` / ``first_failure_reason``, and the repair
-    conversation (user feedback, assistant answer, ...) in ``repair_messages``.
-    ``strategy`` is how the design was asked for ("write", or "edit" of the memory record
-    ``parent_id``; an edit slot with no parent is written). ``references`` are the designs it
-    must not copy, ``{"name": env id, "code": whole code}``: its parent and its prompt's examples.
-    ``inherited`` names the parent's module-level definitions an edit used without writing them,
-    carried over into ``code`` (:func:`spade.designer.inherit.inherit_missing`).
-    ``failure_kind == INFERENCE`` (:attr:`failed`): a design or repair request failed on our
-    side; a failed repair keeps the code and verdict it was repairing, for the record.
-    """
-
-    slot: int
-    attempt: int
-    skill: str
-    doc_id: str
-    messages: list[dict[str, Any]]
-    completion: str = ""
-    model: str = ""
-    code: str | None = None
-    env_id: str | None = None
-    accepted: bool = False
-    failure_kind: str | None = None  # INFERENCE, parse, or the verifier's failure kind
-    failure_reason: str | None = None
-    verdict: dict[str, Any] | None = None
-    tool_use: bool = False
-    solution: list[str] = field(default_factory=list)
-    hint: str | None = None
-    hint_note: str | None = None
-    prompt_token_ids: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    strategy: str = "write"
-    parent_id: str | None = None
-    references: list[dict[str, str]] = field(default_factory=list)
-    first_code: str | None = None
-    first_failure_kind: str | None = None
-    first_failure_reason: str | None = None
-    repair_messages: list[dict[str, Any]] = field(default_factory=list)
-    inherited: list[str] = field(default_factory=list)
-
-    @property
-    def failed(self) -> bool:
-        """A request of this attempt failed on our side: it measures nothing about the designer."""
-        return self.failure_kind == INFERENCE
-
-    @property
-    def repairs(self) -> int:
-        """Repair turns this attempt took (answers after the first)."""
-        return sum(m["role"] == "assistant" for m in self.repair_messages)
-
-    @property
-    def accepted_after_repair(self) -> bool:
-        """Accepted, but not on the first answer."""
-        return self.accepted and self.repairs > 0
-
-    @property
-    def last_answer(self) -> str:
-        """The newest answer's text: the last repair's, else the first completion."""
-        return self.repair_messages[-1]["content"] if self.repairs else self.completion
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields, plus ``accepted_after_repair`` for readers of the JSON."""
-        return asdict(self) | {"accepted_after_repair": self.accepted_after_repair}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DesignAttempt:
-        """Inverse of :meth:`to_dict`; other keys (a scored row's ``reward``, ...) are ignored."""
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def round_documents(corpus: Corpus, cfg: CampaignConfig, regeneration: int) -> list[Document]:

@@ -19,7 +19,7 @@ from spade.errors import InferenceError
 from spade.inference.base import Backend, ChatRequest, SamplingParams
 
 if TYPE_CHECKING:  # designer.py imports this module for its design_batch
-    from spade.designer.designer import DesignAttempt
+    from spade.records import DesignAttempt
 
 
 async def hint_designs(

@@ -21,7 +21,7 @@ from spade.config import SuiteName
 from spade.registry import lookup
 
 if TYPE_CHECKING:
-    from spade.agent.trajectory import Trajectory
+    from spade.records import Trajectory
 
 
 @dataclass(frozen=True)

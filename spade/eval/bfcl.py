@@ -55,7 +55,7 @@ from spade.eval.bfcl_data import (
 )
 
 if TYPE_CHECKING:
-    from spade.agent.trajectory import Trajectory
+    from spade.records import Trajectory
 
 NAME = "bfcl_multi_turn"
 DEFAULT_SUBSETS = ("multi_turn_base",)

@@ -40,7 +40,7 @@ from spade.errors import ConfigValueError
 from spade.eval.base import HeldoutTask, episode_score, task_header
 
 if TYPE_CHECKING:
-    from spade.agent.trajectory import Trajectory
+    from spade.records import Trajectory
 
 NAME = "humaneval"
 

@@ -27,7 +27,7 @@ from spade.errors import ConfigValueError
 from spade.eval.base import HeldoutTask, task_header
 
 if TYPE_CHECKING:
-    from spade.agent.trajectory import Trajectory
+    from spade.records import Trajectory
 
 SUITE_NAME = "reasoning_gym"
 

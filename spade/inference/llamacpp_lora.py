@@ -39,7 +39,7 @@ from typing import Any
 
 from spade.errors import ConfigError
 
-ADAPTER_WEIGHTS = "adapter_model.safetensors"  # = spade.training.checkpoint.WEIGHTS_FILES["lora"]
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # = spade.inference.checkpoints.WEIGHTS_FILES["lora"]
 ADAPTER_CONFIG = "adapter_config.json"
 _PERMUTED_QK = {"llama": True, "qwen2": False, "qwen3": False}  # HF model_type -> permute?
 _LORA_KEY = re.compile(r"^base_model\.model\.(?P<base>.+)\.lora_(?P<ab>[AB])\.weight$")

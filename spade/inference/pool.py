@@ -37,34 +37,15 @@ import re
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spade.config import CampaignConfig
 from spade.errors import ConfigError
 from spade.inference.base import Backend
+from spade.records import BASE, WeightsRef
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WeightsRef:
-    """Which weights a stage uses: a version label and the checkpoint that holds them."""
-
-    version: str = "base"
-    checkpoint: str | None = None  # None: the configured base model
-    kind: str = "full"  # "full" or "lora" (the checkpoint's kind)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "checkpoint": self.checkpoint, "kind": self.kind}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WeightsRef:
-        return cls(str(data["version"]), data.get("checkpoint"), str(data.get("kind", "full")))
-
-
-BASE = WeightsRef()
 
 
 def _pool_key(cfg: CampaignConfig) -> str:
@@ -85,7 +66,7 @@ _entries_lock = threading.Lock()
 
 def _load_tensors(cfg: CampaignConfig, weights: WeightsRef) -> dict[str, Any]:
     """Full weights of a checkpoint, under the base model's own names."""
-    from spade.training.checkpoint import load_checkpoint
+    from spade.inference.checkpoints import load_checkpoint
 
     assert weights.checkpoint is not None
     loaded = load_checkpoint(weights.checkpoint, storage_options=cfg.storage.storage_options)
@@ -99,14 +80,14 @@ def _merged_lora(cfg: CampaignConfig, loaded: Any) -> dict[str, Any]:
 
     The adapter was trained on the base weights, not on what the backend serves now (an earlier
     version, merged), so the base is loaded again; the merge is ``W + scale * B @ A`` per
-    adapted layer (:func:`spade.training.weights.full_tensors`).
+    adapted layer (:func:`spade.inference.adapters.full_tensors`).
     """
     import torch
     from peft import PeftConfig, get_peft_model
 
     from spade.errors import CheckpointError
+    from spade.inference.adapters import ADAPTER, full_tensors, load_adapter_tensors
     from spade.inference.models import load_model_and_tokenizer, resolve_model
-    from spade.training.weights import ADAPTER, full_tensors, load_adapter_tensors
 
     if loaded.adapter_config is None:
         raise CheckpointError(f"{loaded.info.uri}: a LoRA checkpoint without adapter_config.json")
@@ -157,8 +138,8 @@ def serving_folder(cfg: CampaignConfig, weights: WeightsRef, *, copy: bool = Fal
     """A folder on this machine holding ``weights``' checkpoint for a server here to load: the
     checkpoint folder itself on a local store (unless ``copy``), else a verified copy of its
     serving files under ``$SPADE_CACHE/published/<version>-<hash of the uri>``."""
+    from spade.inference.checkpoints import local_checkpoint_path, stage_checkpoint
     from spade.inference.vllm_server import staging_root
-    from spade.training.checkpoint import local_checkpoint_path, stage_checkpoint
 
     assert weights.checkpoint is not None
     options = cfg.storage.storage_options

@@ -4,7 +4,7 @@
 :func:`start_metrics_server` serves them on ``/metrics`` when ``metrics.prometheus_port`` is set.
 
 Exposed series (``op`` is the session request: load, reset, step, solution, tools, close;
-``kind`` a :class:`~spade.sandbox.failures.FailureKind` value, or ``sandbox_error`` when
+``kind`` a :class:`~spade.records.FailureKind` value, or ``sandbox_error`` when
 nsjail itself could not set a jail up):
 
 - ``spade_sandbox_session_starts_total`` — jails launched;

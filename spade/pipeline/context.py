@@ -14,8 +14,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from spade.config import CampaignConfig
-from spade.inference.pool import BASE, WeightsRef
 from spade.pipeline.record import campaign_store
+from spade.records import BASE, WeightsRef
 from spade.sandbox.policy import SandboxPolicy, load_policy, policy_source
 from spade.storage import CampaignStore
 

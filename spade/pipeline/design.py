@@ -17,11 +17,12 @@ from typing import Any
 
 from spade.curriculum.memory import EnvironmentMemory
 from spade.designer.corpus import Document
-from spade.designer.designer import DesignAttempt, generate, new_attempts, repair_designs
+from spade.designer.designer import generate, new_attempts, repair_designs
 from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
+from spade.records import DesignAttempt
 
 
 def attempt_rows(attempts: list[DesignAttempt]) -> list[dict[str, Any]]:

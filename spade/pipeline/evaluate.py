@@ -19,12 +19,12 @@ import hashlib
 import json
 import time
 
-from spade.agent.evaluate import EnvEvaluation, EnvSpec, evaluate_envs
-from spade.agent.trajectory import Trajectory
+from spade.agent.evaluate import evaluate_envs
 from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import config_hash, fingerprint, stage_code_version
 from spade.pipeline.record import StageRecord, busy_seconds, jsonl
+from spade.records import EnvEvaluation, EnvSpec, Trajectory
 from spade.storage import CampaignStore
 
 

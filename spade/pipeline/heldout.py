@@ -14,17 +14,18 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from spade.agent.evaluate import EnvSpec, evaluate_envs
+from spade.agent.evaluate import evaluate_envs
 from spade.config import CampaignConfig
 from spade.curriculum.memory import read_declarations
 from spade.curriculum.pool import env_files
 from spade.designer.designer import env_id_for
 from spade.eval.runner import play_suite
 from spade.inference.base import Backend
-from spade.inference.pool import WeightsRef, shared_backend
+from spade.inference.pool import shared_backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.hint import describe
 from spade.pipeline.record import StageRecord
+from spade.records import EnvSpec, WeightsRef
 from spade.sandbox.policy import SandboxPolicy
 
 

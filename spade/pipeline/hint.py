@@ -12,13 +12,13 @@ import copy
 from collections.abc import Sequence
 from pathlib import Path
 
-from spade.agent.evaluate import EnvSpec
 from spade.config import CampaignConfig
 from spade.curriculum.memory import read_declarations
-from spade.designer.designer import DesignAttempt, env_id_for, hint_designs
+from spade.designer.designer import env_id_for, hint_designs
 from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
+from spade.records import DesignAttempt, EnvSpec
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.session import JailedSession

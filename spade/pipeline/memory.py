@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from spade.agent.evaluate import EnvEvaluation
 from spade.curriculum.memory import EnvironmentMemory
-from spade.designer.designer import DesignAttempt
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
-from spade.scoring import memory_records
+from spade.records import DesignAttempt, EnvEvaluation
+from spade.scoring.outcomes import memory_records
 
 
 def remember(

@@ -36,19 +36,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spade.agent.evaluate import EnvSpec
 from spade.config import CampaignConfig
 from spade.curriculum.memory import read_declarations
 from spade.curriculum.pool import env_files
-from spade.designer.designer import DesignAttempt, env_id_for, hint_designs, verify_design
+from spade.designer.designer import env_id_for, hint_designs, verify_design
 from spade.errors import ConfigError
 from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.heldout import heldout_files
 from spade.pipeline.record import StageRecord
 from spade.pipeline.replay import PLAN_FILE, RoundPlan, environment_rows
+from spade.records import DesignAttempt, EnvSpec, Verdict
 from spade.storage import CampaignStore
-from spade.verify import Verdict
 
 log = logging.getLogger(__name__)
 STAGE = "pool"

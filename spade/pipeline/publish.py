@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 
 from spade.errors import ConfigError
-from spade.inference.pool import WeightsRef
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
+from spade.records import WeightsRef
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ async def _publish_to_server(ctx: RoundContext, weights: WeightsRef) -> str:
     on this machine gets a local copy). The adapter the previous round published is unloaded
     once the new one is loaded. Full weights: the server's owner restarts it on them (noted).
     """
+    from spade.inference.checkpoints import local_checkpoint_path
     from spade.inference.openai import OpenAIBackend
     from spade.pipeline.state import published_weights
-    from spade.training.checkpoint import local_checkpoint_path
 
     cfg, round = ctx.config, ctx.round
     assert weights.checkpoint is not None

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from spade.designer.designer import DesignAttempt
 from spade.errors import StorageError
 from spade.pipeline.record import StageRecord, read_jsonl
+from spade.records import DesignAttempt
 from spade.storage import CampaignStore
 
 if TYPE_CHECKING:  # the context's module imports nothing of this one; a type only

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spade.agent.evaluate import EnvEvaluation
-from spade.designer.designer import DesignAttempt
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
-from spade.scoring import ScoredAttempt, design_flags, score
+from spade.records import DesignAttempt, EnvEvaluation
+from spade.scoring.outcomes import ScoredAttempt, design_flags, score
 
 
 @dataclass

@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING, Any
 from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory
 from spade.curriculum.pool import seed_records
-from spade.designer.designer import DesignAttempt
 from spade.errors import StorageError
-from spade.inference.pool import BASE, WeightsRef
 from spade.pipeline.record import read_jsonl
 from spade.pipeline.replay import read_plan
+from spade.records import BASE, DesignAttempt, WeightsRef
 from spade.storage import CampaignStore
 
 if TYPE_CHECKING:  # a type only: reading state needs no policy

@@ -14,12 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from spade.agent.evaluate import EnvEvaluation
 from spade.config import CampaignConfig
-from spade.designer.designer import DesignAttempt
-from spade.inference.pool import WeightsRef
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
+from spade.records import DesignAttempt, EnvEvaluation, WeightsRef
 
 Role = Literal["agent", "designer"]
 
@@ -68,13 +66,13 @@ def _trainer(
 ) -> tuple[Any, dict[str, bytes] | None]:
     """The trainer at ``parent``'s weights, and (full fine-tuning) the model files its
     checkpoints carry to be loadable model folders."""
-    from spade.training import checkpoint as ckpt
+    from spade.inference.checkpoints import load_checkpoint
     from spade.training.run import build_trainer
 
     trainer, files = build_trainer(cfg, role)
     if parent.checkpoint is None:
         return trainer, files
-    loaded = ckpt.load_checkpoint(parent.checkpoint, storage_options=cfg.storage.storage_options)
+    loaded = load_checkpoint(parent.checkpoint, storage_options=cfg.storage.storage_options)
     trainer.load_weights(loaded)
     state = dict(loaded.trainer_state or {})
     if state.get("role") == role:  # the optimizer state of this role's previous update

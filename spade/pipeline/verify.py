@@ -11,18 +11,12 @@ from __future__ import annotations
 import copy
 import time
 
-from spade.designer.designer import (
-    DesignAttempt,
-    apply_verdict,
-    awaiting_verdict,
-    env_id_for,
-    verify_design,
-)
+from spade.designer.designer import apply_verdict, awaiting_verdict, env_id_for, verify_design
 from spade.pipeline.context import RoundContext
 from spade.pipeline.design import attempt_rows
 from spade.pipeline.record import StageRecord, busy_seconds
+from spade.records import DesignAttempt, Verdict
 from spade.sandbox.policy import policy_source
-from spade.verify import Verdict
 
 
 def verify(ctx: RoundContext, code: str, references: list[dict[str, str]] | None = None) -> Verdict:

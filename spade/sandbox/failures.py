@@ -8,46 +8,8 @@ from __future__ import annotations
 
 import errno as errno_mod
 import signal
-from dataclasses import asdict, dataclass
-from enum import StrEnum
-from typing import Any
 
-
-class FailureKind(StrEnum):
-    """Why a sandboxed environment (or one of its calls) failed."""
-
-    SYNTAX = "syntax"  # the code does not parse
-    IMPORT_DENIED = "import_denied"  # imports a module outside the allow-list
-    POLICY_DENIED = "policy_denied"  # uses a forbidden builtin or escape attribute
-    CONTRACT = "contract"  # API shape wrong: no Env class, bad types, reward out of range
-    CRASH = "crash"  # the environment raised an exception
-    TIMEOUT = "timeout"  # a call or the session ran past its wall or CPU limit
-    MEMORY = "memory"  # out of memory (MemoryError or the memory cgroup)
-    OUTPUT_LIMIT = "output_limit"  # a message or the log exceeded its size limit
-    FS_DENIED = "fs_denied"  # touched a path the jail does not provide or allow
-    NET_DENIED = "net_denied"  # tried to use the network
-    PROC_LIMIT = "proc_limit"  # tried to start more processes than allowed
-    DISK_LIMIT = "disk_limit"  # filled its tmpfs or exceeded the file size limit
-    EXITED = "exited"  # the interpreter exited or was killed by a signal mid-session
-    PROTOCOL = "protocol"  # garbled or unexpected message on the session channel
-    NONDETERMINISTIC = "nondeterministic"  # same seed and actions, different transcript
-    NO_TERMINATION = "no_termination"  # an episode did not end within max_turns
-    INFEASIBLE = "infeasible"  # solution() replayed does not reach the goal
-    TRIVIAL = "trivial"  # empty or random play reaches the goal
-    SEED_INDEPENDENT = "seed_independent"  # every seed gives the same instance
-    DUPLICATE = "duplicate"  # a near-verbatim copy of a reference, or plays exactly like one
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One classified failure: a kind, a one-line reason and the environment's traceback."""
-
-    kind: FailureKind
-    reason: str
-    traceback: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"kind": str(self.kind)}
+from spade.records import Failure, FailureKind
 
 
 class EnvFailure(Exception):

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from spade.metrics import prom
-from spade.sandbox.failures import EnvFailure, Failure, FailureKind, classify_exception
+from spade.records import Failure, FailureKind
+from spade.sandbox.failures import EnvFailure, classify_exception
 
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects a reply may have. The envelope and a step's result

@@ -28,13 +28,9 @@ from typing import Any, NoReturn
 
 from spade.errors import SandboxError
 from spade.metrics import prom
+from spade.records import Failure, FailureKind
 from spade.sandbox.cgroups import detect_cgroups, require_memory_bound
-from spade.sandbox.failures import (
-    EnvFailure,
-    Failure,
-    FailureKind,
-    classify_exit,
-)
+from spade.sandbox.failures import EnvFailure, classify_exit
 from spade.sandbox.jail import (
     CODE_DIR,
     JailFiles,

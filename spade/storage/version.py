@@ -72,7 +72,7 @@ def module_closure(
     ``importlib.import_module`` is given, e.g. :mod:`spade.eval.base`'s suite table). Not
     counted: imports under ``if TYPE_CHECKING:`` (that code never runs, so it cannot change a
     result), and a package's ``__init__`` reached only as the parent of an imported submodule
-    (``from spade.verify.config import X`` runs ``spade/verify/__init__.py``, but uses none of
+    (``from spade.verify.checks import X`` runs ``spade/verify/__init__.py``, but uses none of
     its names; spade's package ``__init__`` files re-export names and set
     ``OMP_WAIT_POLICY``, a speed setting). A module that uses a package's own names imports
     the package, and so reaches its ``__init__``. ValueError for an entry without a source.

@@ -78,7 +78,7 @@ class LanternMaze{rnd}x{slot}x{attempt}(TextEnv):
 
 
 def transcript(env_id: str, seed: int, hint: str | None, won: bool) -> dict[str, Any]:
-    """One play in :meth:`spade.agent.trajectory.Trajectory.to_dict`'s shape."""
+    """One play in :meth:`spade.records.Trajectory.to_dict`'s shape."""
     last = "You reach the exit. You win!" if won else "The lantern goes out. You lose."
     messages = [
         {"role": "system", "content": "You play a text game. Answer with one action."},

@@ -5,8 +5,10 @@
 - :mod:`spade.training.advantages`, :mod:`spade.training.loss`: the GRPO math;
 - :mod:`spade.training.trainer`: :class:`GRPOTrainer` (one optimizer step per ``step()``), on
 - :mod:`spade.training.engines`: plain torch or DeepSpeed ZeRO;
-- :mod:`spade.training.weights`: LoRA wrapping, weight export and loading;
-- :mod:`spade.training.checkpoint`: atomic checkpoints on any fsspec URL.
+- :mod:`spade.training.weights`: LoRA wrapping, weight export and loading (adapter tensors and
+  the LoRA merge: :mod:`spade.inference.adapters`);
+- :mod:`spade.training.checkpoint`: atomic checkpoints on any fsspec URL (reading them:
+  :mod:`spade.inference.checkpoints`, which serving needs too).
 
 Importing this package is light; the submodules import torch (and peft / DeepSpeed when used).
 """

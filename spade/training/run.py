@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from spade.agent.trajectory import Trajectory
 from spade.config import CampaignConfig
-from spade.designer.designer import DesignAttempt
 from spade.errors import ConfigError
+from spade.records import DesignAttempt, Trajectory
 
 Role = Literal["agent", "designer"]
 
@@ -60,8 +59,8 @@ def _designer_rewards(
             f"{path}: designer training needs rewards: attempts with a 'reward' field, or"
             " --evaluations with `spade evaluate`'s evaluations.jsonl of the designed envs"
         )
-    from spade.agent.evaluate import EnvEvaluation
-    from spade.scoring import score
+    from spade.records import EnvEvaluation
+    from spade.scoring.outcomes import score
 
     fields = set(EnvEvaluation.__dataclass_fields__) - {"trajectories"}
     played = [

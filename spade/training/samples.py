@@ -30,8 +30,7 @@ from torch import nn
 from spade.training.advantages import get_advantage_fn, group_advantages
 
 if TYPE_CHECKING:
-    from spade.agent.trajectory import Trajectory
-    from spade.designer.designer import DesignAttempt
+    from spade.records import DesignAttempt, Trajectory
 
 __all__ = [
     "TrainSample",

@@ -52,14 +52,12 @@ from torch import nn
 
 from spade.config import TrainingConfig
 from spade.errors import ConfigError
+from spade.inference.adapters import is_peft
 from spade.training.engines import make_engine
 from spade.training.loss import LossOutput, policy_loss
 from spade.training.samples import Batch, TrainSample, collate, micro_batches, token_logprobs
 from spade.training.trainer_state import TrainerState
-from spade.training.weights import (
-    is_peft,
-    wrap_lora,
-)
+from spade.training.weights import wrap_lora
 
 __all__ = ["GRPOTrainer", "StepMetrics"]
 

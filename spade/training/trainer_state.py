@@ -12,16 +12,17 @@ from torch import nn
 
 from spade.config import TrainingConfig
 from spade.errors import CheckpointError
+from spade.inference.adapters import adapter_tensors, full_tensors, load_adapter_tensors
+from spade.inference.checkpoints import (
+    CheckpointInfo,
+    LoadedCheckpoint,
+    latest_checkpoint,
+    load_checkpoint,
+)
 from spade.training import checkpoint as ckpt
 from spade.training.engines import Engine
 from spade.training.rng import capture_rng_state, restore_rng_state
-from spade.training.weights import (
-    adapter_config,
-    adapter_tensors,
-    full_tensors,
-    load_adapter_tensors,
-    load_full_tensors,
-)
+from spade.training.weights import adapter_config, load_full_tensors
 
 __all__ = ["TrainerState"]
 
@@ -133,16 +134,16 @@ class TrainerState:
 
     def resume(
         self, root: str, *, storage_options: dict[str, Any] | None = None
-    ) -> ckpt.CheckpointInfo | None:
+    ) -> CheckpointInfo | None:
         """Load the newest complete checkpoint under ``root``; None when there is none."""
-        info = ckpt.latest_checkpoint(root, storage_options)
+        info = latest_checkpoint(root, storage_options)
         if info is None:
             return None
-        loaded = ckpt.load_checkpoint(info.uri, storage_options=storage_options)
+        loaded = load_checkpoint(info.uri, storage_options=storage_options)
         self.load_checkpoint(loaded)
         return info
 
-    def load_checkpoint(self, loaded: ckpt.LoadedCheckpoint) -> None:
+    def load_checkpoint(self, loaded: LoadedCheckpoint) -> None:
         """Weights, optimizer and trainer state from a loaded checkpoint of the same kind."""
         self.load_weights(loaded)
         state = dict(loaded.trainer_state or {})
@@ -150,7 +151,7 @@ class TrainerState:
         state.setdefault("step", loaded.step)
         self.load_state_dict(state)
 
-    def load_weights(self, loaded: ckpt.LoadedCheckpoint) -> None:
+    def load_weights(self, loaded: LoadedCheckpoint) -> None:
         """Only the weights (full or adapter) of a loaded checkpoint of the same kind."""
         kind = loaded.manifest.get("kind")
         if kind != self.kind:

@@ -1,6 +1,6 @@
 """Weights in and out of a trained model: LoRA wrapping, export for publishing, checkpoint loads.
 
-Two kinds of weights leave the trainer (names match ``spade.training.checkpoint``'s kinds):
+Two kinds of weights leave the trainer (names match ``spade.inference.checkpoints``' kinds):
 
 - ``"full"``: the model's own ``state_dict`` names (``model.layers.0.self_attn.q_proj.weight``,
   ...), what ``TransformersBackend.reload`` and ``save_pretrained`` folders use. For a LoRA model
@@ -10,6 +10,9 @@ Two kinds of weights leave the trainer (names match ``spade.training.checkpoint`
   (``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``), with the
   ``adapter_config.json`` peft writes: together an adapter folder that
   ``peft.PeftModel.from_pretrained`` and vLLM's LoRA loading read as is.
+
+Adapter tensors in and out of a model and the merge into full weights are
+:mod:`spade.inference.adapters`' (serving a LoRA checkpoint in process needs them too).
 """
 
 from __future__ import annotations
@@ -24,25 +27,9 @@ import torch
 from torch import nn
 
 from spade.config import LoraConfig
+from spade.inference.adapters import ADAPTER, is_peft
 
-__all__ = [
-    "adapter_config",
-    "adapter_tensors",
-    "full_tensors",
-    "hf_model_files",
-    "is_peft",
-    "load_adapter_tensors",
-    "load_full_tensors",
-    "wrap_lora",
-]
-
-ADAPTER = "default"  # peft's name of the one adapter the trainer makes
-
-
-def is_peft(model: nn.Module) -> bool:
-    from peft import PeftModel
-
-    return isinstance(model, PeftModel)
+__all__ = ["adapter_config", "hf_model_files", "load_full_tensors", "wrap_lora"]
 
 
 def wrap_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
@@ -74,44 +61,12 @@ def wrap_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
     return wrapped
 
 
-def adapter_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The adapter tensors under peft's saved names, detached CPU copies."""
-    from peft import get_peft_model_state_dict
-
-    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
-    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
-
-
 def adapter_config(model: nn.Module) -> dict[str, Any]:
     """The ``adapter_config.json`` content peft itself writes for ``model``'s adapter."""
     config: Any = model.peft_config[ADAPTER]  # type: ignore[index]
     with tempfile.TemporaryDirectory() as tmp:
         config.save_pretrained(tmp)
         return dict(json.loads((Path(tmp) / "adapter_config.json").read_text()))
-
-
-def full_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every weight under the base model's names, LoRA merged in; detached CPU copies."""
-    if not is_peft(model):
-        return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    from peft.tuners.lora import LoraLayer
-
-    base = model.get_base_model()  # type: ignore[operator]
-    out: dict[str, torch.Tensor] = {}
-    for key, value in base.state_dict().items():
-        if ".lora_" in key:  # lora_A / lora_B / lora_embedding_* / lora_magnitude_*
-            continue
-        out[key.replace(".base_layer.", ".")] = value.detach().to("cpu", copy=True)
-    for name, module in base.named_modules():
-        layer: Any = module  # peft's layer classes carry their own (untyped) attributes
-        if not isinstance(module, LoraLayer) or ADAPTER not in module.lora_A:
-            continue
-        if layer.lora_variant.get(ADAPTER) is not None or layer.lora_bias.get(ADAPTER):
-            raise NotImplementedError(f"merging a LoRA variant or bias ({name}) is not supported")
-        key = f"{name}.weight"
-        delta = layer.get_delta_weight(ADAPTER).detach().to("cpu")
-        out[key] = (out[key] + delta.to(out[key].dtype)).contiguous()
-    return out
 
 
 def load_full_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
@@ -121,24 +76,6 @@ def load_full_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> 
     if is_peft(model):
         raise ValueError("full weights go into a model without adapters (this one has LoRA)")
     load_state_into(model, tensors)  # checks names and shapes first: never a partial load
-
-
-def load_adapter_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
-    """Copy adapter tensors (peft's saved names) into a LoRA model; every adapter must fit."""
-    from peft import set_peft_model_state_dict
-
-    if not is_peft(model):
-        raise ValueError("adapter weights need a LoRA model (training.lora.enabled)")
-    expected = set(adapter_tensors(model))
-    if set(tensors) != expected:
-        missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-        raise ValueError(
-            f"adapter weights do not fit: missing {missing[:5]}, unexpected {extra[:5]}"
-        )
-    result = set_peft_model_state_dict(model, dict(tensors), adapter_name=ADAPTER)
-    unexpected = [k for k in getattr(result, "unexpected_keys", []) if ".lora_" in k]
-    if unexpected:
-        raise ValueError(f"adapter weights do not fit: unexpected {unexpected[:5]}")
 
 
 def hf_model_files(model: Any, tokenizer: Any = None) -> dict[str, bytes]:

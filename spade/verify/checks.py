@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spade.sandbox.failures import EnvFailure, Failure, FailureKind
+from spade.config import VerifyConfig
+from spade.records import Failure, FailureKind
+from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.replies import SessionInfo
 from spade.sandbox.session import JailedSession
-from spade.verify.config import VerifyConfig
 from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
 from spade.verify.novelty import (
     Reference,

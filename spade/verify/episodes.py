@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spade.sandbox.failures import EnvFailure, Failure, FailureKind
+from spade.records import Failure, FailureKind
+from spade.sandbox.failures import EnvFailure
 from spade.sandbox.session import JailedSession
 
 Policy = Callable[[int, str], str]  # (turn index, last observation) -> action

@@ -34,7 +34,7 @@ import spade
 from spade.envs.prelude import prelude_bindings
 from spade.errors import SandboxError
 from spade.pysource import PARSE_ERRORS, parse_module
-from spade.sandbox.failures import Failure, FailureKind
+from spade.records import Failure, FailureKind
 from spade.sandbox.policy import ImportPolicy, SandboxPolicy
 
 _ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}

@@ -4,70 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from spade.sandbox.failures import EnvFailure, Failure, FailureKind
+from spade.config import VerifyConfig
+from spade.records import CheckResult, FailureKind, Verdict
+from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.verify.checks import CHECKS, Context
-from spade.verify.config import VerifyConfig
 from spade.verify.novelty import Reference
 from spade.verify.static import parsed_share
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One check's verdict: passed or not, and why."""
-
-    name: str
-    passed: bool
-    reason: str
-    kind: str | None = None
-    traceback: str | None = None
-    seconds: float = 0.0
-
-
-@dataclass
-class Verdict:
-    """A design's verdict: the checks that ran, in order, and the first failure if any."""
-
-    checks: list[CheckResult] = field(default_factory=list)
-    failure: Failure | None = None
-    class_name: str | None = None
-    skill: str | None = None
-    tool_use: bool = False
-    hint: str | None = None
-    solution: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    similarity: float | None = None  # source similarity of the closest reference, if compared
-    progress: float = 0.0  # how far a rejected design got in its failure's tier: see _progress
-
-    @property
-    def solution_length(self) -> int:
-        return len(self.solution)
-
-    @property
-    def accepted(self) -> bool:
-        return self.failure is None and bool(self.checks) and all(c.passed for c in self.checks)
-
-    @property
-    def failed_check(self) -> str | None:
-        return next((c.name for c in self.checks if not c.passed), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``spade env check --json`` (without the path)."""
-        return {
-            "accepted": self.accepted,
-            "checks": [
-                {"name": c.name, "passed": c.passed, "reason": c.reason} for c in self.checks
-            ],
-            "failure": {"kind": str(self.failure.kind), "reason": self.failure.reason}
-            if self.failure
-            else None,
-            "similarity": self.similarity,
-            "progress": self.progress,
-        }
 
 
 def verify(

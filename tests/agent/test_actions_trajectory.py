@@ -1,7 +1,7 @@
 import pytest
 
 from spade.agent.actions import bare_tool_calls, extract_action
-from spade.agent.trajectory import Trajectory, Turn
+from spade.records import Trajectory, Turn
 
 
 def test_game_action_is_the_last_box_rewrapped():

@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from spade.agent.evaluate import EnvSpec, evaluate_envs, rollout_settings
+from spade.agent.evaluate import evaluate_envs, rollout_settings
 from spade.config import load_config
-from spade.designer.designer import DesignAttempt
 from spade.errors import ConfigError, InferenceError
 from spade.inference.factory import open_backend
+from spade.records import DesignAttempt, EnvSpec
 from spade.sandbox.policy import load_policy
-from spade.scoring import memory_records, score
+from spade.scoring.outcomes import memory_records, score
 from spade.testing.openai_server import FakeOpenAIServer
 from spade.testing.scripted_designer import SKY
 from spade.training.samples import samples_from_trajectories

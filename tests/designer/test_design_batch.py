@@ -21,10 +21,11 @@ from spade.config import CampaignConfig, MemoryConfig, load_config
 from spade.curriculum.memory import EnvironmentMemory, MemoryRecord
 from spade.curriculum.pool import import_pool, seed_records
 from spade.designer.corpus import Corpus
-from spade.designer.designer import DesignAttempt, design_batch, env_id_for, hint_designs
+from spade.designer.designer import design_batch, env_id_for, hint_designs
 from spade.designer.prompts import FORMAT_EXAMPLE
 from spade.envs.examples import code_breaker
 from spade.inference.factory import open_backend
+from spade.records import DesignAttempt
 from spade.sandbox.policy import load_policy
 from spade.testing.openai_server import FakeOpenAIServer, render_prompt
 

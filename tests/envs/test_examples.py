@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from spade.config import COGNITIVE_SKILLS, TOOL_SKILLS
+from spade.config import COGNITIVE_SKILLS, TOOL_SKILLS, VerifyConfig
 from spade.envs import extract_answer, extract_boxed
 from spade.envs.examples import example_paths
 from spade.sandbox import JailedSession, SandboxPolicy
-from spade.verify import VerifyConfig
 from spade.verify.episodes import Episode, play, scripted
 
 pytestmark = pytest.mark.sandbox

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from spade.agent.trajectory import Status, Trajectory, Turn
 from spade.config import HeldoutSuiteConfig
 from spade.envs import extract_boxed
 from spade.eval.base import HeldoutTask, get_suite, task_header
 from spade.eval.reasoning_gym import DEFAULT_DATASETS, REFUSED, SAFE_DATASETS, SUITE
+from spade.records import Status, Trajectory, Turn
 from tests.eval.scripted import gold_actions, play_scripted, play_shipped_model
 
 NONSENSE = "\\boxed{zzz not an answer}"

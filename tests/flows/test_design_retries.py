@@ -12,11 +12,11 @@ from prefect import flow
 
 from flows.design_tasks import design
 from spade.config import load_config
-from spade.designer.designer import DesignAttempt
 from spade.pipeline.context import RoundContext
 from spade.pipeline.documents import sample_documents
 from spade.pipeline.replay import plan_round
 from spade.pipeline.state import initial_memory
+from spade.records import DesignAttempt
 from spade.testing.openai_server import FakeOpenAIServer
 from tests.designer.test_design_batch import CODE_BREAKER, fenced, write_corpus
 

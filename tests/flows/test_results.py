@@ -17,20 +17,25 @@ from prefect import flow, task
 from flows.results import ResultSerializer, ResultsFolder, check_record
 from flows.stages import PERSIST
 from flows.storage import result_storage
-from spade.agent.evaluate import EnvEvaluation, EnvSpec
-from spade.agent.trajectory import Trajectory, Turn
 from spade.config import load_config
-from spade.curriculum.rewards import DesignOutcome
 from spade.designer.corpus import Document
-from spade.designer.designer import DesignAttempt
 from spade.errors import StorageError
-from spade.inference.pool import WeightsRef
 from spade.pipeline.score import RoundScores
 from spade.pipeline.train import TrainOutcome
-from spade.sandbox.failures import Failure, FailureKind
-from spade.scoring import ScoredAttempt
-from spade.verify import Verdict
-from spade.verify.verifier import CheckResult
+from spade.records import (
+    CheckResult,
+    DesignAttempt,
+    EnvEvaluation,
+    EnvSpec,
+    Failure,
+    FailureKind,
+    Trajectory,
+    Turn,
+    Verdict,
+    WeightsRef,
+)
+from spade.scoring.outcomes import ScoredAttempt
+from spade.scoring.rewards import DesignOutcome
 
 
 def _examples() -> list[object]:

@@ -123,7 +123,9 @@ def test_sigkill_mid_round_then_resume(prefect_api, tmp_path, monkeypatch):
         before = _kinds(server)
         # the hint stage's code "changed" (one more module in its closure); design's did not
         monkeypatch.setitem(
-            keys.STAGE_ENTRIES, "hint", (*keys.STAGE_ENTRIES["hint"], "spade.scoring:score")
+            keys.STAGE_ENTRIES,
+            "hint",
+            (*keys.STAGE_ENTRIES["hint"], "spade.scoring.outcomes:score"),
         )
         keys.clear_caches()
         asyncio.run(campaign_flow(config=cfg, campaign_id=CID, rounds=1))

@@ -25,22 +25,18 @@ import torch
 
 from spade.config import CampaignConfig, LoraConfig, load_config
 from spade.errors import ConfigError
+from spade.inference.adapters import adapter_tensors
 from spade.inference.base import ChatRequest, Completion, SamplingParams
 from spade.inference.llamacpp import client_files, gguf_path
 from spade.inference.llamacpp_lora import BaseModelInfo, gguf_adapter, write_gguf_adapter
 from spade.inference.models import load_model_and_tokenizer, resolve_model
-from spade.inference.pool import (
-    BASE,
-    WeightsRef,
-    close_shared_backends,
-    serve_on_managed_llamacpp,
-    shared_backend,
-)
+from spade.inference.pool import close_shared_backends, serve_on_managed_llamacpp, shared_backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.publish import publish
 from spade.preflight import check_model
+from spade.records import BASE, WeightsRef
 from spade.training.checkpoint import save_checkpoint
-from spade.training.weights import adapter_config, adapter_tensors, wrap_lora
+from spade.training.weights import adapter_config, wrap_lora
 from tests.inference.test_llamacpp import MAX_TOLERANCE, MEAN_TOLERANCE, OVERRIDES
 
 LORA = LoraConfig(

@@ -15,7 +15,8 @@ from spade.config import InferenceConfig, ModelConfig, TrainingConfig, load_conf
 from spade.inference.base import ChatRequest, Completion, SamplingParams
 from spade.inference.hf import TransformersBackend
 from spade.inference.models import load_model_and_tokenizer, resolve_model
-from spade.inference.pool import BASE, WeightsRef, close_shared_backends, shared_backend
+from spade.inference.pool import close_shared_backends, shared_backend
+from spade.records import BASE, WeightsRef
 from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.trainer import GRPOTrainer
 from tests.training.tiny_task import LORA, task_samples

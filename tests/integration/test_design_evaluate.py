@@ -7,14 +7,15 @@ import asyncio
 
 import pytest
 
-from spade.agent.evaluate import EnvSpec, evaluate_envs
+from spade.agent.evaluate import evaluate_envs
 from spade.config import load_config
 from spade.curriculum.memory import EnvironmentMemory
 from spade.designer.corpus import Corpus
 from spade.designer.designer import design_batch
 from spade.inference.factory import open_backend
+from spade.records import EnvSpec
 from spade.sandbox.policy import load_policy
-from spade.scoring import memory_records, score
+from spade.scoring.outcomes import memory_records, score
 from spade.testing.scripted_designer import check_expected_round, env_class
 
 pytestmark = pytest.mark.sandbox

@@ -15,7 +15,8 @@ import pytest
 
 from spade.envs.examples import example_paths
 from spade.metrics import prom
-from spade.sandbox import EnvFailure, FailureKind, JailedSession, load_policy
+from spade.records import FailureKind
+from spade.sandbox import EnvFailure, JailedSession, load_policy
 from spade.testing.processes import free_port
 from tests.metrics.readers import scrape, value
 

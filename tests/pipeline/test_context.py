@@ -11,10 +11,10 @@ import inspect
 import pytest
 
 from spade.config import load_config
-from spade.inference.pool import BASE, WeightsRef
 from spade.pipeline import context
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import STAGE_ENTRIES
+from spade.records import BASE, WeightsRef
 from spade.sandbox.policy import policy_source
 from spade.storage.version import SPADE_ROOT
 

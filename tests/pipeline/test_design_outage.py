@@ -20,16 +20,9 @@ from typing import Any
 
 import pytest
 
-from spade.agent.evaluate import EnvEvaluation
 from spade.config import CampaignConfig, load_config
 from spade.designer.corpus import Corpus
-from spade.designer.designer import (
-    DesignAttempt,
-    awaiting_verdict,
-    env_id_for,
-    needs_repair,
-    round_documents,
-)
+from spade.designer.designer import awaiting_verdict, env_id_for, needs_repair, round_documents
 from spade.errors import InferenceError
 from spade.inference.factory import open_backend
 from spade.pipeline.context import RoundContext
@@ -43,6 +36,7 @@ from spade.pipeline.score import score_round
 from spade.pipeline.state import delayed_designer_batch, initial_memory
 from spade.pipeline.summary import summarize_round
 from spade.pipeline.verify import settle, verify
+from spade.records import DesignAttempt, EnvEvaluation
 from spade.testing.openai_server import FakeOpenAIServer
 from tests.designer.test_design_batch import (
     BACKWARDS,

@@ -8,14 +8,13 @@ import shutil
 
 import pytest
 
-from spade.agent.evaluate import EnvSpec
 from spade.config import load_config
 from spade.errors import InferenceError, StorageError
 from spade.inference.factory import open_backend
-from spade.inference.pool import WeightsRef
 from spade.pipeline.context import RoundContext
 from spade.pipeline.evaluate import evaluate_env
 from spade.pipeline.record import campaign_store, read_jsonl
+from spade.records import EnvSpec, WeightsRef
 from spade.testing.openai_server import FakeOpenAIServer
 from spade.testing.scripted_designer import SKY
 

@@ -21,7 +21,7 @@ from spade.pipeline.pool import (
     wanted,
 )
 from spade.pipeline.replay import RoundPlan
-from spade.verify import CheckResult, Verdict
+from spade.records import CheckResult, Verdict
 
 EXAMPLES = {p.stem: p for p in example_paths()}
 DEMO_HELDOUT = ["code_breaker", "maze_walk", "sequence_oracle"]
@@ -132,7 +132,7 @@ def test_candidates_leave_out_the_rounds_designs():
 
 
 def test_take_keeps_the_draw_order_and_the_rejected():
-    from spade.sandbox.failures import Failure, FailureKind
+    from spade.records import Failure, FailureKind
 
     ok = Verdict(checks=[CheckResult("parse", True, "ok")])
     bad = Verdict(

@@ -18,24 +18,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers reads it: ne
 import pytest
 
 from spade.config import CampaignConfig, load_config
-from spade.designer.designer import DesignAttempt
 from spade.errors import ConfigError
 from spade.inference.base import ChatRequest, Completion
-from spade.inference.pool import (
-    BASE,
-    WeightsRef,
-    close_shared_backends,
-    shared_backend,
-    shared_vllm_server,
-)
+from spade.inference.checkpoints import load_checkpoint
+from spade.inference.pool import close_shared_backends, shared_backend, shared_vllm_server
 from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.context import RoundContext
 from spade.pipeline.publish import publish
 from spade.pipeline.record import campaign_store
 from spade.pipeline.train import DesignerData, train
+from spade.records import BASE, DesignAttempt, WeightsRef
 from spade.testing.openai_server import FakeOpenAIServer
 from spade.testing.scripted_designer import write_tiny_policy
-from spade.training.checkpoint import load_checkpoint
 from tests.inference.test_vllm_server import SERVING_STUB, free_port, write_stub
 from tests.training.model_folder import assert_model_folder
 

@@ -6,10 +6,10 @@ import hashlib
 from pathlib import Path
 
 from spade.config import load_config
-from spade.designer.designer import DesignAttempt
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import campaign_store
 from spade.pipeline.verify import settle
+from spade.records import DesignAttempt
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,14 +17,8 @@ from typing import Any
 
 import pytest
 
-from spade.sandbox import (
-    EnvFailure,
-    Failure,
-    FailureKind,
-    JailedSession,
-    SandboxPolicy,
-    load_policy,
-)
+from spade.records import Failure, FailureKind
+from spade.sandbox import EnvFailure, JailedSession, SandboxPolicy, load_policy
 from tests.leaks import HostSnapshot, child_pids, own_leaks, pid_namespace
 
 K = FailureKind

@@ -40,13 +40,8 @@ from typing import Any
 
 import pytest
 
-from spade.sandbox import (
-    EnvFailure,
-    FailureKind,
-    JailedSession,
-    SandboxPolicy,
-    jail,
-)
+from spade.records import FailureKind
+from spade.sandbox import EnvFailure, JailedSession, SandboxPolicy, jail
 from spade.sandbox.cgroups import detect_cgroups
 from spade.verify import verify
 from tests.leaks import HostSnapshot, child_pids

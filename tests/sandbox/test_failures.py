@@ -3,7 +3,8 @@ import signal
 
 import pytest
 
-from spade.sandbox.failures import FailureKind, classify_exception, classify_exit
+from spade.records import FailureKind
+from spade.sandbox.failures import classify_exception, classify_exit
 
 
 @pytest.mark.parametrize(

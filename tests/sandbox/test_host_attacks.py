@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from spade.sandbox import FailureKind, JailedSession
+from spade.records import FailureKind
+from spade.sandbox import JailedSession
 from spade.sandbox.gym import SandboxedTextEnv
 from spade.verify import verify
 from tests.sandbox.attack_kit import (

@@ -7,7 +7,8 @@ static checks on purpose, so only the guard stands between a design and the modu
 
 import pytest
 
-from spade.sandbox import EnvFailure, FailureKind, JailedSession
+from spade.records import FailureKind
+from spade.sandbox import EnvFailure, JailedSession
 
 pytestmark = pytest.mark.sandbox
 

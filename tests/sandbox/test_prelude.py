@@ -3,7 +3,8 @@
 import pytest
 
 from spade.envs.prelude import PRELUDE_MODULES, PRELUDE_NAMES, describe_prelude, prelude_bindings
-from spade.sandbox import EnvFailure, FailureKind, JailedSession
+from spade.records import FailureKind
+from spade.sandbox import EnvFailure, JailedSession
 from spade.sandbox.policy import DEFAULT_ALLOWED_MODULES
 from tests.sandbox.attack_kit import with_changes
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from spade.sandbox.failures import EnvFailure, FailureKind
+from spade.records import FailureKind
+from spade.sandbox.failures import EnvFailure
 from spade.sandbox.replies import (
     MAX_DEPTH,
     BadReply,

@@ -3,7 +3,8 @@
 import pytest
 
 from spade.envs.examples import example_paths
-from spade.sandbox import EnvFailure, FailureKind, JailedSession
+from spade.records import FailureKind
+from spade.sandbox import EnvFailure, JailedSession
 
 pytestmark = pytest.mark.sandbox
 

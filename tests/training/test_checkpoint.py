@@ -20,13 +20,8 @@ from torch.nn import functional as F
 
 from spade.config import TrainingConfig
 from spade.errors import CheckpointError
-from spade.training.checkpoint import (
-    config_hash,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    prune_checkpoints,
-)
+from spade.inference.checkpoints import latest_checkpoint, list_checkpoints, load_checkpoint
+from spade.training.checkpoint import config_hash, prune_checkpoints
 from spade.training.checkpoint import save_checkpoint as _save
 from spade.training.rng import capture_rng_state, restore_rng_state
 
@@ -197,7 +192,7 @@ def test_flipped_byte_is_skipped_and_refused(tmp_path, caplog):
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # same size, different content
     weights.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="spade.training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="spade.inference.checkpoints"):
         assert [c.step for c in list_checkpoints(str(tmp_path))] == [1]
     assert "step-00000002/model.safetensors: sha256 differs" in caplog.text
     assert latest_checkpoint(str(tmp_path)).step == 1  # type: ignore[union-attr]
@@ -223,7 +218,7 @@ def test_damaged_checkpoint_is_skipped_and_refused(tmp_path, caplog, damage):
     else:
         text = (folder / "manifest.json").read_text()
         (folder / "manifest.json").write_text(text[: len(text) // 2])
-    with caplog.at_level(logging.WARNING, logger="spade.training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="spade.inference.checkpoints"):
         assert [c.step for c in list_checkpoints(str(tmp_path))] == [1]
     assert "skipping checkpoint" in caplog.text and "step-00000002" in caplog.text
     with pytest.raises(CheckpointError):
@@ -287,7 +282,7 @@ def kill_mid_save(root: str, parent: str, opts: dict, started) -> None:
 
 
 def check_after_kill(root: str, opts: dict, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="spade.training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="spade.inference.checkpoints"):
         assert [c.step for c in list_checkpoints(root, opts)] == [1]
     assert "step-00000002" in caplog.text and "no manifest.json" in caplog.text
     latest = latest_checkpoint(root, opts)
@@ -359,7 +354,7 @@ def test_s3_round_trip_list_latest_prune(s3, caplog):
     infos = list_checkpoints(root, opts)
     assert [i.step for i in infos] == [1, 2, 3] and infos[1].parent == infos[0].uri
     client.delete_object(Bucket=bucket, Key="runs/agent/step-00000003/optimizer.pt")
-    with caplog.at_level(logging.WARNING, logger="spade.training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="spade.inference.checkpoints"):
         assert latest_checkpoint(root, opts).step == 2  # type: ignore[union-attr]
     assert "step-00000003/optimizer.pt: missing" in caplog.text
     with pytest.raises(CheckpointError, match="missing"):

@@ -16,14 +16,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from spade.config import TrainingConfig
 from spade.errors import CheckpointError
-from spade.testing.scripted_designer import write_tiny_policy
-from spade.training.checkpoint import (
+from spade.inference.checkpoints import (
     list_checkpoints,
     load_checkpoint,
     local_checkpoint_path,
-    save_checkpoint,
     stage_checkpoint,
 )
+from spade.testing.scripted_designer import write_tiny_policy
+from spade.training.checkpoint import save_checkpoint
 from spade.training.trainer import GRPOTrainer
 from spade.training.weights import hf_model_files
 from tests.training.model_folder import assert_model_folder

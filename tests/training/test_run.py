@@ -7,7 +7,7 @@ import json
 import pytest
 
 from spade.config import CampaignConfig
-from spade.designer.designer import DesignAttempt
+from spade.records import DesignAttempt
 from spade.training.run import load_samples
 
 

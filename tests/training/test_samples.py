@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spade.agent.trajectory import Trajectory, Turn
-from spade.designer.designer import DesignAttempt
+from spade.records import DesignAttempt, Trajectory, Turn
 from spade.training.samples import (
     TrainSample,
     assign_advantages,

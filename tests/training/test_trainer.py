@@ -9,8 +9,8 @@ from peft import PeftModel
 
 from spade.config import TrainingConfig
 from spade.errors import CheckpointError, ConfigError
+from spade.inference.checkpoints import load_checkpoint
 from spade.inference.models import load_state_into
-from spade.training.checkpoint import load_checkpoint
 from spade.training.samples import TrainSample
 from spade.training.trainer import GRPOTrainer
 from tests.training.tiny_task import (

@@ -4,7 +4,8 @@ import itertools
 
 import pytest
 
-from spade.verify import Reference, VerifyConfig, verify
+from spade.config import VerifyConfig
+from spade.verify import Reference, verify
 from spade.verify.novelty import rank_references, similarity, source_tokens
 from tests.verify.lookalikes import COPIES, EXAMPLES, VARIANTS
 from tests.verify.test_verifier import GOOD

@@ -2,7 +2,7 @@ import ast
 
 import pytest
 
-from spade.sandbox.failures import Failure, FailureKind
+from spade.records import Failure, FailureKind
 from spade.sandbox.policy import ImportPolicy, load_policy
 from spade.verify.static import (
     import_violations,

@@ -3,8 +3,9 @@
 import pytest
 from pydantic import ValidationError
 
+from spade.config import VerifyConfig
 from spade.envs.examples import example_paths
-from spade.verify import CHECKS, Reference, VerifyConfig, verify, verify_file
+from spade.verify import CHECKS, Reference, verify, verify_file
 
 pytestmark = pytest.mark.sandbox
 

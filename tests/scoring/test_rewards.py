@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from spade.config import ScoringConfig
-from spade.curriculum.rewards import (
+from spade.scoring.rewards import (
     DESIGNER_REWARDS,
     REJECTED_REWARDS,
     REJECTED_TIERS,
@@ -166,7 +166,7 @@ def test_uncentred_rewards_keep_raw_values_and_penalties():
 
 
 def test_failure_kind_enum_value_counts_as_timeout():
-    from spade.sandbox.failures import FailureKind
+    from spade.records import FailureKind
 
     config = ScoringConfig(centre_per_skill=False)
     rewards, _ = designer_rewards([invalid("t", "s", FailureKind.TIMEOUT)], config)
@@ -308,7 +308,7 @@ def test_graded_floor_scales_every_tier():
 
 
 def test_every_failure_kind_has_a_tier():
-    from spade.sandbox.failures import FailureKind
+    from spade.records import FailureKind
 
     placed = {kind for tier in REJECTED_TIERS for kind in tier}
     assert {str(k) for k in FailureKind} <= placed

@@ -1,7 +1,8 @@
 """Joining a batch of designs with their evaluations: designer rewards and memory records.
 
-The pure math lives in :mod:`spade.curriculum`; this module only lines up each design attempt
-with what its environment scored, so that the score and remember stages are one call each.
+The pure math lives in :mod:`spade.scoring.rewards` (regret in :mod:`spade.curriculum`); this
+module only lines up each design attempt with what its environment scored, so that the score
+and remember stages are one call each.
 Attempts that failed on our side (:attr:`DesignAttempt.failed`: an outage, not a design) are
 left out of both: no reward, no part in the centring or the EMA, no memory record.
 """
@@ -11,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from spade.agent.evaluate import EnvEvaluation
 from spade.config import ScoringConfig
 from spade.curriculum.memory import MemoryRecord
-from spade.curriculum.rewards import DesignOutcome, designer_rewards_with_raw
-from spade.designer.designer import DesignAttempt
 from spade.designer.extract import parse_progress
+from spade.records import DesignAttempt, EnvEvaluation
+from spade.scoring.rewards import DesignOutcome, designer_rewards_with_raw
 
 
 @dataclass(frozen=True)

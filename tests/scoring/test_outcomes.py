@@ -1,14 +1,13 @@
-"""Joining design attempts with evaluations (``spade.scoring``): pool environments are played
+"""Joining design attempts with evaluations (``spade.scoring.outcomes``): pool environments are played
 but never scored for the designer; an attempt's novelty and repair as the score stage records."""
 
 from __future__ import annotations
 
 import pytest
 
-from spade.agent.evaluate import EnvEvaluation
 from spade.config import ScoringConfig
-from spade.designer.designer import DesignAttempt
-from spade.scoring import design_flags, memory_records, outcomes, score
+from spade.records import DesignAttempt, EnvEvaluation
+from spade.scoring.outcomes import design_flags, memory_records, outcomes, score
 
 
 def _attempt(slot: int, *, accepted: bool, env_id: str | None = None, **more: object):

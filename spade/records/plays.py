@@ -1,4 +1,6 @@
-"""What one played episode leaves behind: every message, token, log-prob, reward and timing.
+"""What a play is: one episode's record (its turns, tokens, log-probs, reward and timing), the
+environment it was played on, and one environment's evaluation (its plays and the numbers the
+curriculum needs).
 
 How an episode ended (``status``) tells whose it was when it did not end normally:
 ``env_failed`` is the environment's own failure (data about the design: return 0, counted
@@ -117,3 +119,46 @@ class Trajectory:
         """Inverse of :meth:`to_dict` (the derived ``return`` is recomputed, not read)."""
         fields = {k: v for k, v in data.items() if k not in ("return", "turns")}
         return cls(**fields, turns=[Turn(**t) for t in data.get("turns", [])])
+
+
+EnvSource = Literal["designed", "pool"]
+"""Where an environment came from: the designer wrote it, or it was drawn from the fixed pool
+(``run.env_pool``); pool environments are played and trained on, never rewarded to the
+designer."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """An accepted environment to evaluate."""
+
+    env_id: str
+    code: str
+    skill: str
+    hint: str | None
+    tool_use: bool = False
+    source: EnvSource = "designed"
+
+
+@dataclass
+class EnvEvaluation:
+    """One environment's plays and the numbers the curriculum needs.
+
+    Returns, win rates and regret come from the plays that did not fail on our side;
+    ``failed_plays`` counts those that did (kept in ``trajectories``, measuring nothing) and
+    ``env_failed_plays`` the plays the environment itself broke (data: included, return 0).
+    """
+
+    env_id: str
+    skill: str
+    hinted_returns: list[float]
+    unhinted_returns: list[float]
+    win_rate: float  # unhinted
+    hinted_win_rate: float | None  # None without hinted plays (no hint): unknown, not 0
+    regret: float
+    failed_plays: int
+    trajectories: list[Trajectory] = field(default_factory=list, repr=False)
+    source: EnvSource = "designed"
+    env_failed_plays: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "trajectories"}

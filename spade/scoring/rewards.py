@@ -39,13 +39,13 @@ class DesignOutcome:
         env_id: the design's id.
         skill: the skill it was designed for (the centring group and the EMA key).
         valid: whether it passed verification (and was evaluated).
-        failure_kind: why it failed (a ``spade.sandbox.failures.FailureKind`` value such as
+        failure_kind: why it failed (a ``spade.records.FailureKind`` value such as
             ``"timeout"``); None for a valid design.
         win_rate: unhinted win rate in [0, 1]; required when valid.
         hinted_win_rate: hinted win rate in [0, 1], for the record; optional.
         regret: the regret estimate, ``>= 0``; required when valid.
         progress: of a rejected design, how far it got within its failure's tier, in [0, 1]
-            (its verdict's ``progress``: :class:`spade.verify.verifier.Verdict`); 0 when unknown.
+            (its verdict's ``progress``: :class:`spade.records.Verdict`); 0 when unknown.
     """
 
     env_id: str
@@ -201,11 +201,11 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
 """Failure kinds of rejected designs by how far through the verifier they got, lowest first.
 
 ``parse`` comes from the designer (no code), ``rejected`` is a rejection without a named
-failure; the rest are :class:`spade.sandbox.failures.FailureKind` values (kept as strings,
+failure; the rest are :class:`spade.records.FailureKind` values (kept as strings,
 so this module needs no sandbox import; a test checks every kind is here). A design accepted
 after a repair turn is valid and scored as such: its final outcome counts, not its first answer.
 An attempt whose request failed on our side (``inference``) is no design and has no tier: it is
-left out of scoring (:func:`spade.scoring.score`).
+left out of scoring (:func:`spade.scoring.outcomes.score`).
 """
 
 

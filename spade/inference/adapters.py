@@ -1,0 +1,75 @@
+"""LoRA adapters under peft's names: adapter tensors in and out of a model, and merged weights.
+
+What serving a LoRA checkpoint in process needs (:mod:`spade.inference.pool` merges its adapter
+into the base weights) and what the trainer uses to export and restore adapters
+(:mod:`spade.training.weights`). Full weights carry the model's own ``state_dict`` names; adapter
+tensors peft's saved names (``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``).
+peft is imported by the functions that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+ADAPTER = "default"  # peft's name of the one adapter the trainer makes
+
+
+def is_peft(model: nn.Module) -> bool:
+    """Whether ``model`` carries peft adapters."""
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def adapter_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter tensors under peft's saved names, detached CPU copies."""
+    from peft import get_peft_model_state_dict
+
+    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+
+
+def full_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every weight under the base model's names, LoRA merged in; detached CPU copies."""
+    if not is_peft(model):
+        return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()  # type: ignore[operator]
+    out: dict[str, torch.Tensor] = {}
+    for key, value in base.state_dict().items():
+        if ".lora_" in key:  # lora_A / lora_B / lora_embedding_* / lora_magnitude_*
+            continue
+        out[key.replace(".base_layer.", ".")] = value.detach().to("cpu", copy=True)
+    for name, module in base.named_modules():
+        layer: Any = module  # peft's layer classes carry their own (untyped) attributes
+        if not isinstance(module, LoraLayer) or ADAPTER not in module.lora_A:
+            continue
+        if layer.lora_variant.get(ADAPTER) is not None or layer.lora_bias.get(ADAPTER):
+            raise NotImplementedError(f"merging a LoRA variant or bias ({name}) is not supported")
+        key = f"{name}.weight"
+        delta = layer.get_delta_weight(ADAPTER).detach().to("cpu")
+        out[key] = (out[key] + delta.to(out[key].dtype)).contiguous()
+    return out
+
+
+def load_adapter_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
+    """Copy adapter tensors (peft's saved names) into a LoRA model; every adapter must fit."""
+    from peft import set_peft_model_state_dict
+
+    if not is_peft(model):
+        raise ValueError("adapter weights need a LoRA model (training.lora.enabled)")
+    expected = set(adapter_tensors(model))
+    if set(tensors) != expected:
+        missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+        raise ValueError(
+            f"adapter weights do not fit: missing {missing[:5]}, unexpected {extra[:5]}"
+        )
+    result = set_peft_model_state_dict(model, dict(tensors), adapter_name=ADAPTER)
+    unexpected = [k for k in getattr(result, "unexpected_keys", []) if ".lora_" in k]
+    if unexpected:
+        raise ValueError(f"adapter weights do not fit: unexpected {unexpected[:5]}")
