@@ -17,7 +17,10 @@ The design half's tasks are in :mod:`flows.design_tasks`, the pool stage's in
 over the ``spade.pipeline`` stage of its name, which writes the stage's artifacts and manifest
 to the object store; every task takes the round's :class:`~spade.pipeline.context.RoundContext`
 (opened once per round: the store, the sandbox policy, the weights served) and its data
-inputs; their cache keys, persistence and retries are :mod:`flows.stages`'. Inference and I/O
+inputs; their cache keys, persistence and retries are :mod:`flows.stages`'. A stage whose
+module declares a ``run`` function (``score``, ``memory``: :mod:`spade.pipeline.stage`) needs no
+task here: ``t.run(function, ctx, ...)`` runs it as its generic task (docs/architecture.md
+§12.1). Inference and I/O
 stages retry with backoff; sandbox stages have timeouts; training never retries blindly (a
 failed update is looked at, then re-run).
 """
@@ -42,6 +45,7 @@ from flows.stages import (
     PERSIST,
     TRAIN_TIMEOUT_S,
     StageKey,
+    StageTasks,
     bind,
     cached,
     results,
@@ -62,11 +66,10 @@ from spade.pipeline.campaign import campaign_lease, ensure_campaign
 from spade.pipeline.context import RoundContext
 from spade.pipeline.hint import accepted_specs
 from spade.pipeline.replay import plan_round
-from spade.pipeline.score import RoundScores
 from spade.pipeline.state import carried_state, delayed_designer_batch
 from spade.pipeline.summary import summarize_round
 from spade.pipeline.train import AgentData, DesignerData, Role, TrainData, TrainOutcome
-from spade.records import DesignAttempt, EnvEvaluation, EnvSpec, WeightsRef
+from spade.records import EnvEvaluation, EnvSpec, WeightsRef
 
 
 @task(
@@ -89,38 +92,6 @@ async def evaluate(ctx: RoundContext, env: EnvSpec) -> EnvEvaluation:
 )
 async def commit_evaluate(ctx: RoundContext, evaluations: list[EnvEvaluation]) -> None:
     await asyncio.to_thread(evaluate_stage.commit_evaluations, ctx, evaluations)
-
-
-@task(
-    name="score",
-    timeout_seconds=IO_TIMEOUT_S,
-    cache_policy=cached("score", commits=("score",)),
-    **PERSIST,
-)
-async def score(
-    ctx: RoundContext,
-    attempts: list[DesignAttempt],
-    evaluations: list[EnvEvaluation],
-    ema: dict[str, float],
-) -> RoundScores:
-    """Designer rewards and the updated EMA."""
-    return await asyncio.to_thread(score_stage.score_round, ctx, attempts, evaluations, ema)
-
-
-@task(
-    name="memory",
-    timeout_seconds=IO_TIMEOUT_S,
-    cache_policy=cached("memory", commits=("memory",)),
-    **PERSIST,
-)
-async def remember(
-    ctx: RoundContext,
-    memory: dict[str, Any],
-    attempts: list[DesignAttempt],
-    evaluations: list[EnvEvaluation],
-) -> dict[str, Any]:
-    """The environment memory after this round."""
-    return await asyncio.to_thread(memory_stage.remember, ctx, memory, attempts, evaluations)
 
 
 @task(
@@ -181,7 +152,7 @@ async def heldout(ctx: RoundContext, weights: WeightsRef) -> dict[str, Any]:
     return await heldout_stage.heldout(ctx, weights)
 
 
-class RoundTasks:
+class RoundTasks(StageTasks):
     """Every task of the round, persisting its results to the campaign's result ``storage``.
     The tasks that write to the store without retries of their own retry a store failure
     (``storage.write_retries``); the others (inference, publish, heldout, sample_documents)
@@ -190,12 +161,11 @@ class RoundTasks:
 
     def __init__(self, storage: Any, config: CampaignConfig) -> None:
         retry = store_retries(config)
+        super().__init__(storage, retry)  # the declared stages' generic tasks: self.run
         self.design = DesignTasks(storage, retry)
         self.pool = PoolTasks(storage, retry)
         self.evaluate = bind(evaluate, storage)
         self.commit_evaluate = bind(commit_evaluate, storage, retry)
-        self.score = bind(score, storage, retry)
-        self.remember = bind(remember, storage, retry)
         self.train = bind(train, storage, retry)
         self.skip_training = bind(skip_training, storage, retry)
         self.skip_role = bind(skip_role, storage, retry)
@@ -253,8 +223,12 @@ async def _round(ctx: RoundContext) -> RoundOutcome:
     specs = designed + await pool_phase(t.pool, ctx, plan, designed)
     evaluations = results(t.evaluate.map(unmapped(ctx), specs)) if specs else []
     await t.commit_evaluate(ctx, unwalked(evaluations))
-    await t.score(ctx, unwalked(attempts), unwalked(evaluations), carried.ema)
-    await t.remember(ctx, carried.memory, unwalked(attempts), unwalked(evaluations))
+    await t.run(
+        score_stage.score_round, ctx, unwalked(attempts), unwalked(evaluations), carried.ema
+    )
+    await t.run(
+        memory_stage.remember, ctx, carried.memory, unwalked(attempts), unwalked(evaluations)
+    )
     weights = ctx.weights
     if ctx.config.run.train:
         weights = await _train_phase(t, ctx, evaluations)

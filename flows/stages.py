@@ -20,12 +20,16 @@ store failure (:class:`spade.errors.StorageError`, ``storage.write_retries``; se
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import importlib
+import inspect
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, cast, overload
 
-from prefect import Task
+from prefect import Task, task
 from prefect.cache_policies import TASK_SOURCE, CachePolicy
 from prefect.context import TaskRunContext
 from prefect.futures import PrefectFutureList
@@ -38,6 +42,7 @@ from spade.config import CampaignConfig
 from spade.errors import StorageError
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import config_hash, stage_code_version
+from spade.pipeline.stage import Stage
 
 logger = logging.getLogger(__name__)
 
@@ -154,3 +159,64 @@ INFERENCE: dict[str, Any] = {
     "timeout_seconds": INFERENCE_TIMEOUT_S,
     **PERSIST,
 }
+
+
+def declared_stage(fn: Callable[..., Any]) -> Stage:
+    """The stage whose module declares ``fn`` as its ``run`` (:mod:`spade.pipeline.stage`);
+    ValueError when none does."""
+    declared = getattr(importlib.import_module(fn.__module__), "STAGE", ())
+    for stage in declared if isinstance(declared, tuple) else (declared,):
+        if stage.run is fn:
+            return stage
+    raise ValueError(f"{fn.__module__}.{fn.__qualname__} is no declared stage's run function")
+
+
+def stage_task(fn: Callable[..., Any]) -> Task[..., Any]:
+    """The generic task of a declared stage: named after it, cached on its key (committing it),
+    persisted, and calling ``fn`` (in a worker thread when it is sync: it writes to the store).
+
+    The task wraps ``fn`` (``functools.wraps``), so Prefect binds ``fn``'s own parameters and
+    its source is the task's source (``TASK_SOURCE``)."""
+    stage = declared_stage(fn)
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            return await fn(*args, **kwargs)
+
+    else:
+
+        @functools.wraps(fn)
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+    run.__name__ = run.__qualname__ = stage.name  # the task's key names the stage, as its name
+    return task(
+        name=stage.name,
+        timeout_seconds=IO_TIMEOUT_S,
+        cache_policy=cached(stage.name, commits=(stage.name,)),
+        **PERSIST,
+    )(run)
+
+
+class StageTasks:
+    """Runs declared stages (their ``run`` functions) as their generic tasks, persisting to the
+    campaign's result ``storage`` and retrying a store failure (``retries``)."""
+
+    def __init__(self, storage: Any, retries: dict[str, Any]) -> None:
+        self._storage, self._retries = storage, retries
+        self._tasks: dict[Callable[..., Any], Task[..., Any]] = {}
+
+    @overload
+    async def run[**P, R](
+        self, fn: Callable[P, Coroutine[Any, Any, R]], *args: P.args, **kwargs: P.kwargs
+    ) -> R: ...
+
+    @overload
+    async def run[**P, R](self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` as its stage's task (built once per round)."""
+        if fn not in self._tasks:
+            self._tasks[fn] = bind(stage_task(fn), self._storage, self._retries)
+        return await self._tasks[fn](*args, **kwargs)

@@ -22,6 +22,7 @@ from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
+from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt
 
 
@@ -90,3 +91,10 @@ async def repair(
     await repair_designs(backend, batch, ctx.config)
     _commit_designs(rec, f"attempt-{attempt}-repair-{turn}.jsonl", batch, union=True)
     return batch
+
+
+STAGE = Stage(
+    "design",
+    sections=("seed", "model", "corpus", "designer", "memory"),
+    entries=("design", "repair", "spade.inference.pool:shared_backend"),
+)

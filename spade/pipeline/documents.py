@@ -10,6 +10,7 @@ from spade.designer.designer import round_documents
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
 from spade.pipeline.replay import PLAN_FILE, RoundPlan
+from spade.pipeline.stage import Stage
 
 
 def sample_documents(ctx: RoundContext, plan: RoundPlan) -> list[Document]:
@@ -25,3 +26,10 @@ def sample_documents(ctx: RoundContext, plan: RoundPlan) -> list[Document]:
     rec.write_jsonl("documents.jsonl", [asdict(d) for d in documents])
     rec.commit()
     return documents
+
+
+STAGE = Stage(
+    "sample_documents",
+    sections=("seed", "corpus", "designer"),
+    entries=("sample_documents", "spade.pipeline.pool:skip_design"),
+)

@@ -24,6 +24,7 @@ from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import config_hash, fingerprint, stage_code_version
 from spade.pipeline.record import StageRecord, busy_seconds, jsonl
+from spade.pipeline.stage import Stage
 from spade.records import EnvEvaluation, EnvSpec, Trajectory
 from spade.storage import CampaignStore
 
@@ -104,3 +105,10 @@ def commit_evaluations(ctx: RoundContext, evaluations: list[EnvEvaluation]) -> N
     status = "completed" if evaluations else "skipped"
     note = note or "no environment to play: no design accepted and no pool environment"
     rec.commit(status, note, seconds=busy_seconds(spans))
+
+
+STAGE = Stage(
+    "evaluate",
+    sections=("seed", "model", "evaluation", "scoring", "sandbox.policy_path"),
+    entries=("evaluate_env", "commit_evaluations", "spade.inference.pool:shared_backend"),
+)

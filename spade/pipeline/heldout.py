@@ -25,6 +25,7 @@ from spade.inference.pool import shared_backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.hint import describe
 from spade.pipeline.record import StageRecord
+from spade.pipeline.stage import Stage
 from spade.records import EnvSpec, WeightsRef
 from spade.sandbox.policy import SandboxPolicy
 
@@ -104,3 +105,17 @@ async def _play_files(
         "mean_return": fmean(returns),
         "environments": len(rows),
     }
+
+
+STAGE = Stage(
+    "heldout",
+    sections=(
+        "model",
+        "evaluation",
+        "sandbox.policy_path",
+        "run.heldout_envs",
+        "run.heldout_suites",
+        "run.heldout_plays",
+    ),
+    entries=("heldout",),
+)

@@ -18,6 +18,7 @@ from spade.designer.designer import env_id_for, hint_designs
 from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
+from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvSpec
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
@@ -125,3 +126,10 @@ async def env_specs(
             specs[i] = EnvSpec(s.env_id, s.code, s.skill, hint, s.tool_use)
             notes[i] = note
     return specs, notes
+
+
+STAGE = Stage(
+    "hint",
+    sections=("model", "designer"),
+    entries=("hint", "spade.pipeline.replay:replay", "spade.inference.pool:shared_backend"),
+)

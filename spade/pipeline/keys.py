@@ -23,6 +23,7 @@ from typing import Any
 
 from spade.config import CampaignConfig
 from spade.pipeline.inputs import FILE_FIELDS, pool_drawn
+from spade.storage import STAGES
 from spade.storage.version import (
     SPADE_ROOT,
     clear_import_cache,
@@ -31,74 +32,68 @@ from spade.storage.version import (
     module_path,
 )
 
-STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "sample_documents": ("seed", "corpus", "designer"),
-    "design": ("seed", "model", "corpus", "designer", "memory"),
-    "verify": ("sandbox",),
-    "hint": ("model", "designer"),
-    "pool": (
-        "seed",
-        "model",
-        "designer",
-        "sandbox",
-        "run.env_source",
-        "run.env_pool",
-        "run.min_envs",
-        "run.heldout_envs",
-    ),
-    "evaluate": ("seed", "model", "evaluation", "scoring", "sandbox.policy_path"),
-    "score": ("scoring", "evaluation"),
-    "memory": ("memory",),
-    "train_agent": ("seed", "model", "training"),
-    "train_designer": ("seed", "model", "training"),
-    "publish": ("model", "training"),
-    "heldout": (
-        "model",
-        "evaluation",
-        "sandbox.policy_path",
-        "run.heldout_envs",
-        "run.heldout_suites",
-        "run.heldout_plays",
-    ),
-}
-"""Config fields each stage's result depends on, top-level or dotted (``inference``,
-``storage`` and ``metrics`` are where work runs or is reported, not what it computes, so they
-are in no key)."""
+PIPELINE = SPADE_ROOT / "pipeline"
 
-_INFERENCE = "spade.inference.pool:shared_backend"  # the model a task's backend serves
-STAGE_ENTRIES: dict[str, tuple[str, ...]] = {
-    "sample_documents": (
-        "spade.pipeline.documents:sample_documents",
-        "spade.pipeline.pool:skip_design",
-    ),
-    "design": ("spade.pipeline.design:design", "spade.pipeline.design:repair", _INFERENCE),
-    "verify": (
-        "spade.pipeline.verify:verify",
-        "spade.pipeline.verify:settle",
-        "spade.pipeline.pool:verify_pool_env",
-    ),
-    "hint": ("spade.pipeline.hint:hint", "spade.pipeline.replay:replay", _INFERENCE),
-    "pool": (
-        "spade.pipeline.pool:fill",
-        "spade.pipeline.pool:needs_model",
-        "spade.pipeline.pool:replay",
-        "spade.pipeline.pool:skip",
-        _INFERENCE,
-    ),
-    "evaluate": (
-        "spade.pipeline.evaluate:evaluate_env",
-        "spade.pipeline.evaluate:commit_evaluations",
-        _INFERENCE,
-    ),
-    "score": ("spade.pipeline.score:score_round",),
-    "memory": ("spade.pipeline.memory:remember",),
-    "train_agent": ("spade.pipeline.train:train", "spade.pipeline.train:skip_training"),
-    "train_designer": ("spade.pipeline.train:train", "spade.pipeline.train:skip_role"),
-    "publish": ("spade.pipeline.publish:publish",),
-    "heldout": ("spade.pipeline.heldout:heldout",),
-}
-"""The ``spade`` functions (``module:function``) each stage's Prefect tasks call (the flows'
-tests check this against ``flows/``); a stage's code is every module their modules import."""
+
+def read_stages(folder: Path = PIPELINE) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """``name -> (config sections, entry functions)`` of every stage the modules in ``folder``
+    declare (``STAGE = Stage(...)``, or a tuple of them: :class:`spade.pipeline.stage.Stage`),
+    read from the source, not imported (the stage modules import this one). An entry is
+    ``module:function``; a bare name and ``run`` name a function of the declaring module.
+    ValueError for a declaration that is not literal or a stage declared twice."""
+    stages: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    for path in sorted(folder.glob("*.py")):
+        module = f"spade.pipeline.{path.stem}"
+        for call in _declarations(ast.parse(path.read_bytes()), path):
+            name, sections, entries = _stage_of(call, module, path)
+            if name in stages:
+                raise ValueError(f"{path}: stage {name!r} is declared twice")
+            stages[name] = (sections, entries)
+    return stages
+
+
+def _declarations(tree: ast.Module, path: Path) -> list[ast.Call]:
+    """The ``Stage(...)`` calls assigned to the module's ``STAGE``."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["STAGE"]:
+            calls = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            if not all(isinstance(c, ast.Call) and ast.unparse(c.func) == "Stage" for c in calls):
+                raise ValueError(f"{path}: STAGE must be Stage(...) or a tuple of them")
+            return calls  # type: ignore[return-value]
+    return []
+
+
+def _stage_of(
+    call: ast.Call, module: str, path: Path
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    fields = dict(zip(("name", "sections", "entries", "run"), call.args, strict=False))
+    fields |= {kw.arg: kw.value for kw in call.keywords if kw.arg is not None}
+    try:  # literal values only: this is read from the source, never run
+        name = ast.literal_eval(fields["name"])
+        sections = tuple(ast.literal_eval(fields["sections"]))
+        entries = list(ast.literal_eval(fields["entries"])) if "entries" in fields else []
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"{path}: a Stage declaration needs literal values ({exc})") from None
+    if "run" in fields:
+        entries.insert(0, ast.unparse(fields["run"]))
+    return name, sections, tuple(e if ":" in e else f"{module}:{e}" for e in entries)
+
+
+_DECLARED = read_stages()
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {n: s for n, (s, _) in _DECLARED.items()}
+"""Config fields each stage's result depends on, top-level or dotted, as its module declares
+them (``inference``, ``storage`` and ``metrics`` are where work runs or is reported, not what
+it computes, so they are in no key)."""
+
+STAGE_ENTRIES: dict[str, tuple[str, ...]] = {n: e for n, (_, e) in _DECLARED.items()}
+"""The ``spade`` functions (``module:function``) each stage's Prefect tasks call, as its module
+declares them (the flows' tests check this against ``flows/``); a stage's code is every module
+their modules import."""
+
+EXTRA_STAGES: tuple[str, ...] = tuple(n for n in _DECLARED if n not in STAGES)
+"""Declared stages that are not the store's built-in ones: every campaign store the pipeline
+opens knows them (:func:`spade.pipeline.record.campaign_store`), after the built-in ones."""
+
 
 JAIL_RUNTIME: tuple[str, ...] = ("sandbox/server.py", "__init__.py", "envs")
 """What :mod:`spade.sandbox.jail` mounts into every jail (paths under the ``spade`` folder):

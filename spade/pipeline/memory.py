@@ -9,6 +9,7 @@ from spade.curriculum.memory import EnvironmentMemory
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
+from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvEvaluation
 from spade.scoring.outcomes import memory_records
 
@@ -29,3 +30,6 @@ def remember(
     rec.write_json("memory.json", state)
     rec.commit()
     return state
+
+
+STAGE = Stage("memory", sections=("memory",), run=remember)

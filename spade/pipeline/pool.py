@@ -46,11 +46,12 @@ from spade.pipeline.context import RoundContext
 from spade.pipeline.heldout import heldout_files
 from spade.pipeline.record import StageRecord
 from spade.pipeline.replay import PLAN_FILE, RoundPlan, environment_rows
+from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvSpec, Verdict
 from spade.storage import CampaignStore
 
 log = logging.getLogger(__name__)
-STAGE = "pool"
+NAME = "pool"
 ENVIRONMENTS = "environments.jsonl"
 DESIGN_SIDE = ("design", "verify", "hint")
 
@@ -177,7 +178,7 @@ async def fill(
     ``backend`` writes hints for environments that declare none (None when all declare one).
     """
     cfg, round = ctx.config, ctx.round
-    rec = StageRecord(ctx, STAGE, {"need": str(need)})
+    rec = StageRecord(ctx, NAME, {"need": str(need)})
     for env, verdict in [*chosen, *rejected]:
         extra = {"failed_check": verdict.failed_check, "file": env.name}
         rec.write_json(f"verdicts/{env.env_id}.json", verdict.to_dict() | extra)
@@ -246,7 +247,7 @@ def _spec(row: dict[str, Any], code: str) -> EnvSpec:
 
 def skip(ctx: RoundContext, reason: str) -> list[EnvSpec]:
     """Commit the stage as skipped (no pool environment this round)."""
-    rec = StageRecord(ctx, STAGE)
+    rec = StageRecord(ctx, NAME)
     rec.write_jsonl(ENVIRONMENTS, [])
     rec.commit("skipped", reason)
     return []
@@ -254,7 +255,7 @@ def skip(ctx: RoundContext, reason: str) -> list[EnvSpec]:
 
 def pool_rows(cs: CampaignStore, round: int) -> list[dict[str, Any]]:
     """The pool environments round ``round`` played (none before this stage existed)."""
-    return environment_rows(cs, round, STAGE)
+    return environment_rows(cs, round, NAME)
 
 
 def replay(ctx: RoundContext, plan: RoundPlan) -> list[EnvSpec]:
@@ -266,7 +267,7 @@ def replay(ctx: RoundContext, plan: RoundPlan) -> list[EnvSpec]:
     note = f"replays the pool environments of round {plan.replay_of}"
     if not rows:
         return skip(ctx, f"round {plan.replay_of} played no pool environment")
-    rec = StageRecord(ctx, STAGE, {"replay_of": str(plan.replay_of)})
+    rec = StageRecord(ctx, NAME, {"replay_of": str(plan.replay_of)})
     for row in rows:
         rec.outputs[f"code/{row['env_id']}"] = row["code_sha256"]
     rec.write_jsonl(ENVIRONMENTS, rows)
@@ -298,6 +299,22 @@ def take(
         elif not verdict.accepted:
             rejected.append((env, verdict))
     return chosen, rejected
+
+
+STAGE = Stage(
+    "pool",
+    sections=(
+        "seed",
+        "model",
+        "designer",
+        "sandbox",
+        "run.env_source",
+        "run.env_pool",
+        "run.min_envs",
+        "run.heldout_envs",
+    ),
+    entries=("fill", "needs_model", "replay", "skip", "spade.inference.pool:shared_backend"),
+)
 
 
 __all__ = [

@@ -9,6 +9,7 @@ import logging
 from spade.errors import ConfigError
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
+from spade.pipeline.stage import Stage
 from spade.records import WeightsRef
 
 log = logging.getLogger(__name__)
@@ -80,3 +81,6 @@ async def _publish_to_server(ctx: RoundContext, weights: WeightsRef) -> str:
     finally:
         await client.aclose()
     return ""
+
+
+STAGE = Stage("publish", sections=("model", "training"), entries=("publish",))

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from spade.config import CampaignConfig
 from spade.errors import ObjectCorruptError
-from spade.pipeline.keys import config_hash, stage_code_version
+from spade.pipeline.keys import EXTRA_STAGES, config_hash, stage_code_version
 from spade.storage import CampaignStore, ObjectStore, StageManifest, utc_now
-from spade.storage.layout import file_entry
+from spade.storage.layout import RunLayout, file_entry
 from spade.storage.store import SHA256_HEX, blob_key, json_bytes
 
 if TYPE_CHECKING:  # the context imports this module (for campaign_store)
@@ -27,8 +27,10 @@ CONFIG_KEY = "config.yaml"
 
 
 def campaign_store(cfg: CampaignConfig, campaign_id: str) -> CampaignStore:
-    """The campaign's artifacts in the configured object store."""
-    return CampaignStore(ObjectStore.from_config(cfg.storage), campaign_id)
+    """The campaign's artifacts in the configured object store; its stages are the store's
+    built-in ones and those the pipeline's modules declare besides (:data:`EXTRA_STAGES`)."""
+    layout = RunLayout(campaign_id, EXTRA_STAGES)
+    return CampaignStore(ObjectStore.from_config(cfg.storage), layout)
 
 
 def jsonl(rows: Iterable[Any]) -> bytes:

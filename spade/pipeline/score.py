@@ -8,6 +8,7 @@ from typing import Any
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
+from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvEvaluation
 from spade.scoring.outcomes import ScoredAttempt, design_flags, score
 
@@ -105,3 +106,6 @@ def _failed_row(a: DesignAttempt) -> dict[str, Any]:
         "slot": a.slot,
         "attempt": a.attempt,
     }
+
+
+STAGE = Stage("score", sections=("scoring", "evaluation"), run=score_round)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from spade.config import CampaignConfig
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
+from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvEvaluation, WeightsRef
 
 Role = Literal["agent", "designer"]
@@ -133,3 +134,11 @@ def skip_role(ctx: RoundContext, role: Role, reason: str) -> None:
     rec = StageRecord(ctx, f"train_{role}")
     rec.write_json("outcome.json", {"skipped": reason, "samples": 0})
     rec.commit("skipped", reason)
+
+
+STAGE = (
+    Stage(
+        "train_agent", sections=("seed", "model", "training"), entries=("train", "skip_training")
+    ),
+    Stage("train_designer", sections=("seed", "model", "training"), entries=("train", "skip_role")),
+)

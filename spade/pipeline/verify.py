@@ -15,6 +15,7 @@ from spade.designer.designer import apply_verdict, awaiting_verdict, env_id_for,
 from spade.pipeline.context import RoundContext
 from spade.pipeline.design import attempt_rows
 from spade.pipeline.record import StageRecord, busy_seconds
+from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, Verdict
 from spade.sandbox.policy import policy_source
 
@@ -71,3 +72,10 @@ def _verified_ids(att: DesignAttempt) -> list[str]:
     """Env ids of the attempt's verified designs: the first answer's (if repaired), the last."""
     ids = [env_id_for(att.first_code)] if att.first_code is not None else []
     return ids + ([att.env_id] if att.env_id is not None and att.verdict is not None else [])
+
+
+STAGE = Stage(
+    "verify",
+    sections=("sandbox",),
+    entries=("verify", "settle", "spade.pipeline.pool:verify_pool_env"),
+)

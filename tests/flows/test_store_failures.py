@@ -33,7 +33,7 @@ FAULTS = {  # task -> the write of its stage that fails once
     "evaluate": "*/round-0000/evaluate/envs/*/summary.json",  # one environment's plays
     "commit_evaluate": "*/round-0000/evaluate/evaluations.jsonl",
     "score": "*/round-0000/score/ema.json",
-    "remember": "*/round-0000/memory/manifest.json",  # the memory stage
+    "memory": "*/round-0000/memory/manifest.json",
     "train": "*/round-0000/train_agent/outcome.json",
     "publish": "*/round-0000/publish/weights.json",
     "heldout": "*/round-0000/heldout/manifest.json",

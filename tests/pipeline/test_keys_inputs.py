@@ -5,6 +5,7 @@ the keys of the stages that depend on it (issue 12, finding 'stale cache')."""
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import shutil
 from pathlib import Path
@@ -249,6 +250,11 @@ def _flow_calls() -> dict[str, set[str]]:
                     sub = f"{node.module}.{a.name}"
                     is_module = (SPADE_ROOT.parent / (sub.replace(".", "/") + ".py")).is_file()
                     aliases[a.asname or a.name] = sub if is_module else f"{node.module}:{a.name}"
+        for node in ast.walk(tree):  # t.run(stage_function, ...): a declared stage's generic task
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "run" and node.args:
+                name = _spade_name(node.args[0], aliases)
+                if name is not None:
+                    out.setdefault(_declaring_stage(name), set()).add(name)
         for fn in tree.body:
             if not isinstance(fn, ast.AsyncFunctionDef | ast.FunctionDef):
                 continue
@@ -261,6 +267,17 @@ def _flow_calls() -> dict[str, set[str]]:
                     named = (_spade_name(e, aliases) for e in [node.func, *node.args[:1]])
                     calls |= {n for n in named if n is not None}
     return out
+
+
+def _declaring_stage(entry: str) -> str:
+    """The name of the stage whose module declares ``module:function`` as its ``run``."""
+    module, _, func = entry.partition(":")
+    declared = importlib.import_module(module).STAGE
+    return next(
+        s.name
+        for s in (declared if isinstance(declared, tuple) else (declared,))
+        if s.run.__name__ == func
+    )
 
 
 def _spade_name(expr: ast.expr, aliases: dict[str, str]) -> str | None:
