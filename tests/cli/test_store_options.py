@@ -12,6 +12,7 @@ import pytest
 
 from spade.config import CampaignConfig, load_config
 from spade.pipeline.campaign import LEASE_FILE, start_campaign
+from spade.pipeline.record import campaign_store
 from spade.storage.lease import Lease
 from tests.cli.test_run_cli import spade
 
@@ -23,7 +24,7 @@ def _s3_campaign(s3_bucket, campaign_id: str) -> CampaignConfig:
             "storage.storage_options": s3_bucket.storage_options,
         }
     )
-    start_campaign(cfg, campaign_id)
+    start_campaign(campaign_store(cfg, campaign_id), cfg)
     return cfg
 
 
