@@ -33,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
-import tempfile
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -80,7 +78,7 @@ def gguf_path(model: ModelConfig) -> Path:
 def client_files(model: ModelConfig) -> Path:
     """A folder with the model's tokenizer and ``config.json``: the converted copy of the GGUF
     model if it exists, else ``$SPADE_CACHE/llamacpp/<name>-<hash>`` (built once)."""
-    from spade.inference.models import cache_root, converted_cache_dir
+    from spade.inference.models import cache_root, converted_cache_dir, save_pretrained_once
 
     resolved = resolve_model(model)
     gguf_path(model)  # GGUF weights, or a ConfigError naming the field
@@ -96,18 +94,7 @@ def client_files(model: ModelConfig) -> Path:
     log.info("building the tokenizer of %s from its GGUF file (once)", resolved.name)
     tokenizer = AutoTokenizer.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
     config = AutoConfig.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:  # only a complete folder is renamed into place
-        tokenizer.save_pretrained(tmp)
-        config.save_pretrained(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first: theirs is as good as ours
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    save_pretrained_once(target, tokenizer, config)
     return target
 
 
