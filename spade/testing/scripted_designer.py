@@ -180,6 +180,20 @@ def check_expected_round(attempts: Sequence[Any], evaluations: Sequence[Any]) ->
     return by_class
 
 
+TINY_CONTEXT_TOKENS = 16384
+"""The longest conversation the tiny policy takes (its ``max_position_embeddings``)."""
+
+
+def tiny_policy_overrides(policy: Path) -> dict[str, object]:
+    """Config overrides that serve and train ``policy`` (a :func:`write_tiny_policy` folder):
+    the conversations its positions allow, and the designer trained from the first round."""
+    return {
+        "model.name_or_path": str(policy),
+        "model.max_context_tokens": TINY_CONTEXT_TOKENS,
+        "training.designer_delay_steps": 0,
+    }
+
+
 def write_tiny_policy(folder: Path) -> Path:
     """A random-weight tiny Llama whose vocabulary covers the stand-in's token ids (code
     points below 1,024: the prompts and the script are ASCII but for a few marks), so
@@ -199,7 +213,7 @@ def write_tiny_policy(folder: Path) -> Path:
         layers=1,
         heads=2,
         kv_heads=1,
-        max_position_embeddings=16384,
+        max_position_embeddings=TINY_CONTEXT_TOKENS,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
         bos_token_id=None,
