@@ -125,6 +125,16 @@ def render_prompt(
     return ids
 
 
+def prompt_length(
+    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+) -> int | None:
+    """The exact prompt length; None when the chat template rejects the messages."""
+    try:
+        return len(render_prompt(tokenizer, messages, tools))
+    except Exception:  # the template's own error is reported by complete() as data
+        return None
+
+
 # -- the client ---------------------------------------------------------------------------------
 
 
@@ -173,11 +183,7 @@ class LlamaCppClient:
     def count_tokens(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> int | None:
-        """The exact prompt length; None when the chat template rejects the messages."""
-        try:
-            return len(render_prompt(self._tokenizer, messages, tools))
-        except Exception:  # the template's own error is reported by complete() as data
-            return None
+        return prompt_length(self._tokenizer, messages, tools)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -358,10 +364,7 @@ class ManagedLlamaCppBackend:
     def count_tokens(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> int | None:
-        try:
-            return len(render_prompt(self.tokenizer, messages, tools))
-        except Exception:  # the template's own error is reported by complete() as data
-            return None
+        return prompt_length(self.tokenizer, messages, tools)
 
     async def aclose(self) -> None:
         if self._client is not None:
