@@ -363,6 +363,25 @@ def run_deployment_cli(
     return found.group(1)
 
 
+def poll_until[T](
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    timeout: float,
+    poll: float,
+    why: Callable[[T], str],
+) -> T:
+    """``read()`` every ``poll`` seconds until ``done`` holds for what it read, which is
+    returned; after ``timeout`` seconds a TimeoutError saying ``why`` of the last read."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(why(value))
+        time.sleep(poll)
+
+
 def wait_for_flow_run(
     client: SyncPrefectClient,
     flow_run_id: str | uuid.UUID,
@@ -371,17 +390,14 @@ def wait_for_flow_run(
 ) -> FlowRun:
     """Poll the API until the flow run reaches a final state; returns the run. Raises
     TimeoutError with the last state seen."""
-    deadline = time.monotonic() + timeout
     run_id = uuid.UUID(str(flow_run_id))
-    while True:
-        run = client.read_flow_run(run_id)
-        if run.state is not None and run.state.is_final():
-            return run
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"flow run {run_id} not final after {timeout:.0f} s (state: {run.state!r})"
-            )
-        time.sleep(poll)
+    return poll_until(
+        lambda: client.read_flow_run(run_id),
+        lambda run: run.state is not None and run.state.is_final(),
+        timeout,
+        poll,
+        lambda run: f"flow run {run_id} not final after {timeout:.0f} s (state: {run.state!r})",
+    )
 
 
 def wait_for_flow_runs(
@@ -396,14 +412,13 @@ def wait_for_flow_runs(
     from prefect.client.schemas.sorting import FlowRunSort
 
     flt = DeploymentFilter(id=DeploymentFilterId(any_=[uuid.UUID(str(deployment_id))]))
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = client.read_flow_runs(deployment_filter=flt, sort=FlowRunSort.START_TIME_DESC)
-        if len(runs) >= count:
-            return runs
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(runs)} of {count} flow runs after {timeout:.0f} s")
-        time.sleep(poll)
+    return poll_until(
+        lambda: client.read_flow_runs(deployment_filter=flt, sort=FlowRunSort.START_TIME_DESC),
+        lambda runs: len(runs) >= count,
+        timeout,
+        poll,
+        lambda runs: f"{len(runs)} of {count} flow runs after {timeout:.0f} s",
+    )
 
 
 def wait_for_task_runs(
@@ -418,16 +433,21 @@ def wait_for_task_runs(
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     flt = FlowRunFilter(id=FlowRunFilterId(any_=[uuid.UUID(str(flow_run_id))]))
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = client.read_task_runs(flow_run_filter=flt)
-        final = [r for r in runs if r.state is not None and r.state.is_final()]
-        if len(final) >= count:
-            return final
-        if time.monotonic() > deadline:
-            states = [(r.name, r.state_name) for r in runs]
-            raise TimeoutError(f"task runs of {flow_run_id} after {timeout:.0f} s: {states}")
-        time.sleep(poll)
+
+    def final(runs: list[Any]) -> list[Any]:
+        return [r for r in runs if r.state is not None and r.state.is_final()]
+
+    runs = poll_until(
+        lambda: client.read_task_runs(flow_run_filter=flt),
+        lambda runs: len(final(runs)) >= count,
+        timeout,
+        poll,
+        lambda runs: (
+            f"task runs of {flow_run_id} after {timeout:.0f} s:"
+            f" {[(r.name, r.state_name) for r in runs]}"
+        ),
+    )
+    return final(runs)
 
 
 # --- the Prefect UI (v1, served at the server's root) ------------------------------------
