@@ -49,7 +49,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from orchestration_probes import (  # bench/orchestration_probes.py
     BOOKKEEPING,
@@ -82,6 +82,32 @@ AIM_SHARE = 0.05
 SCRATCH_ID, RESUME_ID = "bench-scratch", "bench-resume"
 
 
+class RoundRun(NamedTuple):
+    """What one completed round measured: its wall time, the model requests it made, the
+    instrumented calls, its stage manifests and the Prefect API's view of its task runs."""
+
+    wall: float
+    requests: int | None
+    instrumented: dict[str, dict[str, float]]
+    manifests: dict[str, dict[str, Any]]
+    api: dict[str, Any]
+
+
+def completed_round(cfg: Any, cid: str, server: Any, clock: Clock, what: str) -> RoundRun:
+    """Run round 0 of ``cid``, which must complete (SystemExit naming ``what`` if not)."""
+    r0 = requests(server)
+    state, wall = run_round(cfg, cid)
+    if not state.is_completed():
+        raise SystemExit(f"{what} did not complete: {state}")
+    return RoundRun(
+        wall,
+        requests_since(server, r0),
+        clock.snapshot(),
+        stage_manifests(cfg, cid),
+        prefect_times(state.state_details.flow_run_id),
+    )
+
+
 def measure(cfg_for: Callable[[str], Any], server: Any, storage: Path) -> dict[str, Any]:
     from spade.storage import STAGES
 
@@ -107,26 +133,16 @@ def measure(cfg_for: Callable[[str], Any], server: Any, storage: Path) -> dict[s
         clock.reset()
         cfg = cfg_for(SCRATCH_ID)
         fresh_script(server)
-        r0 = requests(server)
-        state, wall = run_round(cfg, SCRATCH_ID)
-        if not state.is_completed():
-            raise SystemExit(f"the round from scratch did not complete: {state}")
-        scratch_requests = requests_since(server, r0)
-        instrumented_s = clock.snapshot()
-        manifests = stage_manifests(cfg, SCRATCH_ID)
-        api = prefect_times(state.state_details.flow_run_id)
+        wall, scratch_requests, instrumented_s, manifests, api = completed_round(
+            cfg, SCRATCH_ID, server, clock, "the round from scratch"
+        )
 
         # 2b. the resume
         close_backends()
         clock.reset()
-        r0 = requests(server)
-        resumed, resume_wall = run_round(resume_cfg, RESUME_ID)
-        if not resumed.is_completed():
-            raise SystemExit(f"the resumed round did not complete: {resumed}")
-        resume_requests = requests_since(server, r0)
-        resume_instrumented = clock.snapshot()
-        after = stage_manifests(resume_cfg, RESUME_ID)
-        resume_api = prefect_times(resumed.state_details.flow_run_id)
+        resume_wall, resume_requests, resume_instrumented, after, resume_api = completed_round(
+            resume_cfg, RESUME_ID, server, clock, "the resumed round"
+        )
     close_backends()
     source_changed = source_digest() != source_before
     calibration = prefect_calibration(storage)

@@ -32,7 +32,12 @@ def scripted_model() -> Any:
 
 def scripted_config(server: Any, tmp: Path, root: Path, train: bool) -> Any:
     from spade.config import load_config
-    from spade.testing.scripted_designer import round_overrides, write_corpus, write_tiny_policy
+    from spade.testing.scripted_designer import (
+        round_overrides,
+        tiny_policy_overrides,
+        write_corpus,
+        write_tiny_policy,
+    )
 
     corpus = tmp / "corpus.jsonl"
     if not corpus.exists():
@@ -45,9 +50,7 @@ def scripted_config(server: Any, tmp: Path, root: Path, train: bool) -> Any:
             **round_overrides(server, corpus),
             "name": "bench-orchestration",
             "storage.root": str(root),
-            "model.name_or_path": str(policy),
-            "model.max_context_tokens": 16384,
-            "training.designer_delay_steps": 0,
+            **tiny_policy_overrides(policy),
             "run.heldout_envs": [str(HELDOUT_ENV)],
             "run.train": train,
             "run.rounds": 1,

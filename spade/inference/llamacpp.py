@@ -33,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
-import tempfile
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -80,7 +78,7 @@ def gguf_path(model: ModelConfig) -> Path:
 def client_files(model: ModelConfig) -> Path:
     """A folder with the model's tokenizer and ``config.json``: the converted copy of the GGUF
     model if it exists, else ``$SPADE_CACHE/llamacpp/<name>-<hash>`` (built once)."""
-    from spade.inference.models import cache_root, converted_cache_dir
+    from spade.inference.models import cache_root, converted_cache_dir, save_pretrained_once
 
     resolved = resolve_model(model)
     gguf_path(model)  # GGUF weights, or a ConfigError naming the field
@@ -96,18 +94,7 @@ def client_files(model: ModelConfig) -> Path:
     log.info("building the tokenizer of %s from its GGUF file (once)", resolved.name)
     tokenizer = AutoTokenizer.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
     config = AutoConfig.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:  # only a complete folder is renamed into place
-        tokenizer.save_pretrained(tmp)
-        config.save_pretrained(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process finished first: theirs is as good as ours
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    save_pretrained_once(target, tokenizer, config)
     return target
 
 
@@ -136,6 +123,16 @@ def render_prompt(
     )  # fmt: skip
     ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
     return ids
+
+
+def prompt_length(
+    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+) -> int | None:
+    """The exact prompt length; None when the chat template rejects the messages."""
+    try:
+        return len(render_prompt(tokenizer, messages, tools))
+    except Exception:  # the template's own error is reported by complete() as data
+        return None
 
 
 # -- the client ---------------------------------------------------------------------------------
@@ -186,11 +183,7 @@ class LlamaCppClient:
     def count_tokens(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> int | None:
-        """The exact prompt length; None when the chat template rejects the messages."""
-        try:
-            return len(render_prompt(self._tokenizer, messages, tools))
-        except Exception:  # the template's own error is reported by complete() as data
-            return None
+        return prompt_length(self._tokenizer, messages, tools)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -371,10 +364,7 @@ class ManagedLlamaCppBackend:
     def count_tokens(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> int | None:
-        try:
-            return len(render_prompt(self.tokenizer, messages, tools))
-        except Exception:  # the template's own error is reported by complete() as data
-            return None
+        return prompt_length(self.tokenizer, messages, tools)
 
     async def aclose(self) -> None:
         if self._client is not None:

@@ -29,23 +29,22 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, Self
+from typing import Any, NoReturn
 
 import httpx
 
 from spade.config import LlamaCppServerConfig
 from spade.errors import InferenceError
+from spade.inference.managed import ManagedServer, healthy, temp_path
 
-_LOG_TAIL_LINES = 40
 _PARENT_POLL_S = 1.0
 
 
-class LlamaCppServer:
+class LlamaCppServer(ManagedServer):
     """One managed llama.cpp server process serving the GGUF file ``model`` (plus adapters)."""
 
     def __init__(
@@ -60,17 +59,9 @@ class LlamaCppServer:
         self.model = Path(model)
         self.context_tokens = context_tokens
         self.adapters: tuple[Path, ...] = ()
-        self.log_path = Path(log_path) if log_path else _new_path(".log")
+        self.log_path = Path(log_path) if log_path else temp_path("spade-llamacpp-", ".log")
         self._process: subprocess.Popen[bytes] | None = None
         self._root_url: str | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
 
     @property
     def root_url(self) -> str:
@@ -97,10 +88,10 @@ class LlamaCppServer:
             raise InferenceError(f"llama.cpp server already running (pid {self.pid})")
         if adapters is not None:
             self.adapters = tuple(Path(a) for a in adapters)
-        address_file = _new_path(".addr")
+        address_file = temp_path("spade-llamacpp-", ".addr")
         address_file.unlink()  # the child writes it (atomically) once it listens
         try:  # the address file is temporary whatever happens
-            self._launch(self.command(address_file))
+            self._popen(self.command(address_file))
             self._wait_healthy(address_file)
         finally:
             address_file.unlink(missing_ok=True)
@@ -123,36 +114,7 @@ class LlamaCppServer:
         self.stop()
         self.start(adapters)
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
-        try:  # the log may not exist yet if the launch itself failed
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
     # -- internals ----------------------------------------------------------------------------
-
-    def _launch(self, cmd: list[str]) -> None:
-        with self.log_path.open("ab") as log:
-            log.write(f"\n=== spade: launching {' '.join(cmd)}\n".encode())
-            log.flush()
-            try:  # a broken interpreter path is a set-up error, reported as such
-                self._process = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # a Ctrl-C in a terminal goes to us, not the server
-                )
-            except OSError as exc:
-                raise InferenceError(f"cannot launch {cmd[0]!r}: {exc}") from exc
 
     def _wait_healthy(self, address_file: Path) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
@@ -164,7 +126,7 @@ class LlamaCppServer:
                     self._fail(f"exited with code {code} during start-up")
                 if self._root_url is None and address_file.is_file():
                     self._root_url = address_file.read_text().strip()
-                if self._root_url is not None and _healthy(client, f"{self._root_url}/health"):
+                if self._root_url is not None and healthy(client, f"{self._root_url}/health"):
                     return
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(pause * 2, 1.0)
@@ -176,19 +138,6 @@ class LlamaCppServer:
             f"llama.cpp server for {self.model} {what}; log {self.log_path}, last lines:\n"
             f"{self.log_tail()}"
         )
-
-
-def _healthy(client: httpx.Client, url: str) -> bool:
-    try:  # refused connections are normal while the server starts
-        return client.get(url).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _new_path(suffix: str) -> Path:
-    fd, name = tempfile.mkstemp(prefix="spade-llamacpp-", suffix=suffix)
-    os.close(fd)
-    return Path(name)
 
 
 # -- the server process ------------------------------------------------------------------------

@@ -224,11 +224,22 @@ def _ensure_converted(resolved: ResolvedModel, dtype: torch.dtype | None = None)
     model, tokenizer = _convert_gguf(resolved)
     if dtype is not None:
         model = model.to(dtype)
+    save_pretrained_once(target, model, tokenizer)
+    log.info(
+        "converted %s to %s in %.1f s", resolved.gguf_file, target, time.perf_counter() - started
+    )
+    return target
+
+
+def save_pretrained_once(target: Path, *parts: Any) -> None:
+    """Save ``parts`` (a model, tokenizer or config: ``save_pretrained``) as the folder
+    ``target``, atomically: into a temporary sibling renamed into place once complete. Another
+    process that completed ``target`` first (its ``config.json`` is there) wins."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    try:  # only a complete folder is renamed into place
+        for part in parts:
+            part.save_pretrained(tmp)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first: theirs is as good as ours
@@ -236,10 +247,6 @@ def _ensure_converted(resolved: ResolvedModel, dtype: torch.dtype | None = None)
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info(
-        "converted %s to %s in %.1f s", resolved.gguf_file, target, time.perf_counter() - started
-    )
-    return target
 
 
 def _convert_gguf(resolved: ResolvedModel) -> tuple[Any, Any]:

@@ -31,7 +31,6 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,9 +41,9 @@ import httpx
 from spade.config import InferenceConfig, VllmServerConfig
 from spade.errors import InferenceError
 from spade.inference.base import ChatRequest, Completion
+from spade.inference.managed import ManagedServer, healthy, temp_path
 from spade.inference.openai import OpenAIBackend
 
-_LOG_TAIL_LINES = 40
 _SERVED_NAME = "--served-model-name"
 
 
@@ -54,7 +53,7 @@ def staging_root() -> Path:
     return Path(os.environ.get("SPADE_CACHE") or "~/.cache/spade").expanduser() / "published"
 
 
-class VllmServer:
+class VllmServer(ManagedServer):
     """One managed ``vllm serve MODEL`` process; ``model`` is a hub id or a checkpoint folder.
 
     ``served_name``: serve the model under this name (``--served-model-name``, replacing any in
@@ -72,7 +71,7 @@ class VllmServer:
         self.config = config
         self.model = model
         self.served_name = served_name
-        self.log_path = Path(log_path) if log_path else _new_log_path()
+        self.log_path = Path(log_path) if log_path else temp_path("spade-vllm-", ".log")
         self._process: subprocess.Popen[bytes] | None = None
         self.container_name = f"spade-vllm-{config.port}-{os.getpid()}"
 
@@ -92,14 +91,6 @@ class VllmServer:
     def base_url(self) -> str:
         """The OpenAI base URL clients use (``.../v1``)."""
         return f"{self.root_url}/v1"
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
 
     @property
     def model_arg(self) -> str:
@@ -201,20 +192,6 @@ class VllmServer:
             self.model = model
         self.start()
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
-        try:  # the log may not exist yet if the launch itself failed
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
     # -- internals ----------------------------------------------------------------------------
 
     def _ensure_port_free(self) -> None:
@@ -229,21 +206,7 @@ class VllmServer:
     def _launch(self) -> None:
         if self.config.container is not None and self.config.enable_lora:
             staging_root().mkdir(parents=True, exist_ok=True)  # mounted: must exist, ours
-        cmd = self.command()
-        with self.log_path.open("ab") as log:
-            log.write(f"\n=== spade: launching {' '.join(cmd)}\n".encode())
-            log.flush()
-            try:  # a missing or broken executable is a set-up error, reported as such
-                self._process = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self.environment(),
-                    start_new_session=True,  # own process group: stop() reaches vLLM's workers
-                )
-            except OSError as exc:
-                raise InferenceError(f"cannot launch {cmd[0]!r}: {exc}") from exc
+        self._popen(self.command(), self.environment())
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
@@ -252,7 +215,7 @@ class VllmServer:
             while time.monotonic() < deadline:
                 if self._process is None or self._process.poll() is not None:
                     self._fail(f"exited with code {self._exit_code()} during start-up")
-                if _healthy(client, f"{self.root_url}/health"):
+                if healthy(client, f"{self.root_url}/health"):
                     return
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(pause * 2, 2.0)
@@ -362,13 +325,6 @@ def _without_flag(args: Sequence[str], flag: str) -> list[str]:
     return out
 
 
-def _healthy(client: httpx.Client, url: str) -> bool:
-    try:  # refused connections are normal while the server loads its weights
-        return client.get(url).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def _signal_group(pgid: int, sig: int) -> bool:
     """Signal a process group; False if it no longer exists."""
     try:  # the group is gone once its last member has exited
@@ -403,9 +359,3 @@ def group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             return True
     return False
-
-
-def _new_log_path() -> Path:
-    fd, name = tempfile.mkstemp(prefix="spade-vllm-", suffix=".log")
-    os.close(fd)
-    return Path(name)

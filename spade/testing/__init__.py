@@ -4,6 +4,8 @@
   script (the model server's boundary);
 - :mod:`spade.testing.scripted_designer`: a scripted model for it that designs, hints and
   plays so that each environment's regret is known exactly;
+- :mod:`spade.testing.tiny_models`: a character-level tokenizer and a tiny Llama config, for
+  the random-weight models tests train and serve;
 - :mod:`spade.testing.synthetic`: a synthetic campaign written to an object store (what the
   dashboard reads);
 - :mod:`spade.testing.processes`: free ports, process groups stopped for good, and the

@@ -180,34 +180,40 @@ def check_expected_round(attempts: Sequence[Any], evaluations: Sequence[Any]) ->
     return by_class
 
 
+TINY_CONTEXT_TOKENS = 16384
+"""The longest conversation the tiny policy takes (its ``max_position_embeddings``)."""
+
+
+def tiny_policy_overrides(policy: Path) -> dict[str, object]:
+    """Config overrides that serve and train ``policy`` (a :func:`write_tiny_policy` folder):
+    the conversations its positions allow, and the designer trained from the first round."""
+    return {
+        "model.name_or_path": str(policy),
+        "model.max_context_tokens": TINY_CONTEXT_TOKENS,
+        "training.designer_delay_steps": 0,
+    }
+
+
 def write_tiny_policy(folder: Path) -> Path:
     """A random-weight tiny Llama whose vocabulary covers the stand-in's token ids (code
     points below 1,024: the prompts and the script are ASCII but for a few marks), so
     trajectories from the scripted server can be trained on."""
-    import string
-
     import torch
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaForCausalLM
 
-    specials = ["<unk>", "<pad>", "<|im_end|>"]
-    vocab = {tok: i for i, tok in enumerate(specials + sorted(set(string.printable)))}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", eos_token="<|im_end|>"
+    from spade.testing.tiny_models import char_tokenizer, tiny_llama_config
+
+    tok = char_tokenizer(
+        ["<unk>", "<pad>", "<|im_end|>"], "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     )
-    tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=1024,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=16384,
+    config = tiny_llama_config(
+        1024,
+        hidden=16,
+        layers=1,
+        heads=2,
+        kv_heads=1,
+        max_position_embeddings=TINY_CONTEXT_TOKENS,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
         bos_token_id=None,

@@ -1,28 +1,16 @@
 """Save and resume training state through any fsspec URL, atomically.
 
-Layout under ``root`` (a local folder or ``s3://bucket/prefix``; ``storage_options`` go to
-fsspec)::
-
-    {root}/step-{step:08d}/
-        model.safetensors          kind "full": every weight
-        adapter_model.safetensors  kind "lora": the adapter tensors only (peft's / vLLM's name)
-        adapter_config.json        optional (LoRA), so peft / vLLM can load the folder as is
-        config.json, tokenizer...  optional (full): ``spade.training.weights.hf_model_files``
-        optimizer.pt               optional, ``torch.save`` of the optimizer state dict
-        trainer.json               optional, JSON trainer state (step, RNG, sampler, metrics ...)
-        manifest.json              written LAST: the commit marker
+Each save is a folder ``{root}/step-{step:08d}/`` under ``root`` (a local folder or
+``s3://bucket/prefix``; ``storage_options`` go to fsspec) in the format
+:mod:`spade.inference.checkpoints` documents (its files, the manifest written last, what makes
+a folder a checkpoint), which also reads, verifies and lists them.
 
 With its model files (``config.json``, ``generation_config.json``, the tokenizer's files) a
 full checkpoint folder is a Hugging Face model folder: ``AutoModelForCausalLM.from_pretrained``
 and ``vllm serve`` load it as is (they ignore the optimizer, trainer and manifest files). The
 weights files carry safetensors' ``{"format": "pt"}`` metadata, which transformers checks.
-
-``manifest.json`` is ``{"format": 1, "step", "kind", "config_hash", "parent", "created",
-"files": {name: {"bytes", "sha256"}}}``. A folder is a checkpoint only when its manifest exists
-and every file it names has the recorded size and sha256; anything else is an incomplete save
-and is skipped (with a warning) when listing, refused when loading
-(:mod:`spade.inference.checkpoints`) and deleted by :func:`prune_checkpoints` once a newer
-complete one exists. There is no mutable LATEST pointer: the newest verified manifest is the truth.
+A folder without a complete manifest is an incomplete save: skipped when listing, refused when
+loading, and deleted by :func:`prune_checkpoints` once a newer complete one exists.
 
 Atomicity. On a local filesystem each file is written to a temporary name, fsynced and
 ``os.replace``-d into place; the manifest goes last, then the folder is fsynced, so a kill (or a
@@ -32,9 +20,6 @@ consistent, so writing the manifest as the last object suffices; a kill during a
 upload leaves an invisible incomplete upload (let a bucket lifecycle rule abort those). On other
 remote filesystems without rename, a torn file is still caught by its checksum. Files are
 serialised in memory one at a time: saving needs free RAM about the size of the largest file.
-
-Reading, verifying and listing checkpoints (what serving a trained version needs too) lives
-in :mod:`spade.inference.checkpoints`, with the format's file names.
 """
 
 from __future__ import annotations

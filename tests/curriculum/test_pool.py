@@ -2,8 +2,6 @@
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from spade.config import DesignerConfig, MemoryConfig
 from spade.curriculum.memory import SEED_ROUND, UNKNOWN_SKILL, EnvironmentMemory, read_declarations
 from spade.curriculum.pool import import_pool, seed_records
+from tests.test_import_light import modules_after
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "spade" / "envs" / "examples"
 
@@ -171,13 +170,8 @@ def test_imported_pool_gives_the_prompt_examples(skill, expected):
 
 
 def test_curriculum_import_is_light():
-    code = (
-        "import sys, spade.curriculum; "
-        "heavy = {'torch', 'prefect', 'pydantic', 'transformers'}; "
-        "print(sorted(heavy & set(sys.modules)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    heavy = {"torch", "prefect", "pydantic", "transformers"}
+    assert sorted(heavy & modules_after("import spade.curriculum")) == []
 
 
 def _cfg(**overrides: object):

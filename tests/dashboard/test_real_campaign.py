@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from flows.campaign import campaign_flow
 from spade.config import load_config
-from spade.testing.scripted_designer import EXPECTED, write_tiny_policy
+from spade.testing.scripted_designer import EXPECTED, tiny_policy_overrides, write_tiny_policy
 from tests.dashboard.serve import served_dashboard
 from tests.integration.prefect_live import REPO_ROOT, open_browser
 
@@ -27,9 +27,7 @@ def _campaign(overrides, tmp_path, root: str, options=None) -> None:
             "name": "real",
             "storage.root": root,
             "storage.storage_options": options or {},
-            "model.name_or_path": str(write_tiny_policy(tmp_path / "policy")),
-            "model.max_context_tokens": 16384,
-            "training.designer_delay_steps": 0,
+            **tiny_policy_overrides(write_tiny_policy(tmp_path / "policy")),
         }
     )
     asyncio.run(campaign_flow(config=cfg, campaign_id="real", rounds=1))

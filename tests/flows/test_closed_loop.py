@@ -115,7 +115,7 @@ def write_pool(folder: Path) -> Path:
 
 
 def _config(server, tmp_path: Path, policy: Path, seed: int, **more: object):
-    from spade.testing.scripted_designer import round_overrides, write_corpus
+    from spade.testing.scripted_designer import round_overrides, tiny_policy_overrides, write_corpus
 
     return load_config(
         overrides={
@@ -124,14 +124,12 @@ def _config(server, tmp_path: Path, policy: Path, seed: int, **more: object):
             "name": "closed-loop",
             "seed": seed,
             "storage.root": str(tmp_path / "store"),
-            "model.name_or_path": str(policy),
-            "model.max_context_tokens": 16384,
+            **tiny_policy_overrides(policy),
             "designer.envs_per_round": 2,
             "designer.active_skills": 1,
             "evaluation.unhinted_plays": 4,
             "evaluation.hinted_plays": 2,
             "scoring.rejected_reward": "graded",
-            "training.designer_delay_steps": 0,
             "training.lr": 1e-3,
             "training.designer_lr": 1e-3,
             "run.regen_interval": 1,

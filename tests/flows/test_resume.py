@@ -25,6 +25,7 @@ from spade.testing.openai_server import FakeOpenAIServer
 from spade.testing.scripted_designer import (
     ScriptedModel,
     round_overrides,
+    tiny_policy_overrides,
     write_corpus,
     write_tiny_policy,
 )
@@ -42,9 +43,7 @@ def _config(server, tmp_path, root):
             **overrides,
             "name": "resume",
             "storage.root": str(root),
-            "model.name_or_path": str(write_tiny_policy(tmp_path / "policy")),
-            "model.max_context_tokens": 16384,
-            "training.designer_delay_steps": 0,
+            **tiny_policy_overrides(write_tiny_policy(tmp_path / "policy")),
         }
     )
 

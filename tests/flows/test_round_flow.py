@@ -32,7 +32,7 @@ from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.state import carried_state
 from spade.storage import STAGES
-from spade.testing.scripted_designer import EXPECTED, write_tiny_policy
+from spade.testing.scripted_designer import EXPECTED, tiny_policy_overrides, write_tiny_policy
 
 pytestmark = pytest.mark.sandbox
 
@@ -48,9 +48,7 @@ def _config(overrides, root, tiny_policy, **more: Any):
             **overrides,
             "name": "flowtest",
             "storage.root": str(root),
-            "model.name_or_path": str(tiny_policy),
-            "model.max_context_tokens": 16384,
-            "training.designer_delay_steps": 0,
+            **tiny_policy_overrides(tiny_policy),
             "training.lr": 1e-3,
             "training.designer_lr": 1e-3,
             **more,

@@ -21,7 +21,7 @@ from spade.errors import LeaseHeldError
 from spade.pipeline.campaign import round_complete
 from spade.pipeline.record import campaign_store
 from spade.storage import STAGES
-from spade.testing.scripted_designer import write_tiny_policy
+from spade.testing.scripted_designer import tiny_policy_overrides, write_tiny_policy
 from tests.fakes.flaky_fs import FlakyFS
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.attack]
@@ -73,9 +73,7 @@ def test_every_write_stage_retries_a_transient_store_failure_and_resume_repairs_
             "name": "flaky",
             "storage.root": f"flaky://local{tmp_path}/store",
             "storage.write_retry_delay_s": 0,
-            "model.name_or_path": str(tiny_policy),
-            "model.max_context_tokens": 16384,
-            "training.designer_delay_steps": 0,
+            **tiny_policy_overrides(tiny_policy),
         }
     )
     faults = {task: FlakyFS.fail(pattern) for task, pattern in FAULTS.items()}

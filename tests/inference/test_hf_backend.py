@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import string
 import threading
 from pathlib import Path
 
@@ -12,8 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers reads it: ne
 
 import pytest
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from spade.config import InferenceConfig, ModelConfig
 from spade.errors import ConfigError, InferenceError
@@ -25,6 +23,7 @@ from spade.inference.models import (
     load_model_and_tokenizer,
     resolve_model,
 )
+from spade.testing.tiny_models import char_tokenizer, tiny_llama_config
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -49,28 +48,19 @@ TOOLS = [
 
 def _tiny_tokenizer() -> PreTrainedTokenizerFast:
     """One token per printable character, so decoded prefixes are exact prefixes of the text."""
-    specials = ["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
-    vocab = {tok: i for i, tok in enumerate(specials + sorted(set(string.printable)))}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", eos_token="<|im_end|>"
-    )
+    tok = char_tokenizer(["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"], TEMPLATE)
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
-    tok.chat_template = TEMPLATE
     return tok
 
 
 def _tiny_model(tok: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    config = tiny_llama_config(
+        len(tok),
+        hidden=32,
+        layers=2,
+        heads=4,
+        kv_heads=2,
         max_position_embeddings=1024,
         initializer_range=0.5,  # peaked, varied distributions: greedy text is not one letter
         eos_token_id=tok.eos_token_id,

@@ -65,13 +65,6 @@ OVERRIDES: dict[str, object] = {
 
 
 @pytest.fixture(scope="module")
-def cache(smol_cache: Path) -> Iterator[Path]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPADE_CACHE", str(smol_cache))
-        yield smol_cache
-
-
-@pytest.fixture(scope="module")
 def cfg(cache: Path) -> CampaignConfig:
     return load_config(overrides=OVERRIDES)
 

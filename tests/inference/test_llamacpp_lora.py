@@ -14,7 +14,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +51,6 @@ REQUESTS = [
     )
     for i, text in enumerate(["Tell me about rivers.", "What is a prime number?"])
 ]
-
-
-@pytest.fixture(scope="module")
-def cache(smol_cache: Path) -> Iterator[Path]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPADE_CACHE", str(smol_cache))
-        yield smol_cache
 
 
 @pytest.fixture(scope="module")

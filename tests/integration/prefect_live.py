@@ -50,10 +50,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import pytest
 
@@ -96,13 +96,69 @@ def _tail(path: Path, chars: int = 6000) -> str:
         return f"<no log: {exc}>"
 
 
-class PrefectServer:
+class _LiveProcess:
+    """A Prefect component run as a subprocess in a session of its own, its output appended to
+    ``log_path``: launched, waited on until it is ready, stopped with its whole group."""
+
+    what: ClassVar[str]  # how errors name it ("prefect server")
+    log_path: Path
+    startup_timeout: float
+    _proc: subprocess.Popen[bytes] | None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def _launch(self, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _wait_until(self, ready: Callable[[], bool], not_ready: str) -> None:
+        """Poll ``ready`` until it holds; RuntimeError if the process exits first, TimeoutError
+        (``not_ready`` and the timeout) after ``startup_timeout``, each with the log's tail."""
+        assert self._proc is not None, "launch it first"
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            if self._proc.poll() is not None:
+                msg = f"{self.what} exited with {self._proc.returncode}"
+                self.stop()
+                raise RuntimeError(f"{msg}; its log:\n{_tail(self.log_path)}")
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(
+                    f"{not_ready} {self.startup_timeout:.0f} s; its log:\n{_tail(self.log_path)}"
+                )
+            time.sleep(0.25)
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            stop_process_group(self._proc)
+            self._proc = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class PrefectServer(_LiveProcess):
     """`prefect server start` on 127.0.0.1 with its own PREFECT_HOME (SQLite DB inside).
 
     `url` is the UI root, `api_url` the API (`<url>/api`), `env` what a client or worker
     subprocess needs, `log_path` the server's combined output.
     """
 
+    what = "prefect server"
     # Background services a short test does not need; each one is another SQLite writer,
     # and concurrent writers are what makes SQLite answer "database is locked" (a 503).
     # Pass extra_env={"PREFECT_SERVER_SERVICES_<NAME>_ENABLED": "true"} to turn one back on.
@@ -150,43 +206,15 @@ class PrefectServer:
         del env["PREFECT_API_URL"]  # the server itself must not act as a client of itself
         cmd = [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1"]
         cmd += ["--port", str(self.port)]
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(
-                cmd,
-                env=env,
-                cwd=self.home,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            if self._proc.poll() is not None:
-                msg = f"prefect server exited with {self._proc.returncode}"
-                self.stop()
-                raise RuntimeError(f"{msg}; its log:\n{_tail(self.log_path)}")
+        self._launch(cmd, env, self.home)
+
+        def healthy() -> bool:
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
-                    return self
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(
-                    f"prefect server not healthy after {self.startup_timeout:.0f} s; "
-                    f"its log:\n{_tail(self.log_path)}"
-                )
-            time.sleep(0.25)
+                return httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200
+            return False  # not answering yet
 
-    def stop(self) -> None:
-        if self._proc is not None:
-            stop_process_group(self._proc)
-            self._proc = None
-
-    def __enter__(self) -> PrefectServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self._wait_until(healthy, "prefect server not healthy after")
+        return self
 
     def client(self) -> SyncPrefectClient:
         """A sync client on this server (use as a context manager); it does not depend on the
@@ -219,9 +247,11 @@ class PrefectServer:
         return self.url + path
 
 
-class PrefectWorker:
+class PrefectWorker(_LiveProcess):
     """`prefect worker start --pool <pool> --type process`, after creating that pool with
     `prefect work-pool create <pool> --type process --overwrite` (idempotent)."""
+
+    what = "prefect worker"
 
     def __init__(
         self,
@@ -243,48 +273,19 @@ class PrefectWorker:
         self.server.cli("work-pool", "create", self.pool, "--type", "process", "--overwrite")
         cmd = [str(PREFECT_BIN), "worker", "start", "--pool", self.pool, "--type", "process"]
         cmd += ["--name", self.name]
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(
-                cmd,
-                env={**self.server.env, **self.extra_env},
-                cwd=REPO_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self._launch(cmd, {**self.server.env, **self.extra_env}, REPO_ROOT)
         # Ready once it has sent its first heartbeat (it registers itself with the pool).
-        deadline = time.monotonic() + self.startup_timeout
         with self.server.client() as client:
-            while True:
-                if self._proc.poll() is not None:
-                    msg = f"prefect worker exited with {self._proc.returncode}"
-                    self.stop()
-                    raise RuntimeError(f"{msg}; its log:\n{_tail(self.log_path)}")
-                workers = client.read_workers_for_work_pool(self.pool)
-                if any(w.name == self.name for w in workers):
-                    return self
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise TimeoutError(
-                        f"worker {self.name} did not register within {self.startup_timeout:.0f}"
-                        f" s; its log:\n{_tail(self.log_path)}"
-                    )
-                time.sleep(0.25)
 
-    def stop(self) -> None:
-        if self._proc is not None:
-            stop_process_group(self._proc)
-            self._proc = None
+            def registered() -> bool:
+                workers = client.read_workers_for_work_pool(self.pool)
+                return any(w.name == self.name for w in workers)
+
+            self._wait_until(registered, f"worker {self.name} did not register within")
+        return self
 
     def log(self) -> str:
         return _tail(self.log_path, 20000)
-
-    def __enter__(self) -> PrefectWorker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 _DEPLOY_SCRIPT = """
@@ -362,6 +363,25 @@ def run_deployment_cli(
     return found.group(1)
 
 
+def poll_until[T](
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    timeout: float,
+    poll: float,
+    why: Callable[[T], str],
+) -> T:
+    """``read()`` every ``poll`` seconds until ``done`` holds for what it read, which is
+    returned; after ``timeout`` seconds a TimeoutError saying ``why`` of the last read."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(why(value))
+        time.sleep(poll)
+
+
 def wait_for_flow_run(
     client: SyncPrefectClient,
     flow_run_id: str | uuid.UUID,
@@ -370,17 +390,14 @@ def wait_for_flow_run(
 ) -> FlowRun:
     """Poll the API until the flow run reaches a final state; returns the run. Raises
     TimeoutError with the last state seen."""
-    deadline = time.monotonic() + timeout
     run_id = uuid.UUID(str(flow_run_id))
-    while True:
-        run = client.read_flow_run(run_id)
-        if run.state is not None and run.state.is_final():
-            return run
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"flow run {run_id} not final after {timeout:.0f} s (state: {run.state!r})"
-            )
-        time.sleep(poll)
+    return poll_until(
+        lambda: client.read_flow_run(run_id),
+        lambda run: run.state is not None and run.state.is_final(),
+        timeout,
+        poll,
+        lambda run: f"flow run {run_id} not final after {timeout:.0f} s (state: {run.state!r})",
+    )
 
 
 def wait_for_flow_runs(
@@ -395,14 +412,13 @@ def wait_for_flow_runs(
     from prefect.client.schemas.sorting import FlowRunSort
 
     flt = DeploymentFilter(id=DeploymentFilterId(any_=[uuid.UUID(str(deployment_id))]))
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = client.read_flow_runs(deployment_filter=flt, sort=FlowRunSort.START_TIME_DESC)
-        if len(runs) >= count:
-            return runs
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(runs)} of {count} flow runs after {timeout:.0f} s")
-        time.sleep(poll)
+    return poll_until(
+        lambda: client.read_flow_runs(deployment_filter=flt, sort=FlowRunSort.START_TIME_DESC),
+        lambda runs: len(runs) >= count,
+        timeout,
+        poll,
+        lambda runs: f"{len(runs)} of {count} flow runs after {timeout:.0f} s",
+    )
 
 
 def wait_for_task_runs(
@@ -417,16 +433,21 @@ def wait_for_task_runs(
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     flt = FlowRunFilter(id=FlowRunFilterId(any_=[uuid.UUID(str(flow_run_id))]))
-    deadline = time.monotonic() + timeout
-    while True:
-        runs = client.read_task_runs(flow_run_filter=flt)
-        final = [r for r in runs if r.state is not None and r.state.is_final()]
-        if len(final) >= count:
-            return final
-        if time.monotonic() > deadline:
-            states = [(r.name, r.state_name) for r in runs]
-            raise TimeoutError(f"task runs of {flow_run_id} after {timeout:.0f} s: {states}")
-        time.sleep(poll)
+
+    def final(runs: list[Any]) -> list[Any]:
+        return [r for r in runs if r.state is not None and r.state.is_final()]
+
+    runs = poll_until(
+        lambda: client.read_task_runs(flow_run_filter=flt),
+        lambda runs: len(final(runs)) >= count,
+        timeout,
+        poll,
+        lambda runs: (
+            f"task runs of {flow_run_id} after {timeout:.0f} s:"
+            f" {[(r.name, r.state_name) for r in runs]}"
+        ),
+    )
+    return final(runs)
 
 
 # --- the Prefect UI (v1, served at the server's root) ------------------------------------

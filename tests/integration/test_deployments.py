@@ -19,7 +19,12 @@ from spade.config import load_config
 from spade.pipeline.campaign import round_complete
 from spade.pipeline.record import campaign_store
 from spade.storage import STAGES, ObjectStore
-from spade.testing.scripted_designer import round_overrides, write_corpus, write_tiny_policy
+from spade.testing.scripted_designer import (
+    round_overrides,
+    tiny_policy_overrides,
+    write_corpus,
+    write_tiny_policy,
+)
 from tests.integration.prefect_live import (
     REPO_ROOT,
     PrefectServer,
@@ -54,11 +59,9 @@ def live_campaign(moto_endpoint, tmp_path_factory) -> dict[str, Any]:
         overrides = round_overrides(server, write_corpus(root / "corpus.jsonl"))
         overrides |= {
             "name": "deployed",
-            "model.name_or_path": str(write_tiny_policy(root / "policy")),
-            "model.max_context_tokens": 16384,
+            **tiny_policy_overrides(write_tiny_policy(root / "policy")),
             "storage.root": f"s3://{bucket}/spade",
             "storage.storage_options": options,
-            "training.designer_delay_steps": 0,
             "run.gpu_concurrency_limit": "spade-gpu",
         }
         cfg = load_config(overrides=overrides)

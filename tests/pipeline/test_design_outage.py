@@ -183,10 +183,9 @@ OUTAGES = {
 }
 
 
-@pytest.mark.attack
-@pytest.mark.sandbox
-@pytest.mark.parametrize("stage", sorted(OUTAGES))
-def test_an_outage_leaves_the_designers_rewards_batch_and_memory_as_if_unasked(tmp_path, stage):
+def _outage(tmp_path: Path, stage: str) -> tuple[Designer, Callable[[dict[str, Any]], bool]]:
+    """The scripted designer of ``stage``'s outage (answers keyed by each slot's document) and
+    the test of a request that fails: slot 1's request of that stage (never a hint request)."""
     answers, repairs, request = OUTAGES[stage]
     with FakeOpenAIServer() as probe:
         docs = _slot_documents(_config(probe, tmp_path))
@@ -197,6 +196,14 @@ def test_an_outage_leaves_the_designers_rewards_batch_and_memory_as_if_unasked(t
     def slot1_down(body: dict[str, Any]) -> bool:
         return not _is_hint(body) and _document(body) == docs[1] and request(body)
 
+    return script, slot1_down
+
+
+@pytest.mark.attack
+@pytest.mark.sandbox
+@pytest.mark.parametrize("stage", sorted(OUTAGES))
+def test_an_outage_leaves_the_designers_rewards_batch_and_memory_as_if_unasked(tmp_path, stage):
+    script, slot1_down = _outage(tmp_path, stage)
     kw = {"repair_turns": 1 if stage == "repair" else 0, "max_failed_share": 0.5}
     outage = _round(tmp_path, "outage", script, slot1_down, **kw)
     unasked = _round(tmp_path, "unasked", script, _healthy, slots=[0, 2], **kw)
@@ -225,16 +232,11 @@ def test_an_outage_leaves_the_designers_rewards_batch_and_memory_as_if_unasked(t
 @pytest.mark.sandbox
 @pytest.mark.parametrize("stage", sorted(OUTAGES))
 def test_past_the_threshold_the_stage_raises_and_commits_nothing(tmp_path, stage):
-    answers, repairs, request = OUTAGES[stage]
-    with FakeOpenAIServer() as probe:
-        docs = _slot_documents(_config(probe, tmp_path))
-    script = Designer(
-        dict(zip(docs, answers, strict=True)), {docs[s]: t for s, t in repairs.items()}
-    )
+    script, slot1_fails = _outage(tmp_path, stage)
     outage = True
 
     def slot1_down(body: dict[str, Any]) -> bool:
-        return outage and not _is_hint(body) and _document(body) == docs[1] and request(body)
+        return outage and slot1_fails(body)
 
     turns = 1 if stage == "repair" else 0
     with OutageServer(script, slot1_down) as server:
