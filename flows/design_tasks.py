@@ -15,7 +15,7 @@ from prefect import task, unmapped
 from flows.stages import (
     BACKOFF,
     INFERENCE,
-    IO_TIMEOUT_S,
+    IO,
     PERSIST,
     VERIFY_TIMEOUT_S,
     bind,
@@ -44,9 +44,8 @@ DESIGN_HALF = ("sample_documents", "design", "verify", "hint")
     name="sample_documents",
     retries=2,
     retry_delay_seconds=BACKOFF,
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("sample_documents", commits=("sample_documents",)),
-    **PERSIST,
+    **IO,
 )
 async def sample_documents(ctx: RoundContext, plan: RoundPlan) -> list[Document]:
     """One grounding document per possible design attempt."""
@@ -55,9 +54,8 @@ async def sample_documents(ctx: RoundContext, plan: RoundPlan) -> list[Document]
 
 @task(
     name="replay",
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("hint", commits=DESIGN_HALF),
-    **PERSIST,
+    **IO,
 )
 async def replay(ctx: RoundContext, plan: RoundPlan) -> list[DesignAttempt]:
     """A replay round's design half: the environments of the last regeneration, carried."""
@@ -100,9 +98,8 @@ async def verify(ctx: RoundContext, code: str, references: list[dict[str, str]])
 
 @task(
     name="settle",
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("verify", commits=("verify",)),
-    **PERSIST,
+    **IO,
 )
 async def settle(
     ctx: RoundContext,
@@ -142,9 +139,8 @@ async def hint(ctx: RoundContext, attempts: list[DesignAttempt]) -> list[DesignA
 
 @task(
     name="skip_design",
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("sample_documents", commits=DESIGN_HALF),
-    **PERSIST,
+    **IO,
 )
 async def skip_design(ctx: RoundContext, plan: RoundPlan) -> list[DesignAttempt]:
     """Pool mode: record the plan, commit the design-side stages as skipped; no attempt."""

@@ -12,7 +12,7 @@ from prefect import task, unmapped
 
 from flows.stages import (
     INFERENCE,
-    IO_TIMEOUT_S,
+    IO,
     PERSIST,
     VERIFY_TIMEOUT_S,
     bind,
@@ -63,9 +63,8 @@ async def fill_pool(
 
 @task(
     name="replay_pool",
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("pool", commits=("pool",)),
-    **PERSIST,
+    **IO,
 )
 async def replay_pool(ctx: RoundContext, plan: RoundPlan) -> list[EnvSpec]:
     """A replay round's pool stage: the replayed regeneration's pool environments."""
@@ -74,9 +73,8 @@ async def replay_pool(ctx: RoundContext, plan: RoundPlan) -> list[EnvSpec]:
 
 @task(
     name="skip_pool",
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("pool", commits=("pool",)),
-    **PERSIST,
+    **IO,
 )
 async def skip_pool(ctx: RoundContext, reason: str) -> list[EnvSpec]:
     """Commit the pool stage as skipped (enough designs, or no fill configured)."""

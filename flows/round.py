@@ -41,7 +41,7 @@ from flows.stages import (
     INFERENCE,
     INFERENCE_RETRIES,
     INFERENCE_TIMEOUT_S,
-    IO_TIMEOUT_S,
+    IO,
     PERSIST,
     TRAIN_TIMEOUT_S,
     StageKey,
@@ -86,9 +86,8 @@ async def evaluate(ctx: RoundContext, env: EnvSpec) -> EnvEvaluation:
 
 @task(
     name="commit_evaluate",
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("evaluate", commits=("evaluate",)),
-    **PERSIST,
+    **IO,
 )
 async def commit_evaluate(ctx: RoundContext, evaluations: list[EnvEvaluation]) -> None:
     await asyncio.to_thread(evaluate_stage.commit_evaluations, ctx, evaluations)
@@ -113,9 +112,8 @@ async def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> Train
 
 @task(
     name="skip_training",
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("train_agent", commits=("train_agent", "train_designer")),
-    **PERSIST,
+    **IO,
 )
 async def skip_training(ctx: RoundContext) -> None:
     """Commit both training stages as skipped (``run.train`` is off)."""
@@ -124,9 +122,8 @@ async def skip_training(ctx: RoundContext) -> None:
 
 @task(
     name="skip_role",
-    timeout_seconds=IO_TIMEOUT_S,
     cache_policy=cached("train_designer", commits=("train_{role}",)),
-    **PERSIST,
+    **IO,
 )
 async def skip_role(ctx: RoundContext, role: Role, reason: str) -> None:
     """Commit one training stage as skipped, with the reason."""

@@ -152,6 +152,8 @@ def bind[**P, R](
 
 
 PERSIST: dict[str, Any] = {"persist_result": True, "result_serializer": ResultSerializer()}
+IO: dict[str, Any] = {"timeout_seconds": IO_TIMEOUT_S, **PERSIST}
+"""A task that reads and writes the store (no model, no jail): persisted, stopped when hung."""
 INFERENCE: dict[str, Any] = {
     "retries": INFERENCE_RETRIES,
     "retry_delay_seconds": BACKOFF,
@@ -193,9 +195,8 @@ def stage_task(fn: Callable[..., Any]) -> Task[..., Any]:
     run.__name__ = run.__qualname__ = stage.name  # the task's key names the stage, as its name
     return task(
         name=stage.name,
-        timeout_seconds=IO_TIMEOUT_S,
         cache_policy=cached(stage.name, commits=(stage.name,)),
-        **PERSIST,
+        **IO,
     )(run)
 
 
