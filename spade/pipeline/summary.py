@@ -12,11 +12,11 @@ training stages' ``outcome.json``, ``publish/weights.json`` and ``heldout/summar
 from __future__ import annotations
 
 from collections import Counter
-from statistics import fmean
 from typing import Any
 
 from spade.pipeline.record import read_jsonl
 from spade.pipeline.replay import PLAN_FILE
+from spade.stats import mean
 from spade.storage import CampaignStore
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -66,9 +66,10 @@ def _json(cs: CampaignStore, round: int, stage: str, name: str) -> Any:
 
 
 def _mean(values: list[float | None]) -> float | None:
-    """Mean of the values present (an environment without hinted plays has no hinted rate)."""
-    present = [v for v in values if v is not None]
-    return round(fmean(present), 4) if present else None
+    """Mean of the values present (an environment without hinted plays has no hinted rate),
+    rounded for the summary."""
+    value = mean(values)
+    return None if value is None else round(value, 4)
 
 
 def _spread(values: list[float | None]) -> float | None:
