@@ -15,11 +15,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from spade.benchmarks.base import SUITE_NAMES
 from spade.cli.common import ConfigOpt, config_or_exit, fail
 from spade.cli.selfplay import console
 from spade.config import CampaignConfig, HeldoutSuiteConfig
 from spade.errors import SpadeError
-from spade.eval.base import SUITE_NAMES
 
 
 def _suites(
@@ -36,7 +36,7 @@ def _suites(
 
 
 async def _play(cfg: CampaignConfig, suites: list[HeldoutSuiteConfig]) -> list[Any]:
-    from spade.eval.runner import play_suite, suite_tasks
+    from spade.benchmarks.runner import play_suite, suite_tasks
     from spade.inference.pool import close_shared_backends, shared_backend
     from spade.sandbox.policy import load_policy
 

@@ -67,11 +67,11 @@ class StorageConfig(Section):
 
 
 SuiteName = Literal["reasoning_gym", "humaneval", "bfcl_multi_turn"]
-"""The held-out suites (spade/eval/ has a module for each)."""
+"""The held-out suites (spade/benchmarks/ has a module for each)."""
 
 
 class HeldoutSuiteConfig(Section):
-    """One held-out benchmark suite played after each round (see spade/eval/)."""
+    """One held-out benchmark suite played after each round (see spade/benchmarks/)."""
 
     name: SuiteName = Field(
         ..., description="Which suite: reasoning-gym tasks, HumanEval, or BFCL v4 multi-turn."

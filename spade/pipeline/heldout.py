@@ -2,10 +2,10 @@
 
 ``run.heldout_envs`` names environment files or folders (``*.py``); each round plays them with
 the round's published weights and stores win rate and mean return per environment.
-``run.heldout_suites`` adds benchmark suites (``spade.eval``: reasoning-gym, HumanEval, BFCL v4
-multi-turn): one unhinted play per task of each suite's seeded subset, scored per item, stored
-as ``suites.jsonl`` (a row per task), ``transcripts/<suite>.jsonl`` and the suite's mean score
-in ``summary.json``.
+``run.heldout_suites`` adds benchmark suites (``spade.benchmarks``: reasoning-gym, HumanEval,
+BFCL v4 multi-turn): one unhinted play per task of each suite's seeded subset, scored per item,
+stored as ``suites.jsonl`` (a row per task), ``transcripts/<suite>.jsonl`` and the suite's mean
+score in ``summary.json``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from statistics import fmean
 from typing import Any
 
 from spade.agent.evaluate import evaluate_envs
+from spade.benchmarks.runner import play_suite
 from spade.config import CampaignConfig
 from spade.curriculum.memory import read_declarations
 from spade.curriculum.pool import env_files
 from spade.designer.designer import env_id_for
-from spade.eval.runner import play_suite
 from spade.inference.base import Backend
 from spade.inference.pool import shared_backend
 from spade.pipeline.context import RoundContext

@@ -69,7 +69,7 @@ def module_closure(
 
     Imports anywhere count (module level and inside functions: a lazy import runs when the
     stage does), and so does a string literal that names a ``spade`` module (what
-    ``importlib.import_module`` is given, e.g. :mod:`spade.eval.base`'s suite table). Not
+    ``importlib.import_module`` is given, e.g. :mod:`spade.benchmarks.base`'s suite table). Not
     counted: imports under ``if TYPE_CHECKING:`` (that code never runs, so it cannot change a
     result), and a package's ``__init__`` reached only as the parent of an imported submodule
     (``from spade.verify.checks import X`` runs ``spade/verify/__init__.py``, but uses none of

@@ -36,7 +36,7 @@ REJECTIONS = (  # failure kind, failed check (None: never reached the verifier),
     ("timeout", "termination", "step() ran past its 5 s limit"),
     ("infeasible", "feasibility", "solution() replayed does not reach the goal"),
 )
-SUITES = {  # held-out suite -> tasks played per round (spade/eval: reasoning-gym, HumanEval, BFCL)
+SUITES = {  # held-out suite -> tasks played per round (spade/benchmarks: reasoning-gym, HumanEval, BFCL)
     "reasoning_gym": ["basic_arithmetic/0", "chain_sum/1", "leg_counting/2", "basic_arithmetic/3"],
     "humaneval": ["HumanEval/0", "HumanEval/12", "HumanEval/53"],
     "bfcl_multi_turn": ["multi_turn_base_0", "multi_turn_base_7"],

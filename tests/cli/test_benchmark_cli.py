@@ -9,9 +9,9 @@ import sys
 import pytest
 import yaml
 
-from spade.eval.base import get_suite
+from spade.benchmarks.base import get_suite
 from spade.testing.openai_server import FakeOpenAIServer
-from tests.eval.scripted import ActionScript, gold_actions
+from tests.benchmarks.scripted import ActionScript, gold_actions
 
 pytestmark = pytest.mark.sandbox
 

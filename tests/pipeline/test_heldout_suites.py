@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from spade.benchmarks.base import get_suite
 from spade.config import load_config
 from spade.dashboard.data import CampaignData
-from spade.eval.base import get_suite
 from spade.inference.pool import close_shared_backends
 from spade.pipeline.campaign import ensure_campaign
 from spade.pipeline.context import RoundContext
@@ -19,7 +19,7 @@ from spade.pipeline.record import campaign_store
 from spade.pipeline.summary import summarize_round
 from spade.records import BASE
 from spade.testing.openai_server import FakeOpenAIServer
-from tests.eval.scripted import ActionScript, gold_actions
+from tests.benchmarks.scripted import ActionScript, gold_actions
 
 pytestmark = pytest.mark.sandbox
 

@@ -160,7 +160,7 @@ def test_drifted_modules_are_in_the_closures_of_the_stages_that_run_them():
             assert f"spade.training.{m}" in closure, (stage, m)
     for m in ("session", "jail", "policy"):
         assert f"spade.sandbox.{m}" in keys.stage_closure("verify"), m
-    assert {"spade.eval.bfcl", "spade.eval.humaneval"} <= keys.stage_closure("heldout")
+    assert {"spade.benchmarks.bfcl", "spade.benchmarks.humaneval"} <= keys.stage_closure("heldout")
     everything = set().union(*(keys.stage_closure(s) for s in STAGES))
     for unused in ("spade.cli.env", "spade.dashboard.charts", "spade.preflight", "spade.sandbox"):
         assert unused not in everything, unused

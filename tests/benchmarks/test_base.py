@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spade.eval.base import SUITE_NAMES, get_suite
+from spade.benchmarks.base import SUITE_NAMES, get_suite
 
 
 @pytest.mark.parametrize("name", SUITE_NAMES)

@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from spade.benchmarks.base import HeldoutTask
+from spade.benchmarks.runner import SuiteResult, play_suite
 from spade.config import HeldoutSuiteConfig, load_config
-from spade.eval.base import HeldoutTask
-from spade.eval.runner import SuiteResult, play_suite
 from spade.inference.openai import OpenAIBackend
 from spade.sandbox.policy import load_policy
 from spade.testing.openai_server import FakeOpenAIServer

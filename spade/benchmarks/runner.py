@@ -13,8 +13,8 @@ from typing import Any
 
 from spade.agent.evaluate import check_failed_share, rollout_settings
 from spade.agent.rollout import EpisodeJob, run_episodes
+from spade.benchmarks.base import HeldoutTask, Suite, get_suite, suite_score
 from spade.config import CampaignConfig, HeldoutSuiteConfig
-from spade.eval.base import HeldoutTask, Suite, get_suite, suite_score
 from spade.inference.base import Backend
 from spade.records import Trajectory
 from spade.sandbox.policy import SandboxPolicy

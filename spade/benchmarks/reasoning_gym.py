@@ -10,7 +10,7 @@ answer and ends the episode. Its own reward (exact match with the gold string) i
 Safety: scoring runs on the host, so it may only pass the agent's text to scorers that never
 evaluate it as code. Some reasoning-gym scorers do (``eval(answer)``, sympy's ``parse_expr``),
 so only datasets on :data:`SAFE_DATASETS`, each with the reason its scorer was judged safe, can be
-chosen or scored (tests/eval/test_reasoning_gym.py also watches for compile/exec audit events
+chosen or scored (tests/benchmarks/test_reasoning_gym.py also watches for compile/exec audit events
 while scoring hostile answers). reasoning-gym itself is imported only when tasks are built or
 scored: it is slow to import (~2 s) and the jail never sees it.
 """
@@ -22,9 +22,9 @@ import functools
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from spade.benchmarks.base import HeldoutTask, task_header
 from spade.envs import extract_boxed
 from spade.errors import ConfigValueError
-from spade.eval.base import HeldoutTask, task_header
 
 if TYPE_CHECKING:
     from spade.records import Trajectory

@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
+from spade.benchmarks.base import HeldoutTask, get_suite, task_header
+from spade.benchmarks.reasoning_gym import DEFAULT_DATASETS, REFUSED, SAFE_DATASETS, SUITE
 from spade.config import HeldoutSuiteConfig
 from spade.envs import extract_boxed
-from spade.eval.base import HeldoutTask, get_suite, task_header
-from spade.eval.reasoning_gym import DEFAULT_DATASETS, REFUSED, SAFE_DATASETS, SUITE
 from spade.records import Status, Trajectory, Turn
-from tests.eval.scripted import gold_actions, play_scripted, play_shipped_model
+from tests.benchmarks.scripted import gold_actions, play_scripted, play_shipped_model
 
 NONSENSE = "\\boxed{zzz not an answer}"
 # The longest gold answers (Tower of Hanoi, up to 10 disks) run to ~30k characters; the stand-in
@@ -132,7 +132,7 @@ def test_host_scoring_uses_reasoning_gym_on_every_audited_dataset():
 # scorer uses parse_expr, is the positive control. In a subprocess: audit hooks cannot be removed.
 _AUDIT_SCRIPT = """
 import copy, json, sys
-from spade.eval.reasoning_gym import SAFE_DATASETS, SUITE, _dataset
+from spade.benchmarks.reasoning_gym import SAFE_DATASETS, SUITE, _dataset
 seen, watching = [], [False]
 def hook(event, args):
     if watching[0] and event in ("compile", "exec", "os.system", "subprocess.Popen"):

@@ -1,4 +1,4 @@
-"""The BFCL v4 multi-turn held-out suite (spade/eval/bfcl*.py).
+"""The BFCL v4 multi-turn held-out suite (spade/benchmarks/bfcl*.py).
 
 The environments run in the jail (tests marked ``sandbox``) and are played through the real
 rollout, sandbox and scoring code, by scripted policies (the OpenAI stand-in) or SmolLM2. Their
@@ -25,13 +25,12 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import (
 )
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
-from spade.config import HeldoutSuiteConfig
-from spade.eval import bfcl_runtime
-from spade.eval.base import get_suite
-from spade.eval.bfcl import DEFAULT_MAX_TURNS, SUITE, entry_task, ground_truth
-from spade.eval.bfcl_data import CATEGORIES, api_source, load_entries
-from spade.eval.bfcl_mpmath import MpmathShim
-from spade.eval.bfcl_runtime import (
+from spade.benchmarks import bfcl_runtime
+from spade.benchmarks.base import get_suite
+from spade.benchmarks.bfcl import DEFAULT_MAX_TURNS, SUITE, entry_task, ground_truth
+from spade.benchmarks.bfcl_data import CATEGORIES, api_source, load_entries
+from spade.benchmarks.bfcl_mpmath import MpmathShim
+from spade.benchmarks.bfcl_runtime import (
     execute_call,
     gold_replies,
     method_table,
@@ -39,9 +38,10 @@ from spade.eval.bfcl_runtime import (
     state_mismatch,
     tool_call_text,
 )
+from spade.config import HeldoutSuiteConfig
 from spade.sandbox.policy import load_policy
 from spade.sandbox.session import JailedSession
-from tests.eval.scripted import gold_actions, play_scripted, play_shipped_model
+from tests.benchmarks.scripted import gold_actions, play_scripted, play_shipped_model
 
 SC = HeldoutSuiteConfig(name="bfcl_multi_turn", size=4, seed=0)
 API_CLASSES = (

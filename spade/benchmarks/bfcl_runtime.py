@@ -1,7 +1,7 @@
 """BFCL v4 multi-turn in the jail: one entry's simulated APIs, played turn by turn and checked.
 
 This module's text is shipped verbatim into every ``bfcl_multi_turn`` task (see
-:mod:`spade.eval.bfcl`), followed by stand-ins for imports the jail lacks (mpmath, for
+:mod:`spade.benchmarks.bfcl`), followed by stand-ins for imports the jail lacks (mpmath, for
 MathAPI), the entry's API sources and data, and one subclass of :class:`BfclTaskBase` holding
 them. So it runs under Debian's Python 3.11 with the standard
 library and ``spade.envs`` only; the host imports it only to test the checker.

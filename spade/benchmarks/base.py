@@ -80,9 +80,9 @@ SUITE_NAMES: tuple[str, ...] = get_args(SuiteName)
 
 # Module per suite name, imported on first use: each pulls in its benchmark package.
 _SUITE_MODULES = {
-    "reasoning_gym": "spade.eval.reasoning_gym",
-    "humaneval": "spade.eval.humaneval",
-    "bfcl_multi_turn": "spade.eval.bfcl",
+    "reasoning_gym": "spade.benchmarks.reasoning_gym",
+    "humaneval": "spade.benchmarks.humaneval",
+    "bfcl_multi_turn": "spade.benchmarks.bfcl",
 }
 
 

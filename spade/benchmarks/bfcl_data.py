@@ -67,7 +67,7 @@ def _import_stand_in(node: ast.Import | ast.ImportFrom, source: str) -> str | No
             raise ValueError("bfcl-eval API source uses subprocess")
         return "unused by the API, and not importable in the jail"
     if modules == ["mpmath"]:
-        return "not in the jail: the task provides a stand-in (spade/eval/bfcl_mpmath.py)"
+        return "not in the jail: the task provides a stand-in (spade/benchmarks/bfcl_mpmath.py)"
     if modules == [_LONG_CONTEXT_MODULE]:
         return "the task defines these names when the entry is long-context"
     if any(m is None or m.split(".")[0] == "bfcl_eval" for m in modules):

@@ -7,14 +7,14 @@ import asyncio
 
 import pytest
 
+from spade.benchmarks.base import get_suite
+from spade.benchmarks.runner import SuiteResult, play_suite
 from spade.config import HeldoutSuiteConfig, load_config
 from spade.errors import InferenceError
-from spade.eval.base import get_suite
-from spade.eval.runner import SuiteResult, play_suite
 from spade.inference.openai import OpenAIBackend
 from spade.sandbox.policy import load_policy
 from spade.testing.openai_server import FakeOpenAIServer
-from tests.eval.scripted import ActionScript, gold_actions
+from tests.benchmarks.scripted import ActionScript, gold_actions
 
 pytestmark = pytest.mark.sandbox
 

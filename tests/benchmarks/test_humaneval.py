@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from spade.benchmarks import humaneval as he
+from spade.benchmarks.base import get_suite, task_header
+from spade.benchmarks.runner import SuiteResult
 from spade.config import HeldoutSuiteConfig
-from spade.eval import humaneval as he
-from spade.eval.base import get_suite, task_header
-from spade.eval.runner import SuiteResult
-from tests.eval.scripted import gold_actions, play_scripted, play_shipped_model
+from tests.benchmarks.scripted import gold_actions, play_scripted, play_shipped_model
 
 # Canonical solutions that import (collections, math/random/copy, random/string with a helper
 # from the prompt, re, hashlib) and the slowest one (HumanEval/75, ~4.5M loop ticks).
