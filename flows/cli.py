@@ -80,7 +80,7 @@ def _with_stage_log(log: StageLog, go: Callable[[], Coroutine[Any, Any, Any]]) -
     finally:
         stop.set()
         watcher.join()
-        log.step()  # the stages that committed since the last poll
+        log.step(final=True)  # the stages that committed since the last poll
 
 
 def _finish(cfg: CampaignConfig, cid: str, state: Any) -> None:

@@ -96,8 +96,9 @@ class CampaignProgress:
         self._polled = 0.0
         self.started = time.monotonic()
 
-    def poll(self) -> list[dict[str, Any]]:
-        if time.monotonic() - self._polled >= _POLL_S:
+    def poll(self, fresh: bool = False) -> list[dict[str, Any]]:
+        """The rows, read from the store at most once a second (every time when ``fresh``)."""
+        if fresh or time.monotonic() - self._polled >= _POLL_S:
             rows = []
             previous = {row["round"]: row for row in self._rows}
             for r in self.cs.rounds():
@@ -159,14 +160,15 @@ _DETAIL: dict[str, tuple[tuple[str, str], ...]] = {
 class StageLog:
     """The live view as lines, for output that is not a terminal (a log file, CI, a pipe):
     a line per stage as it commits, with what it did. ``step()`` polls; call it every few
-    seconds and once at the end."""
+    seconds and once at the end, with ``final`` (the store is read again however recently it
+    was read, so the stages that committed in the run's last second are shown)."""
 
     def __init__(self, view: CampaignProgress, emit: Callable[[str], None]) -> None:
         self.view, self.emit = view, emit
         self._seen: dict[int, set[str]] = {}
 
-    def step(self) -> None:
-        for row in self.view.poll():
+    def step(self, final: bool = False) -> None:
+        for row in self.view.poll(fresh=final):
             seen = self._seen.setdefault(row["round"], set())
             for stage in row["done"]:
                 if stage not in seen:
