@@ -35,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
 # soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
 # sys.stdout
-console = Console(file=sys.stdout, soft_wrap=True)
+console = Console(soft_wrap=True)  # sys.stdout as it is when printing (tests swap it)
 _LOG_POLL_S = 5.0  # how often the stage log (output that is not a terminal) reads the store
 
 

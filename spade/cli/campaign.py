@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -19,7 +18,7 @@ from spade.storage import CampaignStore, ObjectStore
 
 # soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
 # sys.stdout
-console = Console(file=sys.stdout, soft_wrap=True)
+console = Console(soft_wrap=True)  # sys.stdout as it is when printing (tests swap it)
 StoreOpt = Annotated[
     str, typer.Option("--store", "-s", help="Object store root of the campaign (storage.root).")
 ]
