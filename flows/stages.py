@@ -42,7 +42,7 @@ from spade.config import CampaignConfig
 from spade.errors import StorageError
 from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import config_hash, stage_code_version
-from spade.pipeline.stage import Stage
+from spade.pipeline.stage import Stage, declared_in
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +166,7 @@ INFERENCE: dict[str, Any] = {
 def declared_stage(fn: Callable[..., Any]) -> Stage:
     """The stage whose module declares ``fn`` as its ``run`` (:mod:`spade.pipeline.stage`);
     ValueError when none does."""
-    declared = getattr(importlib.import_module(fn.__module__), "STAGE", ())
-    for stage in declared if isinstance(declared, tuple) else (declared,):
+    for stage in declared_in(importlib.import_module(fn.__module__)):
         if stage.run is fn:
             return stage
     raise ValueError(f"{fn.__module__}.{fn.__qualname__} is no declared stage's run function")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 
@@ -39,4 +40,10 @@ class Stage:
     it commits the stage); ``None`` for a stage with tasks of its own in ``flows/``."""
 
 
-__all__ = ["Stage"]
+def declared_in(module: ModuleType) -> tuple[Stage, ...]:
+    """The stages ``module`` declares (its ``STAGE``: one, a tuple, or none)."""
+    declared = getattr(module, "STAGE", ())
+    return declared if isinstance(declared, tuple) else (declared,)
+
+
+__all__ = ["Stage", "declared_in"]

@@ -15,6 +15,7 @@ import pytest
 from spade.config import load_config
 from spade.errors import ConfigError
 from spade.pipeline import inputs, keys
+from spade.pipeline.stage import declared_in
 from spade.storage import STAGES
 from spade.storage.version import SPADE_ROOT, module_closure
 
@@ -272,12 +273,8 @@ def _flow_calls() -> dict[str, set[str]]:
 def _declaring_stage(entry: str) -> str:
     """The name of the stage whose module declares ``module:function`` as its ``run``."""
     module, _, func = entry.partition(":")
-    declared = importlib.import_module(module).STAGE
-    return next(
-        s.name
-        for s in (declared if isinstance(declared, tuple) else (declared,))
-        if s.run.__name__ == func
-    )
+    stages = declared_in(importlib.import_module(module))
+    return next(s.name for s in stages if s.run is not None and s.run.__name__ == func)
 
 
 def _spade_name(expr: ast.expr, aliases: dict[str, str]) -> str | None:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from spade.pipeline import keys
-from spade.pipeline.stage import Stage
+from spade.pipeline.stage import declared_in
 from spade.storage import STAGES
 
 TALLY = """
-from spade.pipeline.stage import Stage
+from spade.pipeline.stage import declared_in
 
 
 def tally(ctx, evaluations):
@@ -66,14 +66,13 @@ def test_a_stage_declared_twice_is_refused(tmp_path: Path) -> None:
         keys.read_stages(tmp_path)
 
 
-def _declared(module: str) -> tuple[Stage, ...]:
-    declared = getattr(importlib.import_module(f"spade.pipeline.{module}"), "STAGE", ())
-    return declared if isinstance(declared, tuple) else (declared,)
-
-
 def test_what_the_source_says_is_what_the_modules_declare() -> None:
     modules = sorted(p.stem for p in keys.PIPELINE.glob("*.py"))
-    runtime = {s.name: s for m in modules for s in _declared(m)}
+    runtime = {
+        s.name: s
+        for m in modules
+        for s in declared_in(importlib.import_module(f"spade.pipeline.{m}"))
+    }
     assert set(runtime) == set(keys.STAGE_SECTIONS) == set(STAGES)  # no extra stage today
     for name, stage in runtime.items():
         assert stage.sections == keys.STAGE_SECTIONS[name]
