@@ -9,6 +9,13 @@ as the design's own imports (a module comes as a guarded view), and only what th
 policy's allow-list allows is bound. The design's own imports and definitions run afterwards,
 so they win.
 
+The reference implementation's loader injects more (``REFERENCE_NAMES``): its tool-use base
+class ``ToolUseBaseEnv`` (:mod:`spade.envs.reference`), ``np``/``numpy`` and common names taken
+from ``collections``, ``itertools``, ``functools``, ``copy`` and ``heapq``. Those are bound
+only where a design's source names them (:func:`reference_bindings`): reference pools run
+unchanged, importing numpy costs only the designs that use it, and this project's own prompts
+and designs see the prelude above.
+
 Standard library only, Python 3.11 compatible: the server imports this inside the jail, and
 the host imports it for the static checks and to describe the prelude in prompts and docs.
 """
@@ -40,6 +47,18 @@ PRELUDE_NAMES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
+# The reference's injections beyond the prelude: modules under a name, then names from modules.
+REFERENCE_MODULES: dict[str, str] = {"np": "numpy", "numpy": "numpy"}
+REFERENCE_NAMES: dict[str, tuple[str, ...]] = {
+    "spade.envs.reference": ("ToolUseBaseEnv",),
+    "collections": ("deque", "defaultdict", "Counter", "OrderedDict", "namedtuple"),
+    "itertools": ("combinations", "permutations", "product", "chain", "accumulate"),
+    "functools": ("reduce", "lru_cache"),
+    "copy": ("deepcopy",),
+    "heapq": ("heappush", "heappop"),
+}  # fmt: skip
+
+
 def _allowed(module: str, allow: Iterable[str]) -> bool:
     """The sandbox policy's rule (``ImportPolicy.allows``): listed, or under a listed package."""
     return any(a == "*" or module == a or module.startswith(a + ".") for a in allow)
@@ -68,3 +87,21 @@ def describe_prelude(allow: Iterable[str]) -> str:
         f"{'import' if key == 'modules' else f'from {key} import'} {', '.join(names)}"
         for key, names in lines.items()
     )
+
+
+def reference_bindings(
+    allow: Iterable[str], used: Iterable[str]
+) -> dict[str, tuple[str, str | None]]:
+    """What is bound for a design that names ``used`` (the identifiers its source reads): the
+    reference's injections among them that the allow-list allows, as :func:`prelude_bindings`
+    gives them."""
+    allow, used = list(allow), set(used)
+    out: dict[str, tuple[str, str | None]] = {
+        name: (module, None)
+        for name, module in REFERENCE_MODULES.items()
+        if name in used and _allowed(module, allow)
+    }
+    for module, names in REFERENCE_NAMES.items():
+        if _allowed(module, allow):
+            out.update({name: (module, name) for name in names if name in used})
+    return out

@@ -37,12 +37,18 @@ DEFAULT_ALLOWED_MODULES = [
     "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib", "heapq",
     "itertools", "json", "math", "numbers", "operator", "random", "re", "statistics",
     "string", "textwrap", "time", "typing", "unicodedata", "spade.envs",
+    # the reference's environments: numpy (Debian's python3-numpy, found through
+    # SPADE_SEARCH_PATH) and the module name its loader gives its tool-use base
+    "numpy", "tool_use_base_env",
     # datetime.strptime imports it from C code, which the guard sees as the design's import
     "_strptime",
 ]  # fmt: skip
 
 # Allowing one of these allows every module: importlib.import_module, builtins.__import__.
 IMPORT_ANYTHING = frozenset({"importlib", "builtins"})
+
+# The jail's environment variable naming directories the in-jail server appends to sys.path.
+SEARCH_PATH_VAR = "SPADE_SEARCH_PATH"
 
 SyscallName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$")]
 DEFAULT_SECCOMP_DENY = [
@@ -239,10 +245,16 @@ class SandboxPolicy(BaseModel):
         description="Hostname in the jail's UTS namespace.",
     )
     readonly_binds: list[Path] = Field(
-        default_factory=lambda: [Path("/lib"), Path("/lib64"), Path("/usr/lib")],
+        default_factory=lambda: [
+            Path("/lib"),
+            Path("/lib64"),
+            Path("/usr/lib"),
+            Path("/etc/alternatives"),
+        ],
         description=(
             "Host paths bound read-only at the same place (besides the interpreter, the runtime"
-            " and the code)."
+            " and the code). Debian's /etc/alternatives holds only links: the BLAS numpy loads"
+            " is reached through one."
         ),
     )
     devices: list[Path] = Field(
@@ -255,8 +267,17 @@ class SandboxPolicy(BaseModel):
             "PYTHONDONTWRITEBYTECODE": "1",
             "LANG": "C.UTF-8",
             "PATH": "/usr/bin",
+            SEARCH_PATH_VAR: "/usr/lib/python3/dist-packages",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
         },
-        description="The jail's entire environment (nothing is inherited from the host).",
+        description=(
+            "The jail's entire environment (nothing is inherited from the host). "
+            f"{SEARCH_PATH_VAR} lists directories (os.pathsep-separated, each under a read-only"
+            " bind) the server appends to sys.path after the standard library: the interpreter"
+            " runs with -S, so Debian's dist-packages (numpy) is found only through it; only"
+            " allow-listed modules from them are importable by a design."
+        ),
     )
     seccomp_deny: list[SyscallName] = Field(
         default_factory=lambda: list(DEFAULT_SECCOMP_DENY),
@@ -305,6 +326,19 @@ class SandboxPolicy(BaseModel):
                 f"imports.allow {every} would allow every import: list the modules instead"
             )
         return imports
+
+    @model_validator(mode="after")
+    def _search_path_visible(self) -> SandboxPolicy:
+        for entry in filter(None, self.env.get(SEARCH_PATH_VAR, "").split(os.pathsep)):
+            path = Path(entry)
+            if not path.is_absolute() or not any(
+                path == bind or bind in path.parents for bind in self.readonly_binds
+            ):
+                raise ValueError(
+                    f"{SEARCH_PATH_VAR} entry {entry!r} is not an absolute path under one of"
+                    " readonly_binds: the jail would not see it"
+                )
+        return self
 
     @field_validator("seccomp_enosys")
     @classmethod

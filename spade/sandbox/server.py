@@ -11,9 +11,15 @@ hint), ``step`` (action), ``solution``, ``tools``, ``close``. Replies:
 ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {type, errno, message, traceback}}``,
 plus ``"denied": [...]`` whenever the environment tried imports outside the allow-list
 (or reached a module outside it through an allowed one; see :func:`_make_guard`).
-Before the design's code runs, its module already holds the prelude (:func:`_bind_prelude`).
+Before the design's code runs, its module already holds the prelude (:func:`_bind_prelude`),
+and the reference implementation's injections that its source names. An environment not built
+on this project's bases is served through :class:`spade.envs.reference.ReferenceAdapter`, so
+the reference's pools play unchanged. ``SPADE_SEARCH_PATH`` (the policy's environment) names
+directories appended to ``sys.path`` after the standard library: the interpreter runs with
+``-S``, so Debian's ``dist-packages`` (numpy) is found only through it.
 """
 
+import ast
 import builtins
 import inspect
 import json
@@ -24,6 +30,7 @@ import types
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the spade.envs runtime
+sys.path += [p for p in os.environ.get("SPADE_SEARCH_PATH", "").split(os.pathsep) if p]
 _CHANNEL = os.fdopen(os.dup(1), "w", encoding="utf-8", newline="\n")
 os.dup2(2, 1)
 sys.stdout = sys.stderr
@@ -31,6 +38,12 @@ _RESERVE = [bytearray(1 << 20)]  # freed on MemoryError so the reply can still b
 _DENIED: list = []
 _MODULE = "design"
 _PID = os.getpid()  # a forked copy of the server must never touch the channel
+
+from spade.envs import reference  # noqa: E402  (found through the path set above)
+from spade.envs.reference import adapt  # noqa: E402
+
+# The reference's loader also lets a design import its base from this module name.
+sys.modules.setdefault("tool_use_base_env", reference)
 
 
 class ImportDeniedError(ImportError):
@@ -131,14 +144,16 @@ def _view(module, check_value, deny, view):
     return ModuleView(module.__name__, module.__doc__)
 
 
-def _bind_prelude(namespace, guard, allow):
+def _bind_prelude(namespace, guard, allow, used):
     """Bind the prelude (:mod:`spade.envs.prelude`) in the design's namespace before its code
-    runs: each name is imported through the design's own guard, as if the design had written
-    the import, so a module arrives as a guarded view and the allow-list decides what is
-    bound. The design's own imports run later and win."""
-    from spade.envs.prelude import prelude_bindings
+    runs, with the reference's injections among the names ``used`` in its source: each name is
+    imported through the design's own guard, as if the design had written the import, so a
+    module arrives as a guarded view and the allow-list decides what is bound. The design's
+    own imports run later and win."""
+    from spade.envs.prelude import prelude_bindings, reference_bindings
 
-    for name, (module, attr) in prelude_bindings(allow).items():
+    bindings = prelude_bindings(allow) | reference_bindings(allow, used)
+    for name, (module, attr) in bindings.items():
         try:
             value = guard(module, namespace, None, (attr,) if attr else (), 0)
             namespace[name] = getattr(value, attr) if attr else value
@@ -178,6 +193,10 @@ def _accepts(fn, name):
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+def _tool_names(env):
+    return sorted(n[5:] for n in dir(type(env)) if n.startswith("tool_"))
+
+
 class Server:
     def __init__(self):
         self.env: Any = None
@@ -185,7 +204,9 @@ class Server:
     def op_load(self, path, allow, kwargs=None, class_name=None):
         with open(path, encoding="utf-8") as fh:
             source = fh.read()
-        code = compile(source, path, "exec")
+        tree = ast.parse(source, path)
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        code = compile(tree, path, "exec")
         module = types.ModuleType(_MODULE)
         module.__file__ = path
         guard = _make_guard(list(allow))
@@ -193,26 +214,25 @@ class Server:
         guarded["__import__"] = guard
         vars(module)["__builtins__"] = guarded
         sys.modules[_MODULE] = module
-        _bind_prelude(vars(module), guard, allow)
+        _bind_prelude(vars(module), guard, allow, used)
         exec(code, vars(module))
         cls = getattr(module, class_name) if class_name else _find_class(module)
         kwargs = dict(kwargs or {})
         if "max_turns" in kwargs and not _accepts(cls, "max_turns"):
             kwargs.pop("max_turns")
-        self.env = cls(**kwargs)
+        raw = cls(**kwargs)
+        self.env = adapt(raw)
         hint = getattr(cls, "hint", None)
         skill = getattr(cls, "skill", None)
         return {
             "class": cls.__name__,
-            "tool_use": bool(self._tool_names()) or callable(getattr(self.env, "tools", None)),
+            "tool_use": bool(_tool_names(raw))
+            or callable(getattr(raw, "tools", None) or getattr(raw, "get_tools", None)),
             "accepts_options": _accepts(self.env.reset, "options"),
             "hint": hint if isinstance(hint, str) else None,
             "skill": skill if isinstance(skill, str) else None,
             "max_turns": getattr(self.env, "max_turns", None),
         }
-
-    def _tool_names(self):
-        return sorted(n[5:] for n in dir(type(self.env)) if n.startswith("tool_"))
 
     def op_reset(self, seed=None, options=None, hint=None):
         options = dict(options or {})
@@ -238,7 +258,7 @@ class Server:
             return tools
         from spade.envs import tool_schema
 
-        return [tool_schema(n, getattr(self.env, "tool_" + n)) for n in self._tool_names()]
+        return [tool_schema(n, getattr(self.env, "tool_" + n)) for n in _tool_names(self.env)]
 
     def op_close(self):
         close = getattr(self.env, "close", None)

@@ -15,7 +15,9 @@ module through an allowed one. :func:`module_table` asks the jail's own interpre
 attributes of each allowed module are modules (they differ between Python versions), and
 :func:`import_violations` flags private names taken from a module and any from-import or
 attribute chain rooted at an imported name that yields a module outside the allow-list.
-Modules of the prelude (:mod:`spade.envs.prelude`) count as imported under their own names.
+Modules of the prelude (:mod:`spade.envs.prelude`) count as imported under their own names, and
+so do the reference's injected modules (``np``) where the source names them. The probe sees the
+directories the policy's ``SPADE_SEARCH_PATH`` appends in the jail (Debian's numpy).
 Aliasing through assignments (``t = typing; t.sys``) is not followed here; the runtime guard
 hands the design views of modules that refuse those attributes too.
 """
@@ -25,17 +27,18 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import spade
-from spade.envs.prelude import prelude_bindings
+from spade.envs.prelude import prelude_bindings, reference_bindings
 from spade.errors import SandboxError
 from spade.pysource import PARSE_ERRORS, parse_module
 from spade.records import Failure, FailureKind
-from spade.sandbox.policy import ImportPolicy, SandboxPolicy
+from spade.sandbox.policy import SEARCH_PATH_VAR, ImportPolicy, SandboxPolicy
 
 _ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 # Dunder names a design may read from a module (the runtime guard in server.py has the same).
@@ -48,6 +51,7 @@ _PROBE = """
 import importlib, json, sys, types
 allow = json.loads(sys.argv[1])
 sys.path.insert(0, sys.argv[2])
+sys.path += json.loads(sys.argv[3])
 def allowed(n):
     return any(n == a or n.startswith(a + ".") for a in allow)
 table, todo = {}, []
@@ -81,8 +85,9 @@ ModuleTable = Mapping[str, ModuleInfo]
 
 
 @functools.cache
-def _probe(interpreter: Path, allow: tuple[str, ...]) -> ModuleTable:
+def _probe(interpreter: Path, allow: tuple[str, ...], search: tuple[str, ...]) -> ModuleTable:
     argv = [str(interpreter), "-I", "-S", "-c", _PROBE, json.dumps(allow), str(_RUNTIME_PARENT)]
+    argv.append(json.dumps(search))
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:  # no usable jail interpreter: set-up
@@ -98,7 +103,8 @@ def module_table(policy: SandboxPolicy) -> ModuleTable:
     from them), from the policy's interpreter: computed once per interpreter and allow-list,
     so the table always matches the Python that runs designs."""
     allow = tuple(sorted(a for a in policy.imports.allow if a != "*"))
-    return _probe(policy.interpreter, allow)
+    search = tuple(p for p in policy.env.get(SEARCH_PATH_VAR, "").split(os.pathsep) if p)
+    return _probe(policy.interpreter, allow, search)
 
 
 _NOT_A_STATEMENT_START = (" ", "\t", "\r", "\n", "#", ")", "]", "}")
@@ -203,9 +209,11 @@ class _Reach:
         # A name bound by an import (or by the prelude) -> the module it denotes. A prelude
         # module counts unless the design binds that name itself (``random = ...``).
         own = own_names(tree)
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        prelude = prelude_bindings(policy.allow) | reference_bindings(policy.allow, used)
         self.bound: dict[str, str] = {
             name: module
-            for name, (module, attr) in prelude_bindings(policy.allow).items()
+            for name, (module, attr) in prelude.items()
             if attr is None and name not in own
         }
         for node in ast.walk(tree):
