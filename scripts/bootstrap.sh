@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything SPADE needs on a fresh Debian machine of this kind, idempotently:
-# system packages (nsjail's libnl, Debian's Python for the jail, Chromium for UI tests),
+# system packages (nsjail's libnl, Debian's Python and numpy for the jail, Chromium for UI tests),
 # a Python 3.12 virtualenv in .venv with the project and its pinned dependencies, and
 # DeepSpeed's compiled CPU op in the cache the trainer uses. Re-running is cheap.
 set -euo pipefail
@@ -13,6 +13,9 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need_apt=()
 ldconfig -p | grep -q 'libnl-route-3.so.200' || need_apt+=(libnl-route-3-200)
 [ -x /usr/bin/python3.11 ] || need_apt+=(python3.11)
+# The reference's environments may import numpy: the jail's python3.11 finds Debian's build
+# through the policy's SPADE_SEARCH_PATH (infra/sandbox.yaml).
+[ -d /usr/lib/python3/dist-packages/numpy ] || need_apt+=(python3-numpy)
 # Browser tests of the Prefect UI drive Debian's Chromium through playwright (never `playwright install`).
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
