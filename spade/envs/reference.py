@@ -48,6 +48,11 @@ class ToolUseBaseEnv:
     ``<answer>...</answer>``; a correct answer ends the episode with reward 1.
     """
 
+    # Set by multi-turn subclasses in reset(), never by the base: absent on single tasks.
+    _user_messages: list[str]
+    _message_criteria: list[Any]
+    _current_msg: int
+
     def __init__(self, max_turns: int = 10, **kwargs: Any) -> None:
         self.max_turns = max_turns
         self.turn_count = 0

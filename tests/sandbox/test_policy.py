@@ -307,3 +307,16 @@ def test_a_session_without_a_memory_bound_is_refused_when_the_policy_requires_on
     assert "limits.require_memory_bound is on, but no memory cgroup" in str(err.value)
     assert f"({why})" in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mounts"]
+
+
+@pytest.mark.parametrize("entry", ["/opt/site-packages", "usr/lib/python3/dist-packages"])
+def test_a_search_path_the_jail_cannot_see_is_refused(tmp_path, entry):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"env: {{SPADE_SEARCH_PATH: '/usr/lib/python3:{entry}'}}")
+    with pytest.raises(ConfigError) as err:
+        load_policy(path)
+    assert f"SPADE_SEARCH_PATH entry {entry!r} is not an absolute path under one of" in str(
+        err.value
+    )
+    path.write_text("env: {SPADE_SEARCH_PATH: '/usr/lib/python3/dist-packages'}")
+    assert load_policy(path).env == {"SPADE_SEARCH_PATH": "/usr/lib/python3/dist-packages"}

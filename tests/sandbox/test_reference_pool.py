@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from spade.pysource import parse_module
 from spade.records import FailureKind
 from spade.sandbox import EnvFailure, JailedSession
 from spade.verify import verify_file
+from spade.verify.static import import_violations, module_table
 from tests.sandbox.attack_kit import REPO, with_changes
 
 pytestmark = pytest.mark.sandbox
@@ -219,3 +221,19 @@ def test_numpy_does_not_widen_the_jail(policy, tmp_path):
     system_rc, connect_rc = (int(part.split("=")[1]) for part in libc.split()[1:])
     assert libc.startswith("libc ") and system_rc != 0 and connect_rc == -1, libc
     assert accepted == []
+
+
+def test_numpy_holds_ctypes_and_both_layers_deny_it(policy):
+    code = NUMPY_ESCAPES.replace(
+        'elif kind == "write":',
+        'elif kind == "ctypes":\n                out = str(np.ctypeslib.ctypes)\n            elif kind == "write":',
+    )
+    assert import_violations(parse_module(code), policy.imports, module_table(policy)) == [
+        "numpy.ctypeslib.ctypes (line 18): the module 'ctypes', not allowed"
+    ]
+    with JailedSession(code, policy=policy) as s:
+        s.reset(0)
+        with pytest.raises(EnvFailure) as exc:
+            s.step("ctypes")
+    assert exc.value.failure.kind is FailureKind.IMPORT_DENIED
+    assert exc.value.failure.reason == "imports outside the allow-list: numpy.ctypeslib.ctypes"
