@@ -188,6 +188,15 @@ class ToolUseBaseEnv:
         pass
 
 
+def _takes(fn: Any, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword ``name``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature to read: assume the narrowest
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 def _plain(value: Any) -> Any:
     """A numpy scalar as the Python number it holds (JSON and the host know no numpy)."""
     if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)):
@@ -293,7 +302,10 @@ class ReferenceAdapter:
         )
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        result = self.env.reset(seed=seed)
+        if options is not None and _takes(self.env.reset, "options"):
+            result = self.env.reset(seed=seed, options=options)
+        else:
+            result = self.env.reset(seed=seed)
         return (result, {}) if isinstance(result, str) else result
 
     def step(self, action: str) -> Any:

@@ -228,7 +228,7 @@ class Server:
             "class": cls.__name__,
             "tool_use": bool(_tool_names(raw))
             or callable(getattr(raw, "tools", None) or getattr(raw, "get_tools", None)),
-            "accepts_options": _accepts(self.env.reset, "options"),
+            "accepts_options": _accepts(raw.reset, "options"),
             "hint": hint if isinstance(hint, str) else None,
             "skill": skill if isinstance(skill, str) else None,
             "max_turns": getattr(self.env, "max_turns", None),

@@ -255,3 +255,15 @@ def test_reference_names_do_not_clash_with_the_prelude():
     assert not ours & theirs
     everything = prelude_bindings(DEFAULT_ALLOWED_MODULES)
     assert "ToolUseBaseEnv" not in everything and "np" not in everything
+
+
+def test_options_reach_a_reset_that_takes_them():
+    class Gym(Game):
+        def reset(self, *, seed=None, options=None):
+            return f"seed={seed} options={options}", {"gym": True}
+
+    assert ReferenceAdapter(Gym("x")).reset(seed=1, options={"a": 1}) == (
+        "seed=1 options={'a': 1}",
+        {"gym": True},
+    )
+    assert ReferenceAdapter(Gym("x")).reset(seed=2)[0] == "seed=2 options=None"
