@@ -267,17 +267,32 @@ def walkthrough_calls(env: Any, text: str) -> list[str]:
         while j < len(text) and _word(text[j]):
             j += 1
         name = text[i:j].removeprefix("tool_")
-        end = _call_end(text, j) if j < len(text) and text[j] == "(" else -1
-        if name in tools and end != -1:
-            params = list(inspect.signature(getattr(env, "tool_" + name)).parameters)
-            args = _literal_call(name + text[j:end], params)
-            if args is not None:
-                call = json.dumps({"name": name, "arguments": args})
-                actions.append(f"{TOOL_CALL[0]}{call}{TOOL_CALL[1]}")
+        if name in tools and j < len(text) and text[j] == "(":  # only a tool's call is scanned
+            end = _call_end(text, j)
+            call = _tool_call(name, text[j:end], _params(getattr(env, "tool_" + name)))
+            if end != -1 and call is not None:
+                actions.append(call)
                 i = end
                 continue
         i = j
     return actions
+
+
+def _params(fn: Any) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # not a function after all: positional arguments unknown
+        return []
+
+
+def _tool_call(name: str, arguments: str, params: list[str]) -> str | None:
+    """``<tool_call>`` for ``name`` + ``arguments`` (``"(...)"``), when they are JSON literals."""
+    args = _literal_call(name + arguments, params)
+    try:
+        body = None if args is None else json.dumps({"name": name, "arguments": args})
+    except (TypeError, ValueError):  # a set, bytes or complex literal: no JSON for it
+        return None
+    return None if body is None else f"{TOOL_CALL[0]}{body}{TOOL_CALL[1]}"
 
 
 def _word(ch: str) -> bool:

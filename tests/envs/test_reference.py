@@ -171,6 +171,7 @@ def test_walkthrough_calls_take_literal_arguments_of_known_tools_only():
         call("add", k=")"),
         call("add", k=[1, 2]),
     ]
+    assert walkthrough_calls(env, "add(k={1, 2}) add(k=b'x') add(3)") == [call("add", k=3)]
 
 
 class Game:
