@@ -77,6 +77,25 @@ for alias in ${extra_models//,/ }; do
   echo "$model_want" > "$model_stamp"
 done
 
+# The reference's games check answers with math_verify (its game prompt's interface imports it).
+# The jail's python3.11 finds these pure-Python wheels (pinned, sympy included) in a folder of
+# their own, bound read-only and named by SPADE_SEARCH_PATH in infra/sandbox.yaml.
+jail_site=/usr/local/lib/spade-jail-site
+jail_pins="math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 sympy==1.14.0 mpmath==1.3.0"
+if [ "$(cat "$jail_site/.spade-pins" 2>/dev/null)" != "$jail_pins" ]; then
+  log "installing the jail's Python packages into $jail_site"
+  as_root rm -rf "$jail_site"
+  # shellcheck disable=SC2086  # one pin per word
+  if ! as_root .venv/bin/python -m pip install -q --target "$jail_site" --python-version 3.11 \
+       --only-binary=:all: --no-deps --no-compile $jail_pins >.venv/install.log 2>&1; then
+    cat .venv/install.log >&2
+    log "pip install into $jail_site failed (log above, also in .venv/install.log)"
+    exit 1
+  fi
+  as_root rm -rf "$jail_site/bin" "$jail_site/share"
+  echo "$jail_pins" | as_root tee "$jail_site/.spade-pins" >/dev/null
+fi
+
 # DeepSpeed JIT-compiles its CPU communication op (deepspeed_shm_comm) at every process-group
 # start on CPU (~1 min on 2 cores); build it once into the cache the trainer uses
 # (spade.training.engines.ensure_extensions_dir), so tests never compile and a CI cache of

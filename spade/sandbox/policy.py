@@ -37,9 +37,10 @@ DEFAULT_ALLOWED_MODULES = [
     "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib", "heapq",
     "itertools", "json", "math", "numbers", "operator", "random", "re", "statistics",
     "string", "textwrap", "time", "typing", "unicodedata", "spade.envs",
-    # the reference's environments: numpy (Debian's python3-numpy, found through
-    # SPADE_SEARCH_PATH) and the module name its loader gives its tool-use base
-    "numpy", "tool_use_base_env",
+    # the reference's environments: numpy (Debian's python3-numpy), math_verify (the jail's
+    # own site folder; both found through SPADE_SEARCH_PATH) and the module name its loader
+    # gives its tool-use base
+    "numpy", "math_verify", "tool_use_base_env",
     # datetime.strptime imports it from C code, which the guard sees as the design's import
     "_strptime",
 ]  # fmt: skip
@@ -49,6 +50,8 @@ IMPORT_ANYTHING = frozenset({"importlib", "builtins"})
 
 # The jail's environment variable naming directories the in-jail server appends to sys.path.
 SEARCH_PATH_VAR = "SPADE_SEARCH_PATH"
+# Where scripts/bootstrap.sh installs the jail's own pure-Python packages (math_verify, sympy).
+JAIL_SITE = "/usr/local/lib/spade-jail-site"
 
 SyscallName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9_]+$")]
 DEFAULT_SECCOMP_DENY = [
@@ -250,11 +253,14 @@ class SandboxPolicy(BaseModel):
             Path("/lib64"),
             Path("/usr/lib"),
             Path("/etc/alternatives"),
+            Path(JAIL_SITE),
         ],
         description=(
             "Host paths bound read-only at the same place (besides the interpreter, the runtime"
-            " and the code). Debian's /etc/alternatives holds only links: the BLAS numpy loads"
-            " is reached through one."
+            " and the code); one that does not exist is skipped. Debian's /etc/alternatives"
+            " holds only links: the BLAS numpy loads is reached through one. "
+            f"{JAIL_SITE} holds the pure-Python packages scripts/bootstrap.sh installs for the"
+            " jail (math_verify and sympy)."
         ),
     )
     devices: list[Path] = Field(
@@ -267,7 +273,7 @@ class SandboxPolicy(BaseModel):
             "PYTHONDONTWRITEBYTECODE": "1",
             "LANG": "C.UTF-8",
             "PATH": "/usr/bin",
-            SEARCH_PATH_VAR: "/usr/lib/python3/dist-packages",
+            SEARCH_PATH_VAR: f"/usr/lib/python3/dist-packages{os.pathsep}{JAIL_SITE}",
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
         },

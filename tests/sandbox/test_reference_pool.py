@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import uuid
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ EXPECTED: dict[str, tuple[str, FailureKind, str] | None] = {
     "game_inventory_audit.py": None,
     "game_modular_chain.py": None,
     "game_matrix_walks.py": None,
+    "game_fraction_sum.py": None,
     "game_fixed_lighthouses.py": (
         "seed_dependence",
         FailureKind.SEED_INDEPENDENT,
@@ -123,6 +125,25 @@ def test_numpy_runs_in_the_jail_and_its_scalars_reach_the_host_as_numbers(policy
     assert first.startswith("A directed graph on nodes 0..") and "->" in first
     assert answer.startswith("\\boxed{") and int(answer[7:-1]) > 150  # np.int64 became an int
     assert steps == [("Correct!", 1.0, True, False, {})]
+
+
+def test_math_verify_judges_equivalent_answers_in_the_jail(policy):
+    code = (GAMES / "game_fraction_sum.py").read_text()
+    with JailedSession(code, policy=policy) as s:
+        s.reset(4)
+        (unreduced,) = s.solution()
+        num, den = (int(x) for x in unreduced.removeprefix("\\boxed{").removesuffix("}").split("/"))
+        lowest = Fraction(num, den)
+        assert lowest.denominator != den  # the fixture's answer is not in lowest terms
+        replies = []
+        for answer in (
+            f"{lowest.numerator}/{lowest.denominator}",
+            f"\\frac{{{lowest.numerator}}}{{{lowest.denominator}}}",
+            f"{lowest.numerator + 1}/{lowest.denominator}",
+        ):
+            s.reset(4)
+            replies.append(s.step("\\boxed{" + answer + "}")[:3])
+    assert replies == [("Correct!", 1.0, True), ("Correct!", 1.0, True), ("Wrong.", 0.0, False)]
 
 
 def test_numpy_outside_the_allow_list_is_an_import_denial(policy):
