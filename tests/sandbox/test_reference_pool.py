@@ -3,6 +3,7 @@ without importing their base, numpy runs, and numpy does not widen the jail."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import socket
@@ -13,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from spade.agent import EpisodeJob, RolloutSettings, run_episodes
+from spade.config import InferenceConfig
+from spade.inference.openai import OpenAIBackend
 from spade.pysource import parse_module
 from spade.records import FailureKind
 from spade.sandbox import EnvFailure, JailedSession
+from spade.testing.openai_server import FakeOpenAIServer
 from spade.verify import verify_file
 from spade.verify.static import import_violations, module_table
 from tests.sandbox.attack_kit import REPO, with_changes
@@ -258,3 +263,33 @@ def test_numpy_holds_ctypes_and_both_layers_deny_it(policy):
             s.step("ctypes")
     assert exc.value.failure.kind is FailureKind.IMPORT_DENIED
     assert exc.value.failure.reason == "imports outside the allow-list: numpy.ctypeslib.ctypes"
+
+
+def test_rollouts_play_a_reference_env_through_our_contract(policy):
+    code = (GAMES / "game_file_organiser.py").read_text()
+    with JailedSession(code, policy=policy) as s:
+        s.reset(9)
+        actions = s.solution()
+
+    def reply(body: dict) -> str:  # the reference play, one action per assistant turn
+        done = sum(m["role"] == "assistant" for m in body["messages"])
+        return actions[done]
+
+    async def go(server: FakeOpenAIServer) -> list:
+        cfg = InferenceConfig(backend="openai", base_url=server.url, max_retries=0)
+        backend = OpenAIBackend(cfg, server.model)
+        try:
+            job = EpisodeJob("organiser", code, 9, hint="cd first", tool_use=True)
+            return await run_episodes(backend, [job], RolloutSettings(), policy=policy)
+        finally:
+            await backend.aclose()
+
+    with FakeOpenAIServer(script=reply) as server:
+        (t,) = asyncio.run(go(server))
+        first = next(r.body for r in server.requests if r.path.endswith("/chat/completions"))
+    assert {tool["function"]["name"] for tool in first["tools"]} == {
+        "pwd", "ls", "cd", "mkdir", "mv", "rm"
+    }  # fmt: skip
+    assert first["messages"][1]["content"].endswith("\n\nHINT: cd first")
+    assert t.status == "terminated" and len(t.turns) == len(actions)
+    assert t.episode_return() == 1.0
