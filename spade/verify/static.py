@@ -17,7 +17,8 @@ attributes of each allowed module are modules (they differ between Python versio
 attribute chain rooted at an imported name that yields a module outside the allow-list.
 Modules of the prelude (:mod:`spade.envs.prelude`) count as imported under their own names, and
 so do the reference's injected modules (``np``) where the source names them. The probe sees the
-directories the policy's ``SPADE_SEARCH_PATH`` appends in the jail (Debian's numpy).
+directories the policy's ``SPADE_SEARCH_PATH`` appends in the jail (Debian's numpy, the jail's
+site folder with math_verify).
 Aliasing through assignments (``t = typing; t.sys``) is not followed here; the runtime guard
 hands the design views of modules that refuse those attributes too.
 """
@@ -100,8 +101,8 @@ def _probe(interpreter: Path, allow: tuple[str, ...], search: tuple[str, ...]) -
 
 def module_table(policy: SandboxPolicy) -> ModuleTable:
     """Module-valued attributes of every allowed module (and of the allowed modules reachable
-    from them), from the policy's interpreter: computed once per interpreter and allow-list,
-    so the table always matches the Python that runs designs."""
+    from them), from the policy's interpreter: computed once per interpreter, allow-list and
+    search path, so the table always matches the Python that runs designs."""
     allow = tuple(sorted(a for a in policy.imports.allow if a != "*"))
     search = tuple(p for p in policy.env.get(SEARCH_PATH_VAR, "").split(os.pathsep) if p)
     return _probe(policy.interpreter, allow, search)
