@@ -1,0 +1,107 @@
+"""``spade pool import``: every environment verified in the jail, the accepted ones stored
+content-addressed with their verdicts, a report of why the others failed; waivers reported."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from spade.cli import app
+from spade.config import VerifyConfig
+from spade.curriculum.stored import read_index, read_pool
+from spade.errors import ConfigError
+from spade.pools import import_pool
+from spade.storage import ObjectStore
+from tests.pools.builders import games_pool, sha256, sources
+
+pytestmark = pytest.mark.sandbox
+
+
+def test_an_import_stores_the_accepted_and_reports_the_rest(tmp_path, policy):
+    envs = sources() | {"game_zcopy": sources()["game_number_hunt"]}
+    root = games_pool(tmp_path / "pool", envs, tamper="game_switchboard")
+    store = ObjectStore(str(tmp_path / "store"))
+    seen: list[tuple[int, int]] = []
+    report = import_pool(
+        str(root), store, "ref", policy=policy, workers=2, progress=lambda *a: seen.append(a)
+    )
+    # every environment is accounted for: accepted, or rejected with a kind and a reason
+    assert (report.total, report.accepted, report.rejected) == (6, 2, 4)
+    assert report.by_kind == {
+        "checksum": 1,
+        "duplicate_source": 1,
+        "syntax": 1,
+        "seed_independent": 1,
+    }
+    why = {r.name: (r.kind, r.check) for r in report.rejections}
+    assert why == {
+        "game_switchboard": ("checksum", None),
+        "game_zcopy": ("duplicate_source", None),
+        "game_broken": ("syntax", "parse"),
+        "game_fixed": ("seed_independent", "seed_dependence"),
+    }
+    assert seen[0] == (0, 4) and sorted(seen)[-1] == (4, 4)  # the progress of 4 verifications
+    # the accepted ones, content-addressed by the sha256 of their source, with their verdicts
+    stored = read_pool(store, "ref")
+    assert [(e.name, code) for e, code in stored] == [  # in file order
+        ("game_code_breaker", envs["game_code_breaker"]),
+        ("game_number_hunt", envs["game_number_hunt"]),
+    ]
+    for env, code in stored:
+        assert env.sha256 == sha256(code) and store.get_blob(env.sha256) == code.encode()
+        assert env.skill != "unknown" and env.meta["win_rate"] == 0.5 and env.waived == []
+    verdicts = store.list("pools/ref/verdicts")
+    assert len(verdicts) == 4  # every verified environment, rejected ones too
+    fixed = store.read_json(f"pools/ref/verdicts/{sha256(envs['game_fixed'])}.json")
+    assert fixed["failed_check"] == "seed_dependence" and not fixed["accepted"]
+    saved = store.read_json("pools/ref/report.json")
+    assert saved["by_kind"] == report.by_kind and len(saved["rejections"]) == 4
+
+
+def test_a_waiver_accepts_a_fixed_instance_and_marks_it(tmp_path, policy):
+    root = games_pool(tmp_path / "pool", sources(good=("number_hunt",)))
+    store = ObjectStore(str(tmp_path / "store"))
+    config = VerifyConfig(waive=["seed_dependence", "novelty"])
+    report = import_pool(str(root), store, "lenient", policy=policy, config=config)
+    assert (report.accepted, report.by_kind, report.waive) == (2, {"syntax": 1}, config.waive)
+    assert report.waived == {"seed_dependence": 1}
+    by_name = {e.name: e for e in read_index(store, "lenient")}
+    assert by_name["game_fixed"].waived == ["seed_dependence"]
+    assert by_name["game_number_hunt"].waived == []
+    verdict = store.read_json(f"pools/lenient/verdicts/{by_name['game_fixed'].sha256}.json")
+    assert (
+        verdict["accepted"]
+        and {"name": "seed_dependence"}.items()
+        <= next(c for c in verdict["checks"] if c.get("waived")).items()
+    )
+    # importing under the name again replaces the pool
+    again = import_pool(str(root), store, "lenient", policy=policy)
+    assert again.accepted == 1 and [e.name for e in read_index(store, "lenient")] == [
+        "game_number_hunt"
+    ]
+    with pytest.raises(ConfigError, match="no environment pool 'other'"):
+        read_index(store, "other")
+
+
+def test_the_command_prints_the_report_and_stores_the_pool(tmp_path):
+    root = games_pool(tmp_path / "pool", sources(good=("code_breaker",)))
+    store = str(tmp_path / "store")
+    runner = CliRunner()
+    args = ["pool", "import", str(root), "--store", store, "--name", "ref", "--workers", "2"]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert "pool ref (games folder with checksums.sha256, manifest.jsonl): 1 of 3 accepted" in (
+        done.output
+    )
+    assert "game_fixed: seed_independent [seed_dependence]: seeds 1234, 1235, 1236" in done.output
+    assert "game_broken: syntax [parse]" in done.output and "pools/ref/report.json" in done.output
+    waived = runner.invoke(app, [*args, "--waive", "seed_dependence", "--json"])
+    assert waived.exit_code == 0, waived.output
+    report = json.loads(waived.output)
+    assert (report["accepted"], report["waived"]) == (2, {"seed_dependence": 1})
+    bad = runner.invoke(app, [*args, "--waive", "feasibility"])
+    assert bad.exit_code == 2 and "waive" in bad.output
+    nothing = runner.invoke(app, ["pool", "import", str(tmp_path / "nowhere"), "--store", store])
+    assert nothing.exit_code == 2 and "no environment pool at" in nothing.output
