@@ -15,13 +15,15 @@ import json
 import subprocess
 
 import pytest
+from typer.testing import CliRunner
 
+from spade.cli import app
 from spade.config import VerifyConfig
 from spade.curriculum.pool import seed_records
 from spade.curriculum.stored import read_pool
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.summary import summarize_round
-from spade.pools import export_pool, import_pool
+from spade.pools import import_pool
 from spade.storage import ObjectStore
 from tests.flows.test_closed_loop import HALF_HINT, LOCKER, NothingPasses, _config, _run
 from tests.pools.builders import BROKEN, games_pool
@@ -103,8 +105,12 @@ def test_an_imported_pool_trains_in_fixed_pool_mode_and_exports_back(
 
     # export: the reference's layout, checksums that `sha256sum -c` accepts, a dataset
     out = tmp_path / "exported"
-    summary = export_pool(cs, out)
-    assert (summary.environments, summary.rounds) == (2, [0])
+    where = ["--store", cfg.storage.root, "--out", str(out)]
+    done = CliRunner().invoke(app, ["pool", "export", "imp", *where])
+    assert done.exit_code == 0, done.output
+    assert "2 environments of campaign imp (rounds 0) written to" in done.output
+    again = CliRunner().invoke(app, ["pool", "export", "imp", *where])
+    assert again.exit_code == 2 and "is not empty" in again.output
     check = subprocess.run(["sha256sum", "-c", "checksums.sha256"], cwd=out, capture_output=True)
     assert check.returncode == 0 and check.stdout.decode().count(": OK") == 2
     manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]

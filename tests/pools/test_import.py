@@ -105,3 +105,26 @@ def test_the_command_prints_the_report_and_stores_the_pool(tmp_path):
     assert bad.exit_code == 2 and "waive" in bad.output
     nothing = runner.invoke(app, ["pool", "import", str(tmp_path / "nowhere"), "--store", store])
     assert nothing.exit_code == 2 and "no environment pool at" in nothing.output
+
+
+def test_a_pool_on_s3_is_imported_into_a_store_on_s3(tmp_path, s3_bucket):
+    root = games_pool(tmp_path / "pool", sources(good=("number_hunt",)))
+    for path in root.rglob("*"):
+        if path.is_file():
+            key = f"published/{path.relative_to(root)}"
+            s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=key, Body=path.read_bytes())
+    options = json.dumps(s3_bucket.storage_options)
+    store = f"s3://{s3_bucket.name}/runs"
+    args = ["pool", "import", f"s3://{s3_bucket.name}/published", "--name", "far"]
+    done = CliRunner().invoke(
+        app, [*args, "--store", store, "--storage-options", options, "--source-options", options]
+    )
+    assert done.exit_code == 0, done.output
+    assert "1 of 3 accepted" in done.output
+    objects = ObjectStore(store, s3_bucket.storage_options)
+    (env,) = read_index(objects, "far")
+    assert env.name == "game_number_hunt" and objects.has_blob(env.sha256)
+    none = CliRunner().invoke(
+        app, ["pool", "export", "nobody", "--store", str(tmp_path), "-o", str(tmp_path / "out")]
+    )
+    assert none.exit_code == 2 and "has no accepted environment" in none.output
