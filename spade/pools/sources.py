@@ -110,18 +110,33 @@ def _games(fs: Any, root: str, folder: str) -> PoolSource:
     envs = []
     for path in files:
         rel = path[len(root) + 1 :]
-        meta = manifest.get(rel) or manifest.get(posixpath.basename(rel)) or {}
-        want = declared.pop(rel, None)
+        base = posixpath.basename(rel)
+        meta = manifest.get(rel) or manifest.get(base) or {}
+        want = declared.pop(rel, None) or declared.pop(base, None)
         sha = meta.get("sha256") if isinstance(meta.get("sha256"), str) else None
-        env = _decoded(posixpath.splitext(posixpath.basename(rel))[0], fs.cat_file(path))
+        env = _decoded(posixpath.splitext(base)[0], fs.cat_file(path))
         env.meta = {k: v for k, v in meta.items() if k not in (*CODE_FIELDS, *SHA_FIELDS)}
         _check(env, [(want, CHECKSUMS), (sha, MANIFEST)])
         envs.append(env)
-    for rel in sorted(declared):  # listed, but not there: a broken download, said so
-        stem = posixpath.splitext(posixpath.basename(rel))[0]
-        why = f"{rel} is listed in {CHECKSUMS} but absent"
-        envs.append(SourceEnv(stem, None, declared[rel], problem="missing", reason=why))
+    for rel, digest in sorted(declared.items()):
+        if fs.exists(f"{root}/{rel}"):  # another file of the pool (its manifest, a README)
+            _check_file(fs, root, rel, digest)
+        elif rel.endswith(".py"):  # a listed game that is not there: a broken download
+            stem = posixpath.splitext(posixpath.basename(rel))[0]
+            why = f"{rel} is listed in {CHECKSUMS} but absent"
+            envs.append(SourceEnv(stem, None, digest, problem="missing", reason=why))
     return PoolSource("games folder" + (f" with {', '.join(found)}" if found else ""), envs)
+
+
+def _check_file(fs: Any, root: str, rel: str, digest: str) -> None:
+    """A file of the pool besides its games must match its checksum too: a corrupt manifest
+    (whose checksums and metadata the import would trust) refuses the whole pool."""
+    actual = hashlib.sha256(fs.cat_file(f"{root}/{rel}")).hexdigest()
+    if actual != digest:
+        raise ConfigError(
+            f"{rel}: sha256 {actual} differs from the {digest} declared in {CHECKSUMS}: the"
+            " pool's own files are corrupt"
+        )
 
 
 def _declarations(fs: Any, root: str) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:

@@ -3,6 +3,7 @@ declared checksum checked (a mismatch or a missing file is a rejection, never si
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pyarrow as pa
@@ -39,6 +40,23 @@ def test_a_checksum_mismatch_and_a_missing_file_are_rejections(tmp_path):
     assert missing.problem == "missing" and missing.code is None
     assert missing.reason == "games/game_code_breaker.py is listed in checksums.sha256 but absent"
     assert sum(e.problem is None for e in by_name.values()) == len(envs) - 2
+
+
+def test_checksums_of_the_pools_other_files_are_checked_and_bare_names_match(tmp_path):
+    """As `sha256sum` over the whole download writes it: the manifest listed too, a game by
+    its bare name; a corrupt manifest refuses the pool (its metadata would be trusted)."""
+    envs = sources()
+    root = games_pool(tmp_path / "pool", envs)
+    manifest = (root / "manifest.jsonl").read_bytes()
+    lines = [f"{sha256(c)}  {n}.py\n" for n, c in envs.items()]
+    lines.append(f"{hashlib.sha256(manifest).hexdigest()}  manifest.jsonl\n")
+    (root / "checksums.sha256").write_text("".join(lines))
+    found = read_source(str(root))
+    assert all(e.problem is None and e.declared_sha256 == e.sha256 for e in found.envs)
+    assert _codes(found) == envs
+    (root / "manifest.jsonl").write_bytes(manifest + b"\n")
+    with pytest.raises(ConfigError, match=r"manifest\.jsonl: sha256 .* the pool's own files"):
+        read_source(str(root))
 
 
 def test_a_manifest_sha256_alone_is_checked_too(tmp_path):
