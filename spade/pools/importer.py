@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import tokenize
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,10 +31,12 @@ from spade.curriculum.memory import read_declarations
 from spade.curriculum.stored import INDEX, POOLS, REPORT, StoredEnv, index_bytes, pool_key
 from spade.designer.designer import env_id_for
 from spade.pools.sources import SourceEnv, read_source
+from spade.pysource import PARSE_ERRORS
 from spade.records import Verdict
 from spade.sandbox.policy import SandboxPolicy
 from spade.storage import ObjectStore
 from spade.verify import Reference, verify
+from spade.verify.novelty import source_tokens
 
 DUPLICATE_SOURCE = "duplicate_source"
 """Rejection kind of a source identical to an earlier one of the pool (content-addressed, it is
@@ -92,7 +95,8 @@ def import_pool(
         config: the verifier's settings, ``waive`` included (default :class:`VerifyConfig`).
         workers: environments verified at once (each in its own jails).
         source_options: fsspec options for ``source`` (an S3 endpoint, credentials).
-        references: environments the novelty check compares each one with.
+        references: environments the novelty check compares each one with (besides an
+            earlier environment of the pool with the same normalised source, if any).
         progress: called with ``(verified, to verify)`` before the first verification and
             after each (from the worker threads).
 
@@ -108,9 +112,12 @@ def import_pool(
     if progress is not None:
         progress(0, len(todo))
 
+    copies = _lookalikes(todo, cfg.similarity_max_tokens)
+
     def one(env: SourceEnv) -> Verdict:
         assert env.code is not None
-        verdict = verify(env.code, config=cfg, policy=policy, references=references)
+        refs = [*references, *copies.get(env.name, [])]
+        verdict = verify(env.code, config=cfg, policy=policy, references=refs)
         with lock:
             done[0] += 1
             if progress is not None:
@@ -168,6 +175,26 @@ def _screen(envs: list[SourceEnv]) -> tuple[list[Rejection], list[SourceEnv]]:
             first[sha] = env.name
             todo.append(env)
     return rejections, todo
+
+
+def _lookalikes(todo: list[SourceEnv], max_tokens: int) -> dict[str, list[Reference]]:
+    """Per environment name, the earlier environment of the pool whose normalised source
+    (:func:`spade.verify.novelty.source_tokens`: no comments, docstrings or layout, its own
+    names one placeholder) is the same: a renamed or re-commented copy. It becomes a novelty
+    reference, so the copy fails ``novelty`` as a duplicate (waivable, reported) while the first
+    stays. Linear in the pool's size; copies that differ in a few tokens need ``--reference``."""
+    first: dict[tuple[str, ...], SourceEnv] = {}
+    out: dict[str, list[Reference]] = {}
+    for env in todo:
+        assert env.code is not None
+        try:  # code that does not parse fails the parse check; nothing to compare here
+            key = tuple(source_tokens(env.code, max_tokens))
+        except (*PARSE_ERRORS, tokenize.TokenError):
+            continue
+        if (earlier := first.setdefault(key, env)) is not env:
+            assert earlier.code is not None
+            out[env.name] = [Reference(earlier.name, earlier.code)]
+    return out
 
 
 def _stored(env: SourceEnv, verdict: Verdict) -> StoredEnv:

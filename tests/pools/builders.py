@@ -16,6 +16,15 @@ BROKEN = "class BrokenEnv(\n"  # does not parse
 FIXED = "from spade.envs import TextEnv\n" + QUIZ  # one fixed instance: seed-independent
 
 
+def renamed(stem: str) -> str:
+    """A bundled example with its class renamed and a comment added: a copy."""
+    code = EXAMPLES[stem].read_text()
+    cls = next(
+        line.split()[1].split("(")[0] for line in code.splitlines() if line.startswith("class ")
+    )
+    return "# my own game\n" + code.replace(cls, "MyOwn" + cls)
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -14,13 +14,16 @@ from spade.curriculum.stored import read_index, read_pool
 from spade.errors import ConfigError
 from spade.pools import import_pool
 from spade.storage import ObjectStore
-from tests.pools.builders import games_pool, sha256, sources
+from tests.pools.builders import games_pool, renamed, sha256, sources
 
 pytestmark = pytest.mark.sandbox
 
 
 def test_an_import_stores_the_accepted_and_reports_the_rest(tmp_path, policy):
-    envs = sources() | {"game_zcopy": sources()["game_number_hunt"]}
+    envs = sources() | {
+        "game_zcopy": sources()["game_number_hunt"],  # the same source
+        "game_zrenamed": renamed("code_breaker"),  # the same normalised source
+    }
     root = games_pool(tmp_path / "pool", envs, tamper="game_switchboard")
     store = ObjectStore(str(tmp_path / "store"))
     seen: list[tuple[int, int]] = []
@@ -28,12 +31,13 @@ def test_an_import_stores_the_accepted_and_reports_the_rest(tmp_path, policy):
         str(root), store, "ref", policy=policy, workers=2, progress=lambda *a: seen.append(a)
     )
     # every environment is accounted for: accepted, or rejected with a kind and a reason
-    assert (report.total, report.accepted, report.rejected) == (6, 2, 4)
+    assert (report.total, report.accepted, report.rejected) == (7, 2, 5)
     assert report.by_kind == {
         "checksum": 1,
         "duplicate_source": 1,
         "syntax": 1,
         "seed_independent": 1,
+        "duplicate": 1,
     }
     why = {r.name: (r.kind, r.check) for r in report.rejections}
     assert why == {
@@ -41,8 +45,11 @@ def test_an_import_stores_the_accepted_and_reports_the_rest(tmp_path, policy):
         "game_zcopy": ("duplicate_source", None),
         "game_broken": ("syntax", "parse"),
         "game_fixed": ("seed_independent", "seed_dependence"),
+        "game_zrenamed": ("duplicate", "novelty"),
     }
-    assert seen[0] == (0, 4) and sorted(seen)[-1] == (4, 4)  # the progress of 4 verifications
+    copy = next(r for r in report.rejections if r.name == "game_zrenamed")
+    assert copy.reason.startswith("a near-verbatim copy of 'game_code_breaker'")
+    assert seen[0] == (0, 5) and sorted(seen)[-1] == (5, 5)  # the progress of 5 verifications
     # the accepted ones, content-addressed by the sha256 of their source, with their verdicts
     stored = read_pool(store, "ref")
     assert [(e.name, code) for e, code in stored] == [  # in file order
@@ -53,23 +60,25 @@ def test_an_import_stores_the_accepted_and_reports_the_rest(tmp_path, policy):
         assert env.sha256 == sha256(code) and store.get_blob(env.sha256) == code.encode()
         assert env.skill != "unknown" and env.meta["win_rate"] == 0.5 and env.waived == []
     verdicts = store.list("pools/ref/verdicts")
-    assert len(verdicts) == 4  # every verified environment, rejected ones too
+    assert len(verdicts) == 5  # every verified environment, rejected ones too
     fixed = store.read_json(f"pools/ref/verdicts/{sha256(envs['game_fixed'])}.json")
     assert fixed["failed_check"] == "seed_dependence" and not fixed["accepted"]
     saved = store.read_json("pools/ref/report.json")
-    assert saved["by_kind"] == report.by_kind and len(saved["rejections"]) == 4
+    assert saved["by_kind"] == report.by_kind and len(saved["rejections"]) == 5
 
 
 def test_a_waiver_accepts_a_fixed_instance_and_marks_it(tmp_path, policy):
-    root = games_pool(tmp_path / "pool", sources(good=("number_hunt",)))
+    envs = sources(good=("number_hunt",)) | {"game_zrenamed": renamed("number_hunt")}
+    root = games_pool(tmp_path / "pool", envs)
     store = ObjectStore(str(tmp_path / "store"))
     config = VerifyConfig(waive=["seed_dependence", "novelty"])
     report = import_pool(str(root), store, "lenient", policy=policy, config=config)
-    assert (report.accepted, report.by_kind, report.waive) == (2, {"syntax": 1}, config.waive)
-    assert report.waived == {"seed_dependence": 1}
+    assert (report.accepted, report.by_kind, report.waive) == (3, {"syntax": 1}, config.waive)
+    assert report.waived == {"seed_dependence": 1, "novelty": 1}
     by_name = {e.name: e for e in read_index(store, "lenient")}
     assert by_name["game_fixed"].waived == ["seed_dependence"]
     assert by_name["game_number_hunt"].waived == []
+    assert by_name["game_zrenamed"].waived == ["novelty"]
     verdict = store.read_json(f"pools/lenient/verdicts/{by_name['game_fixed'].sha256}.json")
     assert (
         verdict["accepted"]
@@ -81,6 +90,7 @@ def test_a_waiver_accepts_a_fixed_instance_and_marks_it(tmp_path, policy):
     assert again.accepted == 1 and [e.name for e in read_index(store, "lenient")] == [
         "game_number_hunt"
     ]
+    assert again.by_kind == {"syntax": 1, "seed_independent": 1, "duplicate": 1}
     with pytest.raises(ConfigError, match="no environment pool 'other'"):
         read_index(store, "other")
 
