@@ -18,7 +18,10 @@ EXAMPLES = {p.stem: p for p in example_paths()}
 
 def test_the_waivable_checks_are_named_checks_and_nothing_else_is_waivable():
     assert set(get_args(WaivableCheck)) == set(WAIVABLE) <= {name for name, _ in CHECKS}
-    assert VerifyConfig(waive=["seed_dependence", "novelty"]).waive == ["seed_dependence", "novelty"]
+    assert VerifyConfig(waive=["seed_dependence", "novelty"]).waive == [
+        "seed_dependence",
+        "novelty",
+    ]
     for bad in (["feasibility"], ["parse"], ["seed-dependence"]):
         with pytest.raises(ValidationError, match="waive"):
             VerifyConfig(waive=bad)
@@ -46,8 +49,9 @@ def test_a_fixed_instance_is_accepted_with_seed_dependence_waived_and_reported(p
 def test_a_copy_is_accepted_with_novelty_waived_but_not_with_the_other_waiver(policy):
     code = EXAMPLES["number_hunt"].read_text()
     refs = [Reference("number_hunt", code)]
-    other = verify(code, config=VerifyConfig(waive=["seed_dependence"]), policy=policy,
-                   references=refs)
+    other = verify(
+        code, config=VerifyConfig(waive=["seed_dependence"]), policy=policy, references=refs
+    )
     assert not other.accepted and other.failure and other.failure.kind == "duplicate"
     verdict = verify(code, config=VerifyConfig(waive=["novelty"]), policy=policy, references=refs)
     assert verdict.accepted and verdict.waived == ["novelty"]
