@@ -101,31 +101,16 @@ def import_pool(
             after each (from the worker threads).
 
     Raises:
-        ConfigError: ``name`` is malformed, or nothing at ``source`` is a pool.
+        ValueError: ``name`` is malformed (see :func:`spade.config.pools.pool_ref`).
+        ConfigError: nothing at ``source`` is a pool, or its own files are corrupt.
+        SandboxError: the jail cannot run at all.
     """
     pool_ref(f"pool:{name}")  # ValueError for a malformed name, before any work
     t0 = time.perf_counter()
     cfg = config or VerifyConfig()
     found = read_source(source, source_options)
     rejections, todo = _screen(found.envs)
-    done, lock = [0], threading.Lock()
-    if progress is not None:
-        progress(0, len(todo))
-
-    copies = _lookalikes(todo, cfg.similarity_max_tokens)
-
-    def one(env: SourceEnv) -> Verdict:
-        assert env.code is not None
-        refs = [*references, *copies.get(env.name, [])]
-        verdict = verify(env.code, config=cfg, policy=policy, references=refs)
-        with lock:
-            done[0] += 1
-            if progress is not None:
-                progress(done[0], len(todo))
-        return verdict
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        verdicts = list(pool.map(one, todo))
+    verdicts = _verify_all(todo, cfg, policy, references, workers, progress)
     if store.list(f"{POOLS}/{name}"):  # importing again replaces the pool
         store.delete(f"{POOLS}/{name}")
     accepted = []
@@ -158,6 +143,35 @@ def import_pool(
     return report
 
 
+def _verify_all(
+    todo: list[SourceEnv],
+    cfg: VerifyConfig,
+    policy: SandboxPolicy,
+    references: Sequence[Reference],
+    workers: int,
+    progress: Callable[[int, int], None] | None,
+) -> list[Verdict]:
+    """The verdicts of ``todo``, in order, ``workers`` at a time (each verification runs its
+    own jails; the threads only wait on them)."""
+    copies = _lookalikes(todo, cfg.similarity_max_tokens)
+    done, lock = [0], threading.Lock()
+    if progress is not None:
+        progress(0, len(todo))
+
+    def one(env: SourceEnv) -> Verdict:
+        assert env.code is not None
+        refs = [*references, *copies.get(str(env.sha256), [])]
+        verdict = verify(env.code, config=cfg, policy=policy, references=refs)
+        with lock:
+            done[0] += 1
+            if progress is not None:
+                progress(done[0], len(todo))
+        return verdict
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(one, todo))
+
+
 def _screen(envs: list[SourceEnv]) -> tuple[list[Rejection], list[SourceEnv]]:
     """Rejections found before verification (source problems, repeated sources), and the
     environments left to verify, in order."""
@@ -178,11 +192,12 @@ def _screen(envs: list[SourceEnv]) -> tuple[list[Rejection], list[SourceEnv]]:
 
 
 def _lookalikes(todo: list[SourceEnv], max_tokens: int) -> dict[str, list[Reference]]:
-    """Per environment name, the earlier environment of the pool whose normalised source
-    (:func:`spade.verify.novelty.source_tokens`: no comments, docstrings or layout, its own
-    names one placeholder) is the same: a renamed or re-commented copy. It becomes a novelty
-    reference, so the copy fails ``novelty`` as a duplicate (waivable, reported) while the first
-    stays. Linear in the pool's size; copies that differ in a few tokens need ``--reference``."""
+    """Per environment (by sha256: names may repeat), the earlier environment of the pool whose
+    normalised source (:func:`spade.verify.novelty.source_tokens`: no comments, docstrings or
+    layout, its own names one placeholder) is the same: a renamed or re-commented copy. It
+    becomes a novelty reference, so the copy fails ``novelty`` as a duplicate (waivable,
+    reported) while the first stays. Linear in the pool's size; copies that differ in a few
+    tokens are not found this way (only against ``references``)."""
     first: dict[tuple[str, ...], SourceEnv] = {}
     out: dict[str, list[Reference]] = {}
     for env in todo:
@@ -193,7 +208,7 @@ def _lookalikes(todo: list[SourceEnv], max_tokens: int) -> dict[str, list[Refere
             continue
         if (earlier := first.setdefault(key, env)) is not env:
             assert earlier.code is not None
-            out[env.name] = [Reference(earlier.name, earlier.code)]
+            out[str(env.sha256)] = [Reference(earlier.name, earlier.code)]
     return out
 
 
