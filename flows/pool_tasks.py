@@ -35,11 +35,11 @@ from spade.records import EnvSpec, Verdict
     cache_policy=cached("verify", per_round=False),
     **PERSIST,
 )
-async def verify_pool(ctx: RoundContext, code: str) -> Verdict:
-    """The verifier's checks on one pool environment, in nsjail; cached by code (and the
-    sandbox config and verifier source, not the round), so a pool file is verified once, not
-    every round."""
-    return await asyncio.to_thread(pool_stage.verify_pool_env, ctx, code)
+async def verify_pool(ctx: RoundContext, code: str, waive: tuple[str, ...] = ()) -> Verdict:
+    """The verifier's checks on one pool environment, in nsjail (``waive``: the checks its
+    import waived); cached by code and waivers (and the sandbox config and verifier source, not
+    the round), so a pool file is verified once, not every round."""
+    return await asyncio.to_thread(pool_stage.verify_pool_env, ctx, code, waive)
 
 
 @task(
@@ -106,7 +106,8 @@ async def pool_phase(
     rejected: list[tuple[PoolEnv, Verdict]] = []
     while candidates and len(chosen) < need:
         batch, candidates = candidates[: need - len(chosen)], candidates[need - len(chosen) :]
-        verdicts = results(t.verify_pool.map(unmapped(ctx), [e.code for e in batch]))
+        waivers = [e.waive for e in batch]
+        verdicts = results(t.verify_pool.map(unmapped(ctx), [e.code for e in batch], waivers))
         ok, bad = pool_stage.take(need - len(chosen), batch, verdicts)
         chosen, rejected = chosen + ok, rejected + bad
     return list(await t.fill_pool(ctx, need, unwalked(chosen), unwalked(rejected)))

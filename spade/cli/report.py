@@ -34,6 +34,7 @@ def verdict_table(path: Path, verdict: Verdict) -> Group:
     table.add_column("reason", overflow="fold")
     for c in verdict.checks:
         mark = "[green]✓[/]" if c.passed else f"[red]✗ {c.kind}[/]"
+        mark = f"[yellow]waived {c.kind}[/]" if c.waived else mark
         table.add_row(c.name, mark, Text(c.reason))
     return Group(header, table)
 

@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from spade.config.base import Section
 from spade.config.model import InferenceConfig, ModelConfig
+from spade.config.pools import pool_ref
 from spade.config.roles import (
     CorpusConfig,
     DesignerConfig,
@@ -154,7 +155,8 @@ class RunConfig(Section):
     )
     env_pool: str | list[str] | None = Field(
         None,
-        description="Environment .py files, or folders of them (one path or a list), for"
+        description="Environment .py files, folders of them, or pool:<name> (a pool `spade"
+        " pool import` stored in storage.root; its accepted environments); one or a list, for"
         " env_source pool and min_envs (None: the bundled spade/envs/examples). Environments"
         " of heldout_envs"
         " (matched by path or by code) are always left out: they are never trained on.",
@@ -167,6 +169,13 @@ class RunConfig(Section):
         " drawn from env_pool (seeded per regeneration, none twice) up to this many, so every"
         " round plays and trains (0: only the designs, as the reference).",
     )
+
+    @field_validator("env_pool")
+    @classmethod
+    def _pool_names(cls, pool: str | list[str] | None) -> str | list[str] | None:
+        for entry in [pool] if isinstance(pool, str) else pool or []:
+            pool_ref(entry)  # a malformed pool:<name> fails here, not in the round
+        return pool
 
     @field_validator("heldout_suites")
     @classmethod

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from spade.config.base import Section
+from spade.config.pools import pool_ref
 
 COGNITIVE_SKILLS = (
     "mathematical_reasoning",
@@ -298,7 +299,15 @@ class MemoryConfig(Section):
     )
     seed_pool: str | None = Field(
         None,
-        description="A folder of .py files or a JSONL with a code field to seed the memory"
-        " (run.heldout_envs are left out). None: no pool, or with designer.strategy edit the"
-        " bundled examples (spade/envs/examples).",
+        description="A folder of .py files, a JSONL with a code field, or pool:<name> (a pool"
+        " `spade pool import` stored in storage.root) to seed the memory (run.heldout_envs are"
+        " left out). None: no pool, or with designer.strategy edit the bundled examples"
+        " (spade/envs/examples).",
     )
+
+    @field_validator("seed_pool")
+    @classmethod
+    def _pool_name(cls, pool: str | None) -> str | None:
+        if pool is not None:
+            pool_ref(pool)  # a malformed pool:<name> fails here, not in the round
+        return pool

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -21,6 +21,11 @@ DEFAULT_GARBAGE_ACTIONS = [
     "-1e309 NaN null None",
     "x" * 20000,
 ]
+
+WaivableCheck = Literal["seed_dependence", "novelty"]
+"""The checks this project adds beyond the reference's acceptance gate (the reference accepts
+fixed-instance environments and does not look for duplicates): the only ones an import may
+waive (``spade.verify.checks.CHECKS`` names them; a test holds the two lists together)."""
 
 
 class VerifyConfig(BaseModel):
@@ -128,6 +133,15 @@ class VerifyConfig(BaseModel):
         ge=0,
         le=20,
         description="Episodes of random actions per seed in that side-by-side play.",
+    )
+    waive: list[WaivableCheck] = Field(
+        default_factory=list,
+        description=(
+            "Checks whose judgement does not reject an environment (for imported pools: the"
+            " reference accepts fixed-instance environments). The check still runs; a failure"
+            " it waives is kept in the verdict marked waived, and later checks run. A crash or"
+            " limit inside the check is never waived."
+        ),
     )
 
     @model_validator(mode="after")

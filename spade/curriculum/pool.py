@@ -1,6 +1,7 @@
 """Seeding the environment memory from an existing pool of environments.
 
-:func:`import_pool` reads a pool (a folder of ``.py`` files, one file, or JSONL) as text: its
+:func:`import_pool` reads a pool (a folder of ``.py`` files, one file, JSONL, or ``pool:<name>``:
+a pool ``spade pool import`` verified and stored, :mod:`spade.curriculum.stored`) as text: its
 code is untrusted and is never imported or executed here. :func:`seed_records` is what a
 campaign's memory starts from: the configured pool (or, for the edit strategy, the bundled
 examples), less the held-out environments.
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spade.curriculum.memory import SEED_ROUND, UNKNOWN_SKILL, MemoryRecord, read_declarations
+from spade.curriculum.stored import read_pool
 from spade.envs.examples import example_paths
 from spade.errors import ConfigError, ConfigValueError
+from spade.storage import ObjectStore
 
 if TYPE_CHECKING:  # only attributes are read; keeps this module free of pydantic at import
     from spade.config import CampaignConfig, MemoryConfig
@@ -89,15 +92,37 @@ def _read_jsonl(pool: Path, config: MemoryConfig) -> list[MemoryRecord]:
     return records
 
 
-def import_pool(path: str | Path, config: MemoryConfig) -> list[MemoryRecord]:
+def _stored_records(
+    store: ObjectStore | None, name: str, config: MemoryConfig
+) -> list[MemoryRecord]:
+    """Records of stored pool ``name``: its skill, hint and the source's own scores, if any
+    (an exported campaign's win rates and regrets)."""
+    if store is None:
+        raise ConfigValueError(f"pool:{name} names a stored pool: reading it needs the store")
+    records = []
+    for env, code in read_pool(store, name):
+        extra: dict[str, Any] = {"skill": env.skill, "hint": env.hint}
+        for key in ("win_rate", "regret"):
+            value = env.meta.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                extra[key] = value
+        records.append(_record_from_code(env.name, code, config, extra))
+    return records
+
+
+def import_pool(
+    path: str | Path, config: MemoryConfig, store: ObjectStore | None = None
+) -> list[MemoryRecord]:
     """Memory records seeded from an existing environment pool (code read as text, never run).
 
     Args:
         path: a folder of ``.py`` files (``__init__.py`` skipped; ``env_id`` is the file stem),
             a single ``.py`` file, or a JSONL file whose records hold the code in ``code``,
             ``env_code`` or ``source`` and optionally ``skill``, ``win_rate``, ``regret``,
-            ``hint``, ``round``, ``accepted`` and ``env_id`` / ``id`` (default ``file:line``).
+            ``hint``, ``round``, ``accepted`` and ``env_id`` / ``id`` (default ``file:line``);
+            or ``pool:<name>``, a stored pool's accepted environments (in ``store``).
         config: gives ``code_head_chars``.
+        store: the object store a ``pool:<name>`` is read from.
 
     Returns:
         Records in file order (folders: sorted by name) with ``round`` = :data:`SEED_ROUND`
@@ -111,6 +136,13 @@ def import_pool(path: str | Path, config: MemoryConfig) -> list[MemoryRecord]:
         ConfigValueError (a ValueError): the path is missing, holds no environments, or a
             record is malformed.
     """
+    from spade.config.pools import pool_ref  # lazy: importing spade.config loads pydantic
+
+    if (name := pool_ref(str(path))) is not None:
+        records = _stored_records(store, name, config)
+        if not records:
+            raise ConfigValueError(f"environment pool {path} holds no environments")
+        return records
     pool = Path(path)
     if not pool.exists():
         raise ConfigValueError(f"environment pool {pool} does not exist")
@@ -142,7 +174,10 @@ def seed_records(cfg: CampaignConfig) -> list[MemoryRecord]:
         path.read_text(encoding="utf-8")[: cfg.memory.code_head_chars].strip()
         for path in env_files(cfg.run.heldout_envs, "run.heldout_envs")
     }
-    return [r for r in import_pool(pool, cfg.memory) if r.code_head.strip() not in held_out]
+    stored = pool.startswith("pool:")  # validated by the config (spade.config.pools)
+    store = ObjectStore.from_config(cfg.storage) if stored else None
+    records = import_pool(pool, cfg.memory, store)
+    return [r for r in records if r.code_head.strip() not in held_out]
 
 
 def env_files(entries: Iterable[str | Path], setting: str) -> list[Path]:

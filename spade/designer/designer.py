@@ -192,7 +192,7 @@ def awaiting_verdict(batch: Sequence[DesignAttempt]) -> list[DesignAttempt]:
 def apply_verdict(att: DesignAttempt, verdict: Verdict) -> None:
     """Record the verifier's verdict on the attempt (accepted, or the failure and its check,
     with the last lines of its traceback)."""
-    failed = next((c for c in verdict.checks if not c.passed), None)
+    failed = next((c for c in verdict.checks if not (c.passed or c.waived)), None)
     traceback = failed.traceback if failed is not None else None
     att.verdict = verdict.to_dict() | {
         "failed_check": verdict.failed_check,

@@ -19,7 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spade.config import CampaignConfig
+from spade.config.pools import pool_ref
+from spade.curriculum.stored import pool_digest
 from spade.errors import ConfigError
+from spade.storage import ObjectStore
 
 BIG_FILE = 1 << 20
 """Files from this size up are hashed once per process per (size, mtime, inode): model weights
@@ -111,13 +114,15 @@ def pool_drawn(cfg: CampaignConfig) -> bool:
 def _env_pool(cfg: CampaignConfig) -> str | None:
     if not pool_drawn(cfg):
         return None
-    from spade.pipeline.pool import pool_paths  # run.env_pool, or the bundled examples' folder
+    from spade.pipeline.pool import pool_digest_of  # files, stored pools, or the examples
 
-    return _env_files([str(p) for p in pool_paths(cfg)], "run.env_pool")
+    return pool_digest_of(cfg)
 
 
 def _seed_pool(cfg: CampaignConfig) -> str | None:
     pool = cfg.memory.seed_pool
+    if pool is not None and (name := pool_ref(pool)) is not None:  # a stored pool: its index
+        return pool_digest(ObjectStore.from_config(cfg.storage), name)
     return None if pool is None else path_digest(Path(pool), "memory.seed_pool")
 
 

@@ -11,7 +11,9 @@ A round's pool stage (between ``hint`` and ``evaluate``) does one of three thing
 - **replay**: a replay round (:mod:`spade.pipeline.replay`) plays the pool environments of the
   regeneration it replays again, as it does the designs.
 
-The pool (:func:`pool_envs`) is ``run.env_pool`` (default: the bundled
+The pool (:func:`pool_envs`) is ``run.env_pool`` (files, folders, or ``pool:<name>``: the
+accepted environments of a pool ``spade pool import`` stored in ``storage.root``, each verified
+again in the round with the checks its import waived still waived; default: the bundled
 :mod:`spade.envs.examples`) less every environment of ``run.heldout_envs``, matched by path and
 by code: a held-out environment is never trained on. The draw (:func:`draw`) is a permutation of
 the pool seeded by the master seed and the regeneration, without the round's accepted designs
@@ -29,6 +31,7 @@ negatives are about what it wrote; a fixed pool meant as examples goes in ``memo
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from collections.abc import Sequence
@@ -37,8 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from spade.config import CampaignConfig
+from spade.config.pools import pool_ref
 from spade.curriculum.memory import read_declarations
 from spade.curriculum.pool import env_files
+from spade.curriculum.stored import pool_digest, read_pool
 from spade.designer.designer import env_id_for, hint_designs, verify_design
 from spade.errors import ConfigError
 from spade.inference.base import Backend
@@ -48,7 +53,8 @@ from spade.pipeline.record import StageRecord
 from spade.pipeline.replay import PLAN_FILE, RoundPlan, environment_rows
 from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvSpec, Verdict
-from spade.storage import CampaignStore
+from spade.storage import CampaignStore, ObjectStore
+from spade.verify import verify
 
 log = logging.getLogger(__name__)
 NAME = "pool"
@@ -58,28 +64,68 @@ DESIGN_SIDE = ("design", "verify", "hint")
 
 @dataclass(frozen=True)
 class PoolEnv:
-    """One environment file of the pool (read as text; it only ever runs in the jail)."""
+    """One environment of the pool (read as text; it only ever runs in the jail)."""
 
-    name: str  # the file's stem
+    name: str  # the file's stem (a stored pool's: its name in the imported source)
     code: str
     env_id: str
     skill: str
     hint: str | None  # the class's declared hint, if any
+    waive: tuple[str, ...] = ()  # checks its import waived (VerifyConfig.waive), stored pools
+
+
+def pool_entries(cfg: CampaignConfig) -> list[str]:
+    """``run.env_pool`` as a list of entries (paths, ``pool:<name>``), or the bundled
+    examples' folder."""
+    pool = cfg.run.env_pool
+    if pool is not None:
+        return [pool] if isinstance(pool, str) else list(pool)
+    from spade.envs.examples import example_paths  # stdlib only: cheap
+
+    return [str(example_paths()[0].parent)]
 
 
 def pool_paths(cfg: CampaignConfig) -> list[Path]:
-    """``run.env_pool`` (one path or a list), or the bundled examples' folder."""
-    pool = cfg.run.env_pool
-    if pool is not None:
-        return [Path(p) for p in ([pool] if isinstance(pool, str) else pool)]
-    from spade.envs.examples import example_paths  # stdlib only: cheap
-
-    return [example_paths()[0].parent]
+    """The file and folder entries of ``run.env_pool`` (not its stored pools)."""
+    return [Path(p) for p in pool_entries(cfg) if pool_ref(p) is None]
 
 
 def describe_pool(cfg: CampaignConfig) -> str:
-    """The pool's paths as one string, for messages."""
-    return ", ".join(str(p) for p in pool_paths(cfg))
+    """The pool's entries as one string, for messages."""
+    return ", ".join(pool_entries(cfg))
+
+
+def pool_digest_of(cfg: CampaignConfig) -> str:
+    """What the pool's entries hold, as one digest (a cache key's input): each file's path and
+    sha256, each stored pool's name and index digest (its index names every source's sha256)."""
+    h = hashlib.sha256()
+    store = None
+    for entry in pool_entries(cfg):
+        if (name := pool_ref(entry)) is not None:
+            store = store or ObjectStore.from_config(cfg.storage)
+            h.update(f"pool:{name}\0{pool_digest(store, name)}\0".encode())
+            continue
+        for path in env_files([entry], "run.env_pool"):
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            h.update(f"{path}\0{digest}\0".encode())
+    return h.hexdigest()
+
+
+def _entry_envs(cfg: CampaignConfig, entry: str, store: ObjectStore | None) -> list[PoolEnv]:
+    """The environments one ``run.env_pool`` entry names, in order."""
+    if (name := pool_ref(entry)) is not None:
+        assert store is not None
+        return [
+            PoolEnv(e.name, code, env_id_for(code), e.skill, e.hint, tuple(e.waived))
+            for e, code in read_pool(store, name)
+        ]
+    out = []
+    for path in env_files([entry], "run.env_pool"):
+        code = path.read_text(encoding="utf-8")
+        found = read_declarations(code)
+        skill, hint = found.get("skill", "unknown"), found.get("hint")
+        out.append(PoolEnv(path.stem, code, env_id_for(code), skill, hint))
+    return out
 
 
 def pool_envs(cfg: CampaignConfig) -> list[PoolEnv]:
@@ -93,15 +139,14 @@ def pool_envs(cfg: CampaignConfig) -> list[PoolEnv]:
     out: list[PoolEnv] = []
     # held out (a held-out file in the pool folder has its code), or already in the pool
     taken = set(held_ids)
-    for path in env_files(pool_paths(cfg), "run.env_pool"):
-        code = path.read_text(encoding="utf-8")
-        env_id = env_id_for(code)
-        if env_id in taken:
-            continue
-        taken.add(env_id)
-        found = read_declarations(code)
-        skill, hint = found.get("skill", "unknown"), found.get("hint")
-        out.append(PoolEnv(path.stem, code, env_id, skill, hint))
+    entries = pool_entries(cfg)
+    stored = any(pool_ref(e) is not None for e in entries)
+    store = ObjectStore.from_config(cfg.storage) if stored else None
+    for entry in entries:
+        for env in _entry_envs(cfg, entry, store):
+            if env.env_id not in taken:
+                taken.add(env.env_id)
+                out.append(env)
     check_not_held_out(out, held_ids)
     if not out:
         raise ConfigError(
@@ -154,10 +199,15 @@ def candidates(
     return need, draw(pool_envs(cfg), cfg.seed, plan.regeneration, set(accepted_ids)), ""
 
 
-def verify_pool_env(ctx: RoundContext, code: str) -> Verdict:
-    """The verifier's checks on one pool environment, in the jail (as for a design); it writes
-    nothing, so its verdict depends on the config, the policy and the code alone."""
-    return verify_design(code, ctx.config, ctx.policy)
+def verify_pool_env(ctx: RoundContext, code: str, waive: Sequence[str] = ()) -> Verdict:
+    """The verifier's checks on one pool environment, in the jail (as for a design), with the
+    checks its import waived (``waive``) waived; it writes nothing, so its verdict depends on
+    the config, the policy, ``waive`` and the code alone."""
+    if not waive:
+        return verify_design(code, ctx.config, ctx.policy)
+    config = ctx.config.sandbox.verify
+    config = config.model_copy(update={"waive": sorted({*config.waive, *waive})})
+    return verify(code, config=config, policy=ctx.policy)
 
 
 def needs_model(chosen: Sequence[tuple[PoolEnv, Verdict]]) -> bool:
@@ -325,6 +375,8 @@ __all__ = [
     "draw",
     "fill",
     "needs_model",
+    "pool_digest_of",
+    "pool_entries",
     "pool_envs",
     "pool_paths",
     "pool_rows",

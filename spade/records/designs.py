@@ -62,6 +62,7 @@ class CheckResult:
     kind: str | None = None
     traceback: str | None = None
     seconds: float = 0.0
+    waived: bool = False  # failed, but the import waived this check (VerifyConfig.waive)
 
 
 @dataclass
@@ -85,18 +86,29 @@ class Verdict:
 
     @property
     def accepted(self) -> bool:
-        return self.failure is None and bool(self.checks) and all(c.passed for c in self.checks)
+        return (
+            self.failure is None
+            and bool(self.checks)
+            and all(c.passed or c.waived for c in self.checks)
+        )
 
     @property
     def failed_check(self) -> str | None:
-        return next((c.name for c in self.checks if not c.passed), None)
+        return next((c.name for c in self.checks if not (c.passed or c.waived)), None)
+
+    @property
+    def waived(self) -> list[str]:
+        """The checks that failed but were waived (reported, never silently skipped)."""
+        return [c.name for c in self.checks if c.waived]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of ``spade env check --json`` (without the path)."""
         return {
             "accepted": self.accepted,
             "checks": [
-                {"name": c.name, "passed": c.passed, "reason": c.reason} for c in self.checks
+                {"name": c.name, "passed": c.passed, "reason": c.reason}
+                | ({"waived": True} if c.waived else {})
+                for c in self.checks
             ],
             "failure": {"kind": str(self.failure.kind), "reason": self.failure.reason}
             if self.failure

@@ -14,6 +14,13 @@ from spade.verify.checks import CHECKS, Context
 from spade.verify.novelty import Reference
 from spade.verify.static import parsed_share
 
+WAIVABLE: dict[str, FailureKind] = {
+    "seed_dependence": FailureKind.SEED_INDEPENDENT,
+    "novelty": FailureKind.DUPLICATE,
+}
+"""The failure kind each waivable check (``VerifyConfig.waive``) judges with: only that
+judgement is waived, never a crash or a limit met while the check ran."""
+
 
 def verify(
     code: str,
@@ -23,7 +30,9 @@ def verify(
     references: Sequence[Reference] = (),
 ) -> Verdict:
     """Run every check on ``code`` (in the sandbox where it executes anything). The novelty
-    check compares it with ``references`` (its parent, the examples its designer was shown)."""
+    check compares it with ``references`` (its parent, the examples its designer was shown).
+    A check named in ``config.waive`` that fails by its own judgement (:data:`WAIVABLE`) is
+    recorded failed and ``waived`` and does not stop the run nor reject the design."""
     ctx = Context(
         code=code,
         config=config or VerifyConfig(),
@@ -39,11 +48,20 @@ def verify(
                 reason = check(ctx)
             except EnvFailure as exc:  # the design failed this check: record it and stop
                 f = exc.failure
+                waived = name in ctx.config.waive and WAIVABLE.get(name) == f.kind
                 verdict.checks.append(
                     CheckResult(
-                        name, False, f.reason, str(f.kind), f.traceback, time.perf_counter() - t0
+                        name,
+                        False,
+                        f.reason,
+                        str(f.kind),
+                        f.traceback,
+                        time.perf_counter() - t0,
+                        waived=waived,
                     )
                 )
+                if waived:  # reported in the verdict, marked waived; the next checks run
+                    continue
                 verdict.failure = f
                 break
             verdict.checks.append(CheckResult(name, True, reason, seconds=time.perf_counter() - t0))

@@ -230,3 +230,43 @@ def test_a_bad_seed_pool_is_a_config_error(tmp_path):
     for path in (tmp_path / "nowhere", bad):
         with pytest.raises(ConfigError):
             import_pool(path, MemoryConfig())
+
+
+def test_a_stored_pool_seeds_the_memory_with_its_skills_and_scores(tmp_path):
+    """memory.seed_pool: pool:<name> (what `spade pool import` stored): the accepted
+    environments, with an exported campaign's win rates and regrets when it has them."""
+    from spade.curriculum.stored import StoredEnv, index_bytes, pool_key
+    from spade.storage import ObjectStore
+
+    store = ObjectStore(str(tmp_path))
+    code = (EXAMPLES / "maze_walk.py").read_text()
+    digest = store.put_blob(code.encode())
+    scored = StoredEnv(
+        "game_maze",
+        digest,
+        "env-x",
+        "spatial_reasoning",
+        "go left",
+        meta={"win_rate": 0.25, "regret": 0.5, "round": "not an int"},
+    )
+    store.write_bytes(pool_key("ref", "environments.jsonl"), index_bytes([scored]))
+    (record,) = import_pool("pool:ref", MemoryConfig(), store)
+    assert (record.env_id, record.skill, record.hint) == (
+        "game_maze",
+        "spatial_reasoning",
+        "go left",
+    )
+    assert (record.win_rate, record.regret, record.round) == (0.25, 0.5, SEED_ROUND)
+    assert record.code_head == code
+    with pytest.raises(ValueError, match="needs the store"):
+        import_pool("pool:ref", MemoryConfig())
+    cfg = _cfg(**{"storage.root": str(tmp_path), "memory.seed_pool": "pool:ref"})
+    assert [r.env_id for r in seed_records(cfg)] == ["game_maze"]
+    held = _cfg(
+        **{
+            "storage.root": str(tmp_path),
+            "memory.seed_pool": "pool:ref",
+            "run.heldout_envs": [str(EXAMPLES / "maze_walk.py")],
+        }
+    )
+    assert seed_records(held) == []

@@ -148,3 +148,47 @@ def test_pool_settings_are_typed():
         _cfg(**{"run.env_source": "both"})
     with pytest.raises(ConfigError, match="min_envs"):
         _cfg(**{"run.min_envs": -1})
+
+
+def _stored_pool(root, name: str, stems: list[str], waived: list[str] | None = None) -> None:
+    """A stored pool as `spade pool import` leaves one (here without verifying: the round
+    verifies pool environments itself)."""
+    from spade.curriculum.stored import StoredEnv, index_bytes, pool_key
+    from spade.storage import ObjectStore
+
+    store = ObjectStore(str(root))
+    envs = []
+    for stem in stems:
+        code = EXAMPLES[stem].read_text()
+        digest = store.put_blob(code.encode())
+        envs.append(
+            StoredEnv(f"game_{stem}", digest, env_id_for(code), "s", None, False, waived or [])
+        )
+    store.write_bytes(pool_key(name, "environments.jsonl"), index_bytes(envs))
+
+
+def test_a_stored_pool_is_named_pool_colon_name_with_files_and_held_out_ones_left_out(tmp_path):
+    from spade.pipeline.pool import pool_digest_of
+
+    _stored_pool(tmp_path, "ref", ["switchboard", "maze_walk"], waived=["seed_dependence"])
+    base = {"storage.root": str(tmp_path)}
+    cfg = _cfg(**base, **{"run.env_pool": ["pool:ref", str(EXAMPLES["number_hunt"])]})
+    pool = pool_envs(cfg)
+    assert [(p.name, p.waive) for p in pool] == [
+        ("game_switchboard", ("seed_dependence",)),
+        ("game_maze_walk", ("seed_dependence",)),
+        ("number_hunt", ()),
+    ]
+    assert pool[0].code == EXAMPLES["switchboard"].read_text() and pool[0].skill == "s"
+    held = _cfg(**base, **{"run.env_pool": "pool:ref", "run.heldout_envs": _heldout("maze_walk")})
+    assert [p.name for p in pool_envs(held)] == ["game_switchboard"]
+    # the cache key's digest follows the stored pool's index
+    before = pool_digest_of(cfg)
+    _stored_pool(tmp_path, "ref", ["switchboard"])
+    assert pool_digest_of(cfg) != before
+    with pytest.raises(ConfigError, match="no environment pool 'other' in file://"):
+        pool_envs(_cfg(**base, **{"run.env_pool": "pool:other"}))
+    with pytest.raises(ConfigError, match="a pool name is"):
+        _cfg(**{"run.env_pool": "pool:../x"})
+    with pytest.raises(ConfigError, match="a pool name is"):
+        _cfg(**{"memory.seed_pool": "pool:"})
