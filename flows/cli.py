@@ -193,18 +193,9 @@ def deploy(
         raise fail("--schedule and --campaign-id go together (a schedule continues a campaign)")
     prefect = str(Path(sys.executable).with_name("prefect"))
     env = {**os.environ, "SPADE_PROJECT_DIR": str(REPO_ROOT)}
-    template = str(REPO_ROOT / "infra" / "work-pools" / "process.json")
-    for pool in ("spade-cpu", "spade-gpu"):  # an existing pool (maybe Kubernetes) is kept as is
-        create = [prefect, "work-pool", "create", pool, "--type", "process"]
-        subprocess.run(
-            [*create, "--base-job-template", template],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-        )
-    if schedule is not None and campaign_id is not None:
-        with tempfile.TemporaryDirectory(prefix="spade-deploy-") as tmp:
-            scheduled = _scheduled_file(
+    with tempfile.TemporaryDirectory(prefix="spade-deploy-") as tmp:
+        if schedule is not None and campaign_id is not None:  # checked before any registration
+            prefect_file = _scheduled_file(
                 prefect_file,
                 Path(tmp) / "prefect.yaml",
                 cron=schedule,
@@ -213,15 +204,29 @@ def deploy(
                 config=config,
                 work_pool=work_pool,
             )
-            _prefect_deploy(prefect, env, scheduled)
+        _work_pools(prefect, env)
+        _prefect_deploy(prefect, env, prefect_file)
+    _gpu_limit(prefect, env, gpu_slots)
+    console.print("deployments registered: spade-campaign, spade-round, spade-heldout")
+    if schedule is not None and campaign_id is not None:
         console.print(
             f"campaign [bold]{campaign_id}[/]: {rounds_per_tick} round(s) at every tick of"
             f" {schedule!r} (UTC), deployment spade-campaign/{tick_deployment_name(campaign_id)}"
         )
-    else:
-        _prefect_deploy(prefect, env, prefect_file)
-    _gpu_limit(prefect, env, gpu_slots)
-    console.print("deployments registered: spade-campaign, spade-round, spade-heldout")
+
+
+def _work_pools(prefect: str, env: dict[str, str]) -> None:
+    """Create the ``spade-cpu`` and ``spade-gpu`` process pools (an existing pool, maybe
+    Kubernetes, is kept as it is)."""
+    template = str(REPO_ROOT / "infra" / "work-pools" / "process.json")
+    for pool in ("spade-cpu", "spade-gpu"):
+        create = [prefect, "work-pool", "create", pool, "--type", "process"]
+        subprocess.run(
+            [*create, "--base-job-template", template],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+        )
 
 
 def _prefect_deploy(prefect: str, env: dict[str, str], prefect_file: Path) -> None:

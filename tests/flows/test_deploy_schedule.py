@@ -85,3 +85,20 @@ def test_the_nightly_example_continues_a_named_campaign():
     assert nightly["parameters"]["campaign_id"] == "nightly"
     assert nightly["parameters"]["more_rounds"] == 1
     assert nightly["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+
+
+def test_the_tick_deployment_replaces_one_of_its_name_and_needs_a_campaign_template(tmp_path):
+    from flows.schedule import with_tick_deployment
+
+    once = with_tick_deployment(PREFECT_FILE, tmp_path / "once.yaml", "c1", "0 1 * * *", 1)
+    twice = with_tick_deployment(once, tmp_path / "twice.yaml", "c1", "0 5 * * *", 3)
+    ticks = [
+        d for d in yaml.safe_load(twice.read_text())["deployments"] if d["name"] == "campaign-c1"
+    ]
+    assert [(t["schedules"][0]["cron"], t["parameters"]["more_rounds"]) for t in ticks] == [
+        ("0 5 * * *", 3)
+    ]
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump({"deployments": [{"name": "x", "entrypoint": "a.py:f"}]}))
+    with pytest.raises(ValueError, match=r"no deployment of flows/campaign\.py:campaign_flow"):
+        with_tick_deployment(bare, tmp_path / "out.yaml", "c1", "0 1 * * *", 1)
