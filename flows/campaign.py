@@ -18,13 +18,13 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
 from flows.round import round_flow
-from flows.storage import task_runner
+from flows.storage import flow_run_label
 from spade.config import CampaignConfig
 from spade.metrics.sinks import log_round
 from spade.pipeline.campaign import (
     campaign_lease,
-    first_incomplete_round,
     new_campaign_id,
+    rounds_to_run,
     start_campaign,
     stop_requested,
 )
@@ -60,27 +60,31 @@ async def _report(cs: CampaignStore) -> dict[str, Any]:
 
 @flow(name="spade-campaign", flow_run_name="{campaign_id}", persist_result=False)
 async def campaign_flow(
-    config: CampaignConfig, campaign_id: str | None = None, rounds: int | None = None
+    config: CampaignConfig,
+    campaign_id: str | None = None,
+    rounds: int | None = None,
+    more_rounds: int | None = None,
 ) -> dict[str, Any]:
-    """Run ``rounds`` rounds (default ``config.run.rounds``; 0: until stopped) of a campaign.
+    """Run a campaign up to ``rounds`` rounds in all (default ``config.run.rounds``; 0: until
+    stopped), or its next ``more_rounds`` rounds from wherever it is (what a schedule's tick
+    runs: each tick continues the named campaign).
 
     ``campaign_id`` None starts a new campaign; an existing id resumes it. One run per
-    campaign id at a time: a second one fails at once with a LeaseHeldError naming the first.
+    campaign id at a time: a second one fails at once with a LeaseHeldError naming the first
+    (its flow run, host and pid); a deployment's concurrency limit makes ticks wait instead.
     """
     log = get_run_logger()
     cid = campaign_id or new_campaign_id(config)
-    total = config.run.rounds if rounds is None else rounds
     cs = campaign_store(config, cid)
-    with campaign_lease(cs, config):
+    with campaign_lease(cs, config, holder=flow_run_label()):
         start_campaign(cs, config)
-        r = first_incomplete_round(cs, report=log.warning)
+        r, total = rounds_to_run(cs, config, rounds, more_rounds, report=log.warning)
         log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
-        runner = task_runner(config)
         while total == 0 or r < total:
             if stop_requested(cs):
                 log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
                 break
-            outcome = await round_flow.with_options(task_runner=runner)(config, cid, r)
+            outcome = await round_flow(config, cid, r)
             await _report(cs)
             # A side channel: it logs its own problems and never fails the round.
             await asyncio.to_thread(log_round, config, cid, r, outcome.summary, logger=log)

@@ -12,6 +12,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -21,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
+from flows.schedule import tick_deployment_name, with_tick_deployment
 from spade.cli import app
 from spade.cli.campaign import show_status
 from spade.cli.common import StorageOptionsOpt, err, fail, storage_options
@@ -29,7 +31,7 @@ from spade.config import CampaignConfig, load_config
 from spade.errors import SpadeError
 from spade.pipeline.campaign import check_not_running, new_campaign_id, saved_config
 from spade.pipeline.record import campaign_store
-from spade.storage import ObjectStore
+from spade.storage import ObjectStore, RunLayout
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
@@ -152,14 +154,72 @@ def deploy(
     gpu_slots: Annotated[
         int, typer.Option(help="Concurrent GPU stages (the spade-gpu limit).")
     ] = 1,
+    schedule: Annotated[
+        str | None,
+        typer.Option(
+            "--schedule",
+            help="Cron schedule (UTC) of a campaign that runs for weeks: each tick runs the"
+            " next --rounds-per-tick rounds of --campaign-id (one run at a time).",
+        ),
+    ] = None,
+    campaign_id: Annotated[
+        str | None, typer.Option("--campaign-id", help="The campaign a --schedule continues.")
+    ] = None,
+    rounds_per_tick: Annotated[
+        int, typer.Option("--rounds-per-tick", min=1, help="Rounds each tick of --schedule runs.")
+    ] = 1,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="Campaign YAML of the scheduled campaign (default: the campaign deployment's).",
+        ),
+    ] = None,
+    work_pool: Annotated[
+        str | None,
+        typer.Option(
+            "--work-pool",
+            help="Work pool of the scheduled campaign (default: the campaign deployment's;"
+            " spade-gpu when its rounds train on a GPU).",
+        ),
+    ] = None,
 ) -> None:
-    """Register the campaign, round and held-out deployments with the configured Prefect server."""
+    """Register the campaign, round and held-out deployments with the configured Prefect server
+    (with --schedule and --campaign-id, also a scheduled deployment continuing that campaign)."""
     if not os.environ.get("PREFECT_API_URL"):
         raise fail("set PREFECT_API_URL to the Prefect server to deploy to")
+    if (schedule is None) != (campaign_id is None):
+        raise fail("--schedule and --campaign-id go together (a schedule continues a campaign)")
     prefect = str(Path(sys.executable).with_name("prefect"))
     env = {**os.environ, "SPADE_PROJECT_DIR": str(REPO_ROOT)}
+    with tempfile.TemporaryDirectory(prefix="spade-deploy-") as tmp:
+        if schedule is not None and campaign_id is not None:  # checked before any registration
+            prefect_file = _scheduled_file(
+                prefect_file,
+                Path(tmp) / "prefect.yaml",
+                cron=schedule,
+                campaign_id=campaign_id,
+                rounds=rounds_per_tick,
+                config=config,
+                work_pool=work_pool,
+            )
+        _work_pools(prefect, env)
+        _prefect_deploy(prefect, env, prefect_file)
+    _gpu_limit(prefect, env, gpu_slots)
+    console.print("deployments registered: spade-campaign, spade-round, spade-heldout")
+    if schedule is not None and campaign_id is not None:
+        console.print(
+            f"campaign [bold]{campaign_id}[/]: {rounds_per_tick} round(s) at every tick of"
+            f" {schedule!r} (UTC), deployment spade-campaign/{tick_deployment_name(campaign_id)}"
+        )
+
+
+def _work_pools(prefect: str, env: dict[str, str]) -> None:
+    """Create the ``spade-cpu`` and ``spade-gpu`` process pools (an existing pool, maybe
+    Kubernetes, is kept as it is)."""
     template = str(REPO_ROOT / "infra" / "work-pools" / "process.json")
-    for pool in ("spade-cpu", "spade-gpu"):  # an existing pool (maybe Kubernetes) is kept as is
+    for pool in ("spade-cpu", "spade-gpu"):
         create = [prefect, "work-pool", "create", pool, "--type", "process"]
         subprocess.run(
             [*create, "--base-job-template", template],
@@ -167,15 +227,39 @@ def deploy(
             env=env,
             capture_output=True,
         )
-    steps = [[prefect, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file)]]
-    for cmd in steps:
-        console.print("$ " + " ".join(cmd[1:]))
-        done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            err.print(done.stdout + done.stderr)
-            raise typer.Exit(done.returncode)
-    _gpu_limit(prefect, env, gpu_slots)
-    console.print("deployments registered: spade-campaign, spade-round, spade-heldout")
+
+
+def _prefect_deploy(prefect: str, env: dict[str, str], prefect_file: Path) -> None:
+    """``prefect deploy --all`` of the file; its output and exit code if it fails."""
+    cmd = [prefect, "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file)]
+    console.print("$ " + " ".join(cmd[1:]))
+    done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        err.print(done.stdout + done.stderr)
+        raise typer.Exit(done.returncode)
+
+
+def _scheduled_file(
+    prefect_file: Path,
+    out: Path,
+    *,
+    cron: str,
+    campaign_id: str,
+    rounds: int,
+    config: Path | None,
+    work_pool: str | None,
+) -> Path:
+    """The deployment file with the scheduled campaign's deployment added; bad input (an
+    invalid cron, campaign id or config) is one clear error before anything is registered."""
+    from prefect.client.schemas.schedules import CronSchedule
+
+    try:  # each of these names its problem
+        CronSchedule(cron=cron, timezone="UTC")
+        RunLayout(campaign_id)
+        cfg = load_config(config).model_dump(mode="json") if config is not None else None
+        return with_tick_deployment(prefect_file, out, campaign_id, cron, rounds, cfg, work_pool)
+    except (SpadeError, ValueError) as exc:
+        raise fail(exc) from None
 
 
 def _gpu_limit(prefect: str, env: dict[str, str], slots: int) -> None:

@@ -23,6 +23,7 @@ from flows.stages import (
     results,
     unwalked,
 )
+from flows.storage import task_worker
 from spade.designer.corpus import Document
 from spade.designer.designer import awaiting_verdict, needs_repair
 from spade.inference.pool import shared_backend
@@ -93,7 +94,8 @@ async def design(
 async def verify(ctx: RoundContext, code: str, references: list[dict[str, str]]) -> Verdict:
     """The verifier's checks on one design, inside nsjail (a broken design is a verdict),
     compared with the designs it must not copy."""
-    return await asyncio.to_thread(verify_stage.verify, ctx, code, references)
+    runner = task_worker()  # here, not in the thread: the Dask worker is a context variable
+    return await asyncio.to_thread(verify_stage.verify, ctx, code, references, runner)
 
 
 @task(

@@ -52,7 +52,13 @@ from flows.stages import (
     store_retries,
     unwalked,
 )
-from flows.storage import result_storage, task_runner
+from flows.storage import (
+    configured_task_runner,
+    flow_run_label,
+    result_storage,
+    task_runner,
+    task_worker,
+)
 from spade.config import CampaignConfig
 from spade.inference.pool import shared_backend
 from spade.metrics.prom import start_metrics_server
@@ -81,7 +87,7 @@ from spade.records import EnvEvaluation, EnvSpec, WeightsRef
 async def evaluate(ctx: RoundContext, env: EnvSpec) -> EnvEvaluation:
     """Hinted and unhinted plays of one environment."""
     async with shared_backend(ctx.config, ctx.weights) as backend:
-        return await evaluate_stage.evaluate_env(ctx, env, backend)
+        return await evaluate_stage.evaluate_env(ctx, env, backend, task_worker())
 
 
 @task(
@@ -199,10 +205,12 @@ async def round_flow(
     config: CampaignConfig, campaign_id: str, round_index: int = 0
 ) -> RoundOutcome:
     """One self-play round of a campaign; its state comes from the previous round's outputs.
-    Holds the campaign's lease (shared with the campaign flow that runs it, if any)."""
+    Holds the campaign's lease (shared with the campaign flow that runs it, if any); its
+    mapped stages run on ``config.run.task_runner`` (threads or a Dask cluster)."""
     start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
     ctx = RoundContext.open(config, campaign_id, round_index)
-    with campaign_lease(ctx.store, config):
+    lease = campaign_lease(ctx.store, config, holder=flow_run_label())
+    with lease, configured_task_runner(config):
         return await _round(ctx)
 
 

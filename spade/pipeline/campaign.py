@@ -83,6 +83,30 @@ def round_complete(cs: CampaignStore, round: int) -> bool:
     return len(cs.completed_stages(round)) == len(cs.layout.stages)
 
 
+def rounds_to_run(
+    cs: CampaignStore,
+    cfg: CampaignConfig,
+    rounds: int | None = None,
+    more_rounds: int | None = None,
+    report: Callable[[str], Any] | None = None,
+) -> tuple[int, int]:
+    """``(first, total)``: the round a run continues with (:func:`first_incomplete_round`)
+    and the round count it stops at (0: until stopped). ``rounds``: the campaign's total
+    (default ``run.rounds``); ``more_rounds``: the next N rounds from wherever the campaign is
+    (a schedule's tick continuing a named campaign); not both."""
+    if rounds is not None and more_rounds is not None:
+        raise ConfigError(
+            f"rounds ({rounds}: the campaign's total) and more_rounds ({more_rounds}: the next"
+            " rounds from where it is) both given; give one"
+        )
+    if more_rounds is not None and more_rounds < 1:
+        raise ConfigError(f"more_rounds must be at least 1, not {more_rounds}")
+    first = first_incomplete_round(cs, report=report)
+    if more_rounds is not None:
+        return first, first + more_rounds
+    return first, cfg.run.rounds if rounds is None else rounds
+
+
 def first_incomplete_round(cs: CampaignStore, report: Callable[[str], Any] | None = None) -> int:
     """The round a (re)started campaign continues with: the first one not committed in full,
     or whose committed outputs do not all verify (size and sha256 against their manifests;
@@ -98,10 +122,10 @@ def first_incomplete_round(cs: CampaignStore, report: Callable[[str], Any] | Non
     return r
 
 
-def _lease(cs: CampaignStore, cfg: CampaignConfig) -> tuple[Lease, str]:
+def _lease(cs: CampaignStore, cfg: CampaignConfig, holder: str = "") -> tuple[Lease, str]:
     key = f"{cs.layout.campaign_prefix}/{LEASE_FILE}"
     what = f"campaign {cs.layout.campaign_id!r}"
-    lease = Lease(cs.store, key, cfg.storage.lease_ttl_s, what=what)
+    lease = Lease(cs.store, key, cfg.storage.lease_ttl_s, what=what, holder=holder)
     return lease, cs.store.url(key)
 
 
@@ -112,11 +136,12 @@ def check_not_running(cs: CampaignStore, cfg: CampaignConfig) -> None:
 
 
 @contextlib.contextmanager
-def campaign_lease(cs: CampaignStore, cfg: CampaignConfig) -> Iterator[None]:
+def campaign_lease(cs: CampaignStore, cfg: CampaignConfig, holder: str = "") -> Iterator[None]:
     """Hold the campaign's lease while the block runs: a second run of the same campaign id
-    (another process or machine) gets a LeaseHeldError naming this one. Nested holds in one
-    process (a campaign flow running its round flows) share the outer lease."""
-    lease, url = _lease(cs, cfg)
+    (another process or machine) gets a LeaseHeldError naming this one (``holder``, e.g. the
+    flow run, and its host and pid). Nested holds in one process (a campaign flow running its
+    round flows) share the outer lease."""
+    lease, url = _lease(cs, cfg, holder)
     with _held_lock:
         nested = _held.get(url, 0) > 0
         if nested:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from spade.agent.evaluate import evaluate_envs
 from spade.inference.base import Backend
@@ -25,13 +27,18 @@ from spade.pipeline.context import RoundContext
 from spade.pipeline.keys import config_hash, fingerprint, stage_code_version
 from spade.pipeline.record import StageRecord, busy_seconds, jsonl
 from spade.pipeline.stage import Stage
+from spade.pipeline.worker import ran_on
 from spade.records import EnvEvaluation, EnvSpec, Trajectory
 from spade.storage import CampaignStore
 
 
-async def evaluate_env(ctx: RoundContext, env: EnvSpec, backend: Backend) -> EnvEvaluation:
+async def evaluate_env(
+    ctx: RoundContext, env: EnvSpec, backend: Backend, runner: Mapping[str, Any] | None = None
+) -> EnvEvaluation:
     """All plays of one environment (those an earlier attempt stored are not played again);
-    its trajectories and summary go to the store. ``backend`` serves ``ctx.weights``."""
+    its trajectories and summary go to the store, the summary with where the plays ran
+    (``ran_on``: this process and the task ``runner``'s worker, :mod:`spade.pipeline.worker`).
+    ``backend`` serves ``ctx.weights``."""
     started = time.time()
     cs, round = ctx.store, ctx.round
     prefix = f"envs/{env.env_id}"
@@ -55,7 +62,8 @@ async def evaluate_env(ctx: RoundContext, env: EnvSpec, backend: Backend) -> Env
     cs.store.write_json(
         cs.layout.stage_key(round, "evaluate", f"{prefix}/summary.json"),
         evaluation.summary()
-        | {"started": started, "finished": time.time(), "reused_plays": len(stored)},
+        | {"started": started, "finished": time.time(), "reused_plays": len(stored)}
+        | {"ran_on": ran_on(runner)},
     )
     return evaluation
 

@@ -10,24 +10,34 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from spade.designer.designer import apply_verdict, awaiting_verdict, env_id_for, verify_design
 from spade.pipeline.context import RoundContext
 from spade.pipeline.design import attempt_rows
 from spade.pipeline.record import StageRecord, busy_seconds
 from spade.pipeline.stage import Stage
+from spade.pipeline.worker import ran_on
 from spade.records import DesignAttempt, Verdict
 from spade.sandbox.policy import policy_source
 
 
-def verify(ctx: RoundContext, code: str, references: list[dict[str, str]] | None = None) -> Verdict:
+def verify(
+    ctx: RoundContext,
+    code: str,
+    references: list[dict[str, str]] | None = None,
+    runner: Mapping[str, Any] | None = None,
+) -> Verdict:
     """The verifier's checks on one design, in the sandbox, compared with the ``references``
-    it must not copy (``{"name", "code"}``); the verdict is stored by env id."""
+    it must not copy (``{"name", "code"}``); the verdict is stored by env id, with where it
+    ran (``ran_on``: this process and the task ``runner``'s worker, see
+    :mod:`spade.pipeline.worker`)."""
     started = time.time()
     verdict = verify_design(code, ctx.config, ctx.policy, references or ())
     cs = ctx.store
     key = cs.layout.stage_key(ctx.round, "verify", f"verdicts/{env_id_for(code)}.json")
-    span = {"started": started, "finished": time.time()}
+    span = {"started": started, "finished": time.time(), "ran_on": ran_on(runner)}
     cs.store.write_json(key, verdict.to_dict() | {"failed_check": verdict.failed_check} | span)
     return verdict
 

@@ -82,10 +82,14 @@ class Lease:
     thread while the block runs and releases it at the end.
     """
 
-    def __init__(self, store: ObjectStore, key: str, ttl_s: float, what: str = "") -> None:
+    def __init__(
+        self, store: ObjectStore, key: str, ttl_s: float, what: str = "", holder: str = ""
+    ) -> None:
         self.store, self.key, self.ttl_s = store, key, ttl_s
         self.what = what or store.url(key)
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # ``holder`` names the run (e.g. a Prefect flow run) in a second taker's error
+        unique = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = f"{holder} {unique}" if holder else unique
         self.path = store._path(key)
         self._etag: str | None = None  # remote stores: the version we wrote last
         self._stop = threading.Event()

@@ -116,7 +116,10 @@ def test_spade_deploy_registers_typed_deployments_with_an_inactive_schedule(
     with prefect_server.client() as client:
         campaign = client.read_deployment(uuid.UUID(deployed["spade-campaign/campaign"]))
         assert campaign.work_pool_name == "spade-cpu"
-        assert campaign.schedules and not any(s.active for s in campaign.schedules)
+        assert not campaign.schedules  # the nightly example is its own deployment
+        nightly = client.read_deployment_by_name("spade-campaign/nightly")
+        assert nightly.parameters["campaign_id"] == "nightly"  # continues one campaign
+        assert nightly.schedules and not any(s.active for s in nightly.schedules)
         schema = campaign.parameter_openapi_schema
         assert "config" in schema["properties"]
         assert "CampaignConfig" in str(schema)
