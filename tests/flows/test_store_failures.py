@@ -52,15 +52,27 @@ def _no_faults():
 
 
 async def _run_counts(flow_run_id) -> dict[str, int]:
-    """Task name -> the most runs any of its task runs took (2: retried once)."""
+    """Task name -> the most runs any of its task runs took (2: retried once).
+
+    Task-run records reach the API asynchronously after the flow returns, so this reads until
+    every task run is in a final state and two reads agree (a retried run read too early still
+    counts 1).
+    """
+    previous: dict[str, int] | None = None
     async with get_client() as client:
-        runs = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-        )
-    out: dict[str, int] = {}
-    for r in runs:
-        name = r.task_key.rsplit(".", 1)[-1].split("-")[0]
-        out[name] = max(out.get(name, 0), r.run_count)
+        for _ in range(120):  # a poll, not a time bound: it returns what it read last
+            runs = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+            )
+            out: dict[str, int] = {}
+            for r in runs:
+                name = r.task_key.rsplit(".", 1)[-1].split("-")[0]
+                out[name] = max(out.get(name, 0), r.run_count)
+            final = all(r.state is not None and r.state.is_final() for r in runs)
+            if final and out == previous:
+                break
+            previous = out
+            await asyncio.sleep(0.25)
     return out
 
 
