@@ -2,12 +2,15 @@
 
 Loads the configured model, resumes the role's newest checkpoint (so repeated calls continue
 one run), takes one GRPO step on the file's samples and saves a new checkpoint whose manifest
-names its parent.
+names its parent. Under ``torchrun``/``deepspeed`` every rank takes its shard of the samples
+and rank 0 writes. Also the trainer at a parent checkpoint, as the training stage builds it
+on every rank (:func:`trainer_from_parent`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,9 @@ class TrainResult:
     metrics: dict[str, float | int]
     checkpoint: str
     resumed_from: str | None
-    samples: int
+    samples: int  # in the whole batch (metrics count those trained, over all ranks)
+    rank: int = 0  # this process's rank under a launcher
+    world_size: int = 1
 
 
 def checkpoint_root(cfg: CampaignConfig, role: Role) -> str:
@@ -130,6 +135,31 @@ def build_trainer(cfg: CampaignConfig, role: Role) -> tuple[Any, dict[str, bytes
     return GRPOTrainer(model, pad, cfg.training, role=role, ref_model=ref), files
 
 
+def trainer_from_parent(
+    cfg: CampaignConfig, role: Role, parent: str | None
+) -> tuple[Any, dict[str, bytes] | None]:
+    """The trainer at the weights of checkpoint ``parent`` (None: the configured base model),
+    and (full fine-tuning) the model files its checkpoints carry to be loadable model folders.
+
+    The parent's optimizer state and step come along when the same role wrote it; a parent the
+    other role wrote gives its weights, a fresh optimizer and its step count. Collective under
+    several DeepSpeed ranks (every rank loads the parent)."""
+    from spade.inference.checkpoints import load_checkpoint
+
+    trainer, files = build_trainer(cfg, role)
+    if parent is None:
+        return trainer, files
+    loaded = load_checkpoint(parent, storage_options=cfg.storage.storage_options)
+    trainer.load_weights(loaded)
+    state = dict(loaded.trainer_state or {})
+    if state.get("role") == role:  # the optimizer state of this role's previous update
+        state["optimizer"] = loaded.optimizer_state
+        trainer.load_state_dict(state)
+    else:  # the other role wrote it: its weights, a fresh optimizer, the step count goes on
+        trainer.global_step = loaded.step
+    return trainer, files
+
+
 def train_once(
     cfg: CampaignConfig,
     role: Role,
@@ -137,19 +167,34 @@ def train_once(
     checkpoints: str | None = None,
     evaluations: Path | None = None,
 ) -> TrainResult:
+    """One update on the samples in ``data``, resuming the newest checkpoint under
+    ``checkpoints``. Under a launcher (``WORLD_SIZE`` > 1: ``torchrun``/``deepspeed`` started
+    this process on every rank) each rank trains on its contiguous shard of the samples
+    (advantages computed on all of them first) and the checkpoint is written by rank 0 only."""
+    from spade.training.job import shard
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and cfg.training.engine != "deepspeed":
+        raise ConfigError(
+            f"launched on {world} ranks, but training.engine is {cfg.training.engine!r}:"
+            " several ranks train together only with engine 'deepspeed'"
+        )
     samples = load_samples(cfg, role, data, evaluations)
     if not samples:
         raise ConfigError(
             f"{data}: no trainable samples (hinted plays and empty turns are skipped)"
         )
     trainer, files = build_trainer(cfg, role)
+    rank, world = trainer.engine.rank, trainer.engine.world_size
     root = checkpoints or checkpoint_root(cfg, role)
     previous = trainer.resume(root, storage_options=cfg.storage.storage_options)
-    metrics = trainer.step(samples)
+    metrics = trainer.step(shard(samples, rank, world))
     uri = trainer.save(
         root,
         storage_options=cfg.storage.storage_options,
         parent=previous.uri if previous else None,
         model_files=files,
     )
-    return TrainResult(metrics.to_dict(), uri, previous.uri if previous else None, len(samples))
+    return TrainResult(
+        metrics.to_dict(), uri, previous.uri if previous else None, len(samples), rank, world
+    )
