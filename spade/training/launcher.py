@@ -64,7 +64,7 @@ def launch_command(config: TrainingConfig, folder: Path, port: int) -> list[str]
     else:
         head += ["--num_gpus", n]
     head += ["--master_addr", "127.0.0.1", "--master_port", str(port)]
-    return [*head, "--module", ENTRY, str(folder)]
+    return [*head, "--no_local_rank", "--module", ENTRY, str(folder)]  # LOCAL_RANK: the env
 
 
 def _environment(config: TrainingConfig) -> dict[str, str]:

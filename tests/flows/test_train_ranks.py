@@ -165,10 +165,11 @@ def test_a_two_rank_checkpoint_is_the_parent_of_the_next_two_rank_update(
     prefect_api: str, policy: Path, tmp_path: Path
 ) -> None:
     """The next round's update of the same role resumes the ZeRO optimizer state both ranks
-    saved (one partition each)."""
+    saved (one partition each), here under DeepSpeed's own launcher."""
     cfg = _config(policy, tmp_path / "store", ranks=2)
     first = _run_flow(cfg, "chain", _data())
-    ctx = RoundContext.open(cfg, "chain", 1)
+    ds = cfg.training.model_copy(update={"launcher": "deepspeed"})
+    ctx = RoundContext.open(cfg.model_copy(update={"training": ds}), "chain", 1)
     second = train(ctx, _data(), WeightsRef(**first.weights.to_dict()))
     assert second.metrics["step"] == 2
     manifest = load_checkpoint(str(second.weights.checkpoint)).manifest
