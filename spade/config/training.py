@@ -62,10 +62,11 @@ class TrainingConfig(Section):
         description="What starts the ranks when ranks > 1: torchrun (torch.distributed.run) or"
         " DeepSpeed's own `deepspeed` launcher.",
     )
-    devices: list[int] | None = Field(
+    devices: str | None = Field(
         None,
-        description="GPU indices the ranks train on (one per rank; the launched ranks'"
-        " CUDA_VISIBLE_DEVICES), e.g. the GPUs vLLM does not use. None: the node's first"
+        pattern=r"^\d{1,4}(,\d{1,4})*$",
+        description="GPU indices the ranks train on, one per rank, as CUDA_VISIBLE_DEVICES"
+        " writes them ('4,5,6,7': e.g. the GPUs vLLM does not use). None: the node's first"
         " `ranks` visible GPUs.",
     )
     lr: float = Field(1e-6, gt=0.0, le=1.0, description="Learning rate of the agent (AdamW).")
@@ -131,12 +132,14 @@ class TrainingConfig(Section):
         # the torch engine is one process: several ranks would each train alone on a shard
         if self.ranks > 1 and self.engine != "deepspeed":
             raise ValueError("training.ranks > 1 needs training.engine 'deepspeed'")
-        if self.devices is not None and len(self.devices) != self.ranks:
-            raise ValueError(
-                f"training.devices names {len(self.devices)} GPU(s) for {self.ranks} rank(s)"
-            )
-        if self.devices is not None and (
-            min(self.devices, default=0) < 0 or len(set(self.devices)) != len(self.devices)
-        ):
-            raise ValueError("training.devices must be distinct GPU indices >= 0")
+        gpus = self.gpu_indices
+        if gpus is not None and len(gpus) != self.ranks:
+            raise ValueError(f"training.devices names {len(gpus)} GPU(s) for {self.ranks} rank(s)")
+        if gpus is not None and len(set(gpus)) != len(gpus):
+            raise ValueError("training.devices must be distinct GPU indices")
         return self
+
+    @property
+    def gpu_indices(self) -> list[int] | None:
+        """``devices`` as a list of GPU indices (None: not set)."""
+        return None if self.devices is None else [int(d) for d in self.devices.split(",")]

@@ -60,7 +60,7 @@ def launch_command(config: TrainingConfig, folder: Path, port: int) -> list[str]
         return [*head, "-m", ENTRY, str(folder)]
     head = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_nodes", "1"]
     if config.devices is not None:  # DeepSpeed's runner picks GPUs by --include, not the env
-        head += ["--include", "localhost:" + ",".join(map(str, config.devices))]
+        head += ["--include", f"localhost:{config.devices}"]
     else:
         head += ["--num_gpus", n]
     head += ["--master_addr", "127.0.0.1", "--master_port", str(port)]
@@ -71,7 +71,7 @@ def _environment(config: TrainingConfig) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     if config.devices is not None and config.launcher == "torchrun":
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, config.devices))
+        env["CUDA_VISIBLE_DEVICES"] = config.devices
     return env
 
 

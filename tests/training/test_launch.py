@@ -36,13 +36,15 @@ def test_shards_cover_the_batch_once_in_order_with_near_equal_sizes(n, world):
 
 
 def test_several_ranks_need_deepspeed_and_one_device_each():
-    assert TrainingConfig(engine="deepspeed", ranks=4, devices=[4, 5, 6, 7]).ranks == 4
+    assert TrainingConfig(engine="deepspeed", ranks=4, devices="4,5,6,7").ranks == 4
     with pytest.raises(ValidationError, match=r"needs training\.engine 'deepspeed'"):
         TrainingConfig(ranks=2)
     with pytest.raises(ValidationError, match="names 1 GPU"):
-        TrainingConfig(engine="deepspeed", ranks=2, devices=[3])
+        TrainingConfig(engine="deepspeed", ranks=2, devices="3")
     with pytest.raises(ValidationError, match="distinct"):
-        TrainingConfig(engine="deepspeed", ranks=2, devices=[3, 3])
+        TrainingConfig(engine="deepspeed", ranks=2, devices="3,3")
+    with pytest.raises(ValidationError, match="pattern"):
+        TrainingConfig(engine="deepspeed", ranks=2, devices="cuda:0,cuda:1")
 
 
 def test_the_launchers_start_the_rank_entry_on_the_nodes_ranks(tmp_path):
@@ -51,7 +53,7 @@ def test_the_launchers_start_the_rank_entry_on_the_nodes_ranks(tmp_path):
     assert torchrun[torchrun.index("--nproc_per_node") + 1] == "4"
     assert torchrun[torchrun.index("--master_port") + 1] == "29555"
     assert torchrun[-3:] == ["-m", "spade.training.launch", str(tmp_path)]
-    ds = TrainingConfig(engine="deepspeed", ranks=2, launcher="deepspeed", devices=[6, 7])
+    ds = TrainingConfig(engine="deepspeed", ranks=2, launcher="deepspeed", devices="6,7")
     cmd = launch_command(ds, tmp_path, 29555)
     assert cmd[:3] == [sys.executable, "-m", "deepspeed.launcher.runner"]
     assert cmd[cmd.index("--include") + 1] == "localhost:6,7" and "--num_gpus" not in cmd
