@@ -50,11 +50,6 @@ def run_rank(folder: Path) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     job = read_job(folder)
     cfg = job.config
-    if cfg.model.device != "cpu":
-        import torch
-
-        if torch.cuda.is_available():  # "cuda" is the current device: this rank's GPU
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     from spade.training.run import trainer_from_parent
 
     trainer, files = trainer_from_parent(cfg, job.role, job.parent)

@@ -10,6 +10,7 @@ on every rank (:func:`trainer_from_parent`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from spade.errors import ConfigError
 from spade.records import DesignAttempt, Trajectory
 
 Role = Literal["agent", "designer"]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,11 +121,17 @@ def load_samples(
 def build_trainer(cfg: CampaignConfig, role: Role) -> tuple[Any, dict[str, bytes] | None]:
     """A GRPO trainer on the configured model (with the KL's reference model when a full
     fine-tune needs one), and the model files its full-weight checkpoints carry so that each
-    is a loadable model folder (None for LoRA)."""
+    is a loadable model folder (None for LoRA). A launched rank (``LOCAL_RANK`` set) loads onto
+    its own GPU."""
     from spade.inference.models import load_model_and_tokenizer, resolve_model
     from spade.training.trainer import GRPOTrainer
     from spade.training.weights import hf_model_files
 
+    if cfg.model.device != "cpu" and "LOCAL_RANK" in os.environ:
+        import torch
+
+        if torch.cuda.is_available():  # a launched rank: "cuda" is the current device, its own
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     resolved = resolve_model(cfg.model)
     model, tokenizer = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)
     lora = cfg.training.lora.enabled
@@ -178,6 +186,13 @@ def train_once(
         raise ConfigError(
             f"launched on {world} ranks, but training.engine is {cfg.training.engine!r}:"
             " several ranks train together only with engine 'deepspeed'"
+        )
+    if world == 1 and cfg.training.ranks > 1:  # the stage launches its ranks; this does not
+        log.warning(
+            "training.ranks is %d but this process was not launched on several ranks: it"
+            " trains alone (run `torchrun --nproc_per_node %d .venv/bin/spade train ...`)",
+            cfg.training.ranks,
+            cfg.training.ranks,
         )
     samples = load_samples(cfg, role, data, evaluations)
     if not samples:
