@@ -7,14 +7,16 @@ at the parent's weights as the in-process stage does
 (:func:`spade.training.run.trainer_from_parent`), joins the launcher's process group, takes its
 contiguous shard of the batch and steps (metrics are summed over the ranks by the trainer);
 the checkpoint is saved collectively and written by rank 0, which then writes ``result.json``.
-A rank that raises leaves its traceback in its log and in ``logs/rank-<RANK>.failed`` and
-exits 1: the launcher stops the other ranks and the stage reports that rank's log.
+A rank that raises leaves its traceback in its log, and when it failed in
+``logs/rank-<RANK>.failed``, and exits 1: the launcher stops the other ranks and the stage
+reports the log of the rank that failed first.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -84,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:  # any failure of this rank: its traceback is what the stage reports
         trace = traceback.format_exc()
         print(trace, file=sys.stderr, flush=True)
-        failure_marker(folder, rank).write_text(trace, encoding="utf-8")
+        # when it failed (the node's monotonic clock, finer than file times): the rank that
+        # failed first is the cause, the others usually fail after it, their peer gone
+        failure_marker(folder, rank).write_text(f"{time.monotonic_ns()}\n{trace}", "utf-8")
         return 1
     return 0
 

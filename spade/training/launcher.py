@@ -83,11 +83,17 @@ def _tail(path: Path) -> str:
     return text[-TAIL_CHARS:]
 
 
+def _failed_at(marker: Path) -> int:
+    """When the rank failed (its monotonic clock, written first in the marker)."""
+    head = marker.read_text(encoding="utf-8").split("\n", 1)[0]
+    return int(head) if head.isdigit() else sys.maxsize  # unreadable: last
+
+
 def _failure(folder: Path, ranks: int, code: int) -> TrainingError:
     """The error of a failed launch: the log tail of the rank that failed first (the others
     usually fail after it, a peer having gone), else the launcher's."""
     markers = [(failure_marker(folder, r), r) for r in range(ranks)]
-    failed = sorted((m.stat().st_mtime_ns, r) for m, r in markers if m.exists())
+    failed = sorted((_failed_at(m), r) for m, r in markers if m.exists())
     if failed:
         r = failed[0][1]
         later = [other for _, other in failed[1:]]

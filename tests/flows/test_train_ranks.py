@@ -146,10 +146,15 @@ def test_two_ranks_in_a_flow_run_give_the_one_rank_update(
     assert set(got["one"]) == set(got["two"])
 
 
+@pytest.mark.parametrize(
+    "launcher", ["torchrun", pytest.param("deepspeed", marks=pytest.mark.slow)]
+)
 def test_a_failed_rank_fails_the_task_with_its_log(
-    prefect_api: str, policy: Path, tmp_path: Path
+    prefect_api: str, policy: Path, tmp_path: Path, launcher: str
 ) -> None:
     cfg = _config(policy, tmp_path / "store", ranks=2)
+    ds = cfg.training.model_copy(update={"launcher": launcher})
+    cfg = cfg.model_copy(update={"training": ds})
     with pytest.raises(TrainingError) as err:
         _run_flow(cfg, "poisoned", _data(poison=4))  # in rank 1's shard (attempts 3 and 4)
     message = str(err.value)

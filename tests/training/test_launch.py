@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from spade.config import CampaignConfig, TrainingConfig
 from spade.errors import ConfigError
 from spade.records import DesignAttempt
-from spade.training.job import TrainJob, read_job, shard, write_job
-from spade.training.launcher import LAUNCH_VARS, _free_port, launch_command
+from spade.training.job import TrainJob, failure_marker, rank_log, read_job, shard, write_job
+from spade.training.launcher import LAUNCH_VARS, _failure, _free_port, launch_command
 from spade.training.samples import TrainSample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +71,23 @@ def test_a_job_round_trips_and_a_corrupt_one_is_a_config_error(tmp_path):
     (tmp_path / "samples.jsonl").write_text('{"input_ids": [1]}\n')
     with pytest.raises(ConfigError, match="unreadable"):
         read_job(tmp_path)
+
+
+def test_the_error_is_the_rank_that_failed_first_with_its_log_tail(tmp_path):
+    (tmp_path / "logs").mkdir()
+    for rank, at, last in ((0, 200, "peer closed"), (1, 100, "IndexError: out of range")):
+        rank_log(tmp_path, rank).write_text("x" * 10_000 + "\n" + last + "\n")
+        failure_marker(tmp_path, rank).write_text(f"{at}\ntraceback")
+    error = str(_failure(tmp_path, 3, 1))
+    assert error.startswith("training rank 1 of 3 failed, then rank(s) [0] (launcher exit 1)")
+    assert error.endswith("IndexError: out of range\n") and "peer closed" not in error
+    assert len(error) < 5000  # the tail, not the whole log
+    for rank in (0, 1):
+        failure_marker(tmp_path, rank).unlink()
+    (tmp_path / "logs" / "launcher.log").write_text("torchrun: no such module\n")
+    error = str(_failure(tmp_path, 3, 0))
+    assert "exited 0 but rank 0 wrote no result" in error
+    assert error.endswith("torchrun: no such module\n")
 
 
 def _attempts(path: Path, n: int) -> Path:
