@@ -44,8 +44,10 @@ def train(
 ) -> None:
     """One training update; resumes the newest checkpoint and writes the next one.
 
-    Under a launcher (`torchrun --nproc_per_node N .venv/bin/spade train ...`, engine
-    deepspeed) each rank trains on its shard of the samples; rank 0 writes and reports."""
+    With training.ranks > 1 (engine deepspeed) it launches that many ranks, as a round's
+    training stage does; under a launcher (`torchrun --nproc_per_node N .venv/bin/spade train
+    ...`) it is one rank. Each rank trains on its shard of the samples; rank 0 writes and
+    reports."""
     from spade.training.run import train_once
 
     if role not in ("agent", "designer"):

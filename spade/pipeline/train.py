@@ -17,10 +17,7 @@ files, so its folder is a Hugging Face model folder a vLLM server can be restart
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from spade.config import CampaignConfig
@@ -99,16 +96,9 @@ def _on_ranks(
     """One update by ``training.ranks`` launched processes, each on its shard of ``samples``
     (:mod:`spade.training.launcher`); their logs are kept with the stage (``logs/``), or in
     the job's local folder when a rank failed (the error names it)."""
-    from spade.training.job import LOGS, TrainJob, write_job
-    from spade.training.launcher import run_job
+    from spade.training.launcher import train_on_ranks
 
-    folder = Path(tempfile.mkdtemp(prefix=f"spade-train-{role}-"))
-    job = TrainJob(cfg, role, parent.checkpoint, root, cfg.training.ranks, samples)
-    write_job(folder, job)
-    result = run_job(cfg.training, folder)  # a failure leaves the folder, named in the error
-    for path in sorted((folder / LOGS).glob("*.log")):
-        rec.write_bytes(f"{LOGS}/{path.name}", path.read_bytes())
-    shutil.rmtree(folder)
+    result = train_on_ranks(cfg, role, parent.checkpoint, samples, root, rec.write_bytes)
     return result.metrics, result.checkpoint, result.kind
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from spade.config import CampaignConfig
 from spade.errors import ConfigError
 
-__all__ = ["TrainJob", "TrainResult", "read_job", "read_result", "shard", "write_job"]
+__all__ = ["JobResult", "TrainJob", "read_job", "read_result", "shard", "write_job"]
 
 Role = Literal["agent", "designer"]
 
@@ -40,7 +40,7 @@ class TrainJob:
 
 
 @dataclass(frozen=True)
-class TrainResult:
+class JobResult:
     """What rank 0 writes after saving: the step's metrics (over all ranks) and the checkpoint."""
 
     metrics: dict[str, float | int]
@@ -92,19 +92,19 @@ def read_job(folder: Path) -> TrainJob:
         raise ConfigError(f"training job {folder} is unreadable: {exc!r}") from exc
 
 
-def write_result(folder: Path, result: TrainResult) -> None:
+def write_result(folder: Path, result: JobResult) -> None:
     tmp = folder / (RESULT + ".tmp")
     tmp.write_text(json.dumps(asdict(result)), encoding="utf-8")
     tmp.replace(folder / RESULT)  # the stage never reads half a result
 
 
-def read_result(folder: Path) -> TrainResult | None:
+def read_result(folder: Path) -> JobResult | None:
     """Rank 0's result, None when it wrote none."""
     path = folder / RESULT
     if not path.exists():
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
-    return TrainResult(dict(data["metrics"]), str(data["checkpoint"]), str(data["kind"]))
+    return JobResult(dict(data["metrics"]), str(data["checkpoint"]), str(data["kind"]))
 
 
 def rank_log(folder: Path, rank: int) -> Path:

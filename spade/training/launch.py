@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 
 from spade.training.job import (
-    TrainResult,
+    JobResult,
     failure_marker,
     rank_log,
     read_job,
@@ -68,7 +68,7 @@ def run_rank(folder: Path) -> None:
         model_files=files,
     )
     if rank == 0:
-        write_result(folder, TrainResult(metrics, uri, trainer.kind))
+        write_result(folder, JobResult(metrics, uri, trainer.kind))
     print(f"rank {rank}/{world}: step {metrics['step']}, checkpoint {uri}", flush=True)
     trainer.engine.barrier()
 

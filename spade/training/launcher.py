@@ -15,17 +15,30 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from spade.config import TrainingConfig
+from spade.config import CampaignConfig, TrainingConfig
 from spade.errors import TrainingError
-from spade.training.job import LOGS, TrainResult, failure_marker, rank_log, read_result
+from spade.training.job import (
+    LOGS,
+    JobResult,
+    Role,
+    TrainJob,
+    failure_marker,
+    rank_log,
+    read_result,
+    write_job,
+)
 
-__all__ = ["launch_command", "run_job"]
+__all__ = ["launch_command", "run_job", "train_on_ranks"]
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +123,7 @@ def _failure(folder: Path, ranks: int, code: int) -> TrainingError:
     )
 
 
-def run_job(config: TrainingConfig, folder: Path) -> TrainResult:
+def run_job(config: TrainingConfig, folder: Path) -> JobResult:
     """Run the job in ``folder`` (already written) on ``config.ranks`` ranks; rank 0's result."""
     command = launch_command(config, folder, _free_port())
     (folder / LOGS).mkdir(parents=True, exist_ok=True)
@@ -138,4 +151,26 @@ def run_job(config: TrainingConfig, folder: Path) -> TrainResult:
     result = read_result(folder)
     if result is None:
         raise _failure(folder, config.ranks, code)
+    return result
+
+
+def train_on_ranks(
+    cfg: CampaignConfig,
+    role: Role,
+    parent: str | None,
+    samples: Sequence[Any],
+    root: str,
+    keep_log: Callable[[str, bytes], object] | None = None,
+) -> JobResult:
+    """One update of ``role`` from checkpoint ``parent`` on ``cfg.training.ranks`` launched
+    ranks, each on its shard of ``samples`` (advantages set); the checkpoint goes under
+    ``root``. ``keep_log(name, data)`` gets each log (``logs/rank-<r>.log``, ...) after a
+    success; after a failure the job's local folder is left for a look (the error names it)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"spade-train-{role}-"))
+    write_job(folder, TrainJob(cfg, role, parent, root, cfg.training.ranks, list(samples)))
+    result = run_job(cfg.training, folder)
+    if keep_log is not None:
+        for path in sorted((folder / LOGS).glob("*.log")):
+            keep_log(f"{LOGS}/{path.name}", path.read_bytes())
+    shutil.rmtree(folder)
     return result

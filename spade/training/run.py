@@ -3,14 +3,14 @@
 Loads the configured model, resumes the role's newest checkpoint (so repeated calls continue
 one run), takes one GRPO step on the file's samples and saves a new checkpoint whose manifest
 names its parent. Under ``torchrun``/``deepspeed`` every rank takes its shard of the samples
-and rank 0 writes. Also the trainer at a parent checkpoint, as the training stage builds it
-on every rank (:func:`trainer_from_parent`).
+and rank 0 writes; with ``training.ranks`` > 1 and no launcher it launches its ranks itself.
+Also the trainer at a parent checkpoint, as the training stage builds it on every rank
+(:func:`trainer_from_parent`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,7 +22,6 @@ from spade.errors import ConfigError
 from spade.records import DesignAttempt, Trajectory
 
 Role = Literal["agent", "designer"]
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -178,7 +177,8 @@ def train_once(
     """One update on the samples in ``data``, resuming the newest checkpoint under
     ``checkpoints``. Under a launcher (``WORLD_SIZE`` > 1: ``torchrun``/``deepspeed`` started
     this process on every rank) each rank trains on its contiguous shard of the samples
-    (advantages computed on all of them first) and the checkpoint is written by rank 0 only."""
+    (advantages computed on all of them first) and the checkpoint is written by rank 0 only;
+    not launched, with ``training.ranks`` > 1, it launches that many ranks itself."""
     from spade.training.job import shard
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -187,21 +187,16 @@ def train_once(
             f"launched on {world} ranks, but training.engine is {cfg.training.engine!r}:"
             " several ranks train together only with engine 'deepspeed'"
         )
-    if world == 1 and cfg.training.ranks > 1:  # the stage launches its ranks; this does not
-        log.warning(
-            "training.ranks is %d but this process was not launched on several ranks: it"
-            " trains alone (run `torchrun --nproc_per_node %d .venv/bin/spade train ...`)",
-            cfg.training.ranks,
-            cfg.training.ranks,
-        )
     samples = load_samples(cfg, role, data, evaluations)
     if not samples:
         raise ConfigError(
             f"{data}: no trainable samples (hinted plays and empty turns are skipped)"
         )
+    root = checkpoints or checkpoint_root(cfg, role)
+    if world == 1 and cfg.training.ranks > 1:  # not launched: launch the ranks, as the stage
+        return _launched(cfg, role, samples, root)
     trainer, files = build_trainer(cfg, role)
     rank, world = trainer.engine.rank, trainer.engine.world_size
-    root = checkpoints or checkpoint_root(cfg, role)
     previous = trainer.resume(root, storage_options=cfg.storage.storage_options)
     metrics = trainer.step(shard(samples, rank, world))
     uri = trainer.save(
@@ -213,3 +208,16 @@ def train_once(
     return TrainResult(
         metrics.to_dict(), uri, previous.uri if previous else None, len(samples), rank, world
     )
+
+
+def _launched(cfg: CampaignConfig, role: Role, samples: list[Any], root: str) -> TrainResult:
+    """:func:`train_once` on ``training.ranks`` ranks it launches (as the training stage does),
+    from the newest checkpoint under ``root``."""
+    from spade.inference.checkpoints import latest_checkpoint
+    from spade.training.launcher import train_on_ranks
+
+    previous = latest_checkpoint(root, cfg.storage.storage_options)
+    parent = previous.uri if previous else None
+    result = train_on_ranks(cfg, role, parent, samples, root)
+    ranks = cfg.training.ranks
+    return TrainResult(result.metrics, result.checkpoint, parent, len(samples), 0, ranks)

@@ -101,13 +101,15 @@ def _attempts(path: Path, n: int) -> Path:
     return path
 
 
-def test_spade_train_under_torchrun_trains_each_rank_on_its_shard(tmp_path):
-    """2 ranks x their shards of 5 attempts: the step counts 5 samples (not 10), rank 0 alone
-    reports and writes the one checkpoint."""
+def _spade_train(tmp_path: Path, launch: list[str], **training: object) -> dict[str, str]:
+    """``spade train`` on 5 scored design attempts (a tiny policy) started by ``launch``; its
+    printed metrics, after checking that it reported once, on 5 samples over 2 ranks."""
     pytest.importorskip("deepspeed")
     from spade.testing.scripted_designer import write_tiny_policy
 
-    policy = write_tiny_policy(tmp_path / "policy")
+    policy = tmp_path / "policy"
+    if not policy.exists():
+        write_tiny_policy(policy)
     config = tmp_path / "config.yaml"
     config.write_text(
         json.dumps(  # YAML reads JSON
@@ -115,23 +117,43 @@ def test_spade_train_under_torchrun_trains_each_rank_on_its_shard(tmp_path):
                 "name": "cli-ranks",
                 "storage": {"root": str(tmp_path / "store")},
                 "model": {"name_or_path": str(policy), "device": "cpu"},
-                "training": {"engine": "deepspeed", "designer_lr": 1e-2},
+                "training": {"engine": "deepspeed", "designer_lr": 1e-2, **training},
             }
         )
     )
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
     env |= {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           "-m", "spade.cli", "train", "--config", str(config), "--role", "designer",
+    cmd = [*launch, "-m", "spade.cli", "train", "--config", str(config), "--role", "designer",
            "-t", str(_attempts(tmp_path / "attempts.jsonl", 5)),
            "--checkpoints", str(tmp_path / "ckpt")]  # fmt: skip
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     words = " ".join(run.stdout.split())  # the title wraps at the table's width
     assert words.count("designer update on 5 samples on 2 ranks") == 1  # rank 0 only
-    rows = dict(line.strip("│ ").split(None, 1) for line in run.stdout.splitlines()
-                if line.startswith("│ ") and line.count("│") == 3 and "metric" not in line)  # fmt: skip
-    rows = {k: v.strip("│ ").strip() for k, v in rows.items()}
-    assert rows["samples"] == "5" and rows["step"] == "1"
+    rows = [line.strip("│ ").split("│") for line in run.stdout.splitlines()
+            if line.startswith("│ ") and line.count("│") == 3]  # fmt: skip
+    return {k.strip(): v.strip() for k, v in rows} | {"output": words}
+
+
+def test_spade_train_under_torchrun_trains_each_rank_on_its_shard(tmp_path):
+    """2 ranks x their shards of 5 attempts: the step counts 5 samples (not 10), rank 0 alone
+    reports and writes the one checkpoint."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]  # fmt: skip
+    metrics = _spade_train(tmp_path, torchrun)
+    assert metrics["samples"] == "5" and metrics["step"] == "1"
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-00000001"]
+
+
+def test_spade_train_launches_training_ranks_itself_and_resumes(tmp_path):
+    """Not under a launcher, with training.ranks 2: it launches the ranks as the stage does;
+    the second call resumes the first's checkpoint (ZeRO state of 2 ranks)."""
+    first = _spade_train(tmp_path, [sys.executable], ranks=2)
+    assert first["samples"] == "5" and first["step"] == "1"
+    second = _spade_train(tmp_path, [sys.executable], ranks=2)
+    assert second["step"] == "2"
+    assert f"(parent {tmp_path / 'ckpt' / 'step-00000001'})" in second["output"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "step-00000001",
+        "step-00000002",
+    ]
