@@ -1,5 +1,6 @@
 """Multi-rank training pieces: the shards, the config's rules, the launchers' command lines, the
-job folder, and ``spade train`` under torchrun (2 ranks, DeepSpeed on gloo) training on shards.
+job folder, the failure message, and ``spade train`` on 2 ranks (DeepSpeed on gloo), under
+torchrun or launching them itself, training on shards.
 
 The training stage on several ranks inside a flow run is tests/flows/test_train_ranks.py."""
 
