@@ -5,8 +5,7 @@ A job folder holds ``job.json`` (the resolved campaign config, the role, the par
 where the new checkpoint goes, the rank count), ``samples.jsonl`` (every sample of the batch,
 advantages already computed on the whole batch), ``logs/rank-<r>.log`` (each rank's stdout and
 stderr), ``logs/rank-<r>.failed`` (when a rank raised, on the node's monotonic clock, and its
-traceback), ``logs/launcher.log``
-and, once rank 0 has saved the checkpoint, ``result.json``.
+traceback), ``logs/launcher.log`` and, once rank 0 has saved the checkpoint, ``result.json``.
 """
 
 from __future__ import annotations
