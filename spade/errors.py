@@ -42,6 +42,11 @@ class CheckpointError(SpadeError):
     """A training checkpoint is incomplete or corrupt (missing manifest or file, bad checksum)."""
 
 
+class TrainingError(SpadeError):
+    """A training update could not be made: a rank of a multi-rank stage failed (the message
+    carries its log's tail) or the launcher gave no result."""
+
+
 class StorageError(SpadeError):
     """The object store is unusable or holds corrupt data (unreachable, bad blob checksum)."""
 

@@ -42,7 +42,12 @@ def train(
         ),
     ] = None,
 ) -> None:
-    """One training update; resumes the newest checkpoint and writes the next one."""
+    """One training update; resumes the newest checkpoint and writes the next one.
+
+    With training.ranks > 1 (engine deepspeed) it launches that many ranks, as a round's
+    training stage does; under a launcher (`torchrun --nproc_per_node N .venv/bin/spade train
+    ...`) it is one rank. Each rank trains on its shard of the samples; rank 0 writes and
+    reports."""
     from spade.training.run import train_once
 
     if role not in ("agent", "designer"):
@@ -53,7 +58,10 @@ def train(
         result = train_once(cfg, the_role, trajectories, checkpoints, evaluations)
     except SpadeError as exc:
         raise fail(exc) from None
-    table = Table(title=f"{role} update on {result.samples} samples", title_justify="left")
+    if result.rank != 0:  # under a launcher rank 0 reports for all
+        return
+    ranks = f" on {result.world_size} ranks" if result.world_size > 1 else ""
+    table = Table(title=f"{role} update on {result.samples} samples{ranks}", title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in result.metrics.items():

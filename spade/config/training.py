@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from spade.config.base import Section
 
@@ -48,6 +48,26 @@ class TrainingConfig(Section):
 
     engine: Literal["torch", "deepspeed"] = Field(
         "torch", description="Plain torch (CPU or one GPU) or DeepSpeed ZeRO."
+    )
+    ranks: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Training processes on this node, one per GPU (gloo on CPU). 1: the stage"
+        " trains in its own process; more: it launches `launcher` over them, each on a"
+        " contiguous shard of the batch (needs engine 'deepspeed').",
+    )
+    launcher: Literal["torchrun", "deepspeed"] = Field(
+        "torchrun",
+        description="What starts the ranks when ranks > 1: torchrun (torch.distributed.run) or"
+        " DeepSpeed's own `deepspeed` launcher.",
+    )
+    devices: str | None = Field(
+        None,
+        pattern=r"^\d{1,4}(,\d{1,4})*$",
+        description="GPU indices the ranks train on, one per rank, as CUDA_VISIBLE_DEVICES"
+        " writes them ('4,5,6,7': e.g. the GPUs vLLM does not use). None: the node's first"
+        " `ranks` visible GPUs.",
     )
     lr: float = Field(1e-6, gt=0.0, le=1.0, description="Learning rate of the agent (AdamW).")
     designer_lr: float = Field(
@@ -106,3 +126,20 @@ class TrainingConfig(Section):
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of training-side randomness.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
     deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
+
+    @model_validator(mode="after")
+    def _ranks_need_deepspeed(self) -> TrainingConfig:
+        # the torch engine is one process: several ranks would each train alone on a shard
+        if self.ranks > 1 and self.engine != "deepspeed":
+            raise ValueError("training.ranks > 1 needs training.engine 'deepspeed'")
+        gpus = self.gpu_indices
+        if gpus is not None and len(gpus) != self.ranks:
+            raise ValueError(f"training.devices names {len(gpus)} GPU(s) for {self.ranks} rank(s)")
+        if gpus is not None and len(set(gpus)) != len(gpus):
+            raise ValueError("training.devices must be distinct GPU indices")
+        return self
+
+    @property
+    def gpu_indices(self) -> list[int] | None:
+        """``devices`` as a list of GPU indices (None: not set)."""
+        return None if self.devices is None else [int(d) for d in self.devices.split(",")]

@@ -5,6 +5,12 @@ result what the next round serves.
 Checkpoints live inside the round's stage folders
 (``round-<NNNN>/train_agent/checkpoint/step-<n>``), so a re-run after a crash writes the same
 folder again instead of adding one; a checkpoint is only used once its own manifest is complete.
+With ``training.ranks`` > 1 the update runs in that many launched processes (torchrun or
+DeepSpeed's launcher, :mod:`spade.training.launcher`), each on a contiguous shard of the batch
+whose advantages were computed on the whole batch here; rank 0 writes the one checkpoint, and
+the ranks' logs are kept with the stage (``logs/rank-<r>.log``). A failed rank raises
+:class:`~spade.errors.TrainingError` with its log's tail. The outcome is the in-process one's.
+
 A full-weight checkpoint also holds the model's ``config.json``, generation config and tokenizer
 files, so its folder is a Hugging Face model folder a vLLM server can be restarted on.
 """
@@ -62,26 +68,38 @@ def _samples(cfg: CampaignConfig, data: TrainData) -> list[Any]:
     return designer_samples(cfg, data.attempts, data.rewards)
 
 
-def _trainer(
-    cfg: CampaignConfig, role: Role, parent: WeightsRef
-) -> tuple[Any, dict[str, bytes] | None]:
-    """The trainer at ``parent``'s weights, and (full fine-tuning) the model files its
-    checkpoints carry to be loadable model folders."""
-    from spade.inference.checkpoints import load_checkpoint
-    from spade.training.run import build_trainer
+def _in_process(
+    cfg: CampaignConfig, role: Role, parent: WeightsRef, samples: list[Any], root: str
+) -> tuple[dict[str, float | int], str, str]:
+    """One update in this process: its metrics, the checkpoint's URI and kind."""
+    from spade.training.run import trainer_from_parent
 
-    trainer, files = build_trainer(cfg, role)
-    if parent.checkpoint is None:
-        return trainer, files
-    loaded = load_checkpoint(parent.checkpoint, storage_options=cfg.storage.storage_options)
-    trainer.load_weights(loaded)
-    state = dict(loaded.trainer_state or {})
-    if state.get("role") == role:  # the optimizer state of this role's previous update
-        state["optimizer"] = loaded.optimizer_state
-        trainer.load_state_dict(state)
-    else:  # the other role wrote it: its weights, a fresh optimizer, the step count goes on
-        trainer.global_step = loaded.step
-    return trainer, files
+    trainer, files = trainer_from_parent(cfg, role, parent.checkpoint)
+    metrics = trainer.step(samples).to_dict()
+    uri = trainer.save(
+        root,
+        storage_options=cfg.storage.storage_options,
+        parent=parent.checkpoint,
+        model_files=files,
+    )
+    return metrics, uri, trainer.kind
+
+
+def _on_ranks(
+    cfg: CampaignConfig,
+    rec: StageRecord,
+    role: Role,
+    parent: WeightsRef,
+    samples: list[Any],
+    root: str,
+) -> tuple[dict[str, float | int], str, str]:
+    """One update by ``training.ranks`` launched processes, each on its shard of ``samples``
+    (:mod:`spade.training.launcher`); their logs are kept with the stage (``logs/``), or in
+    the job's local folder when a rank failed (the error names it)."""
+    from spade.training.launcher import train_on_ranks
+
+    result = train_on_ranks(cfg, role, parent.checkpoint, samples, root, rec.write_bytes)
+    return result.metrics, result.checkpoint, result.kind
 
 
 def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> TrainOutcome:
@@ -103,16 +121,11 @@ def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> TrainOutcom
         rec.write_json("outcome.json", {"skipped": reason, "samples": len(samples)})
         rec.commit("skipped", reason)
         return TrainOutcome(parent, {}, len(samples), reason)
-    trainer, files = _trainer(cfg, role, parent)
-    metrics = trainer.step(samples).to_dict()
     root = rec.cs.store.url(rec.key("checkpoint"))
-    uri = trainer.save(
-        root,
-        storage_options=cfg.storage.storage_options,
-        parent=parent.checkpoint,
-        model_files=files,
-    )
-    kind = trainer.kind
+    if cfg.training.ranks > 1:
+        metrics, uri, kind = _on_ranks(cfg, rec, role, parent, samples, root)
+    else:
+        metrics, uri, kind = _in_process(cfg, role, parent, samples, root)
     weights = WeightsRef(f"r{round:04d}-{role}", uri, kind)
     rec.outputs["checkpoint"] = uri
     rec.write_json(

@@ -9,6 +9,9 @@
   the LoRA merge: :mod:`spade.inference.adapters`);
 - :mod:`spade.training.checkpoint`: atomic checkpoints on any fsspec URL (reading them:
   :mod:`spade.inference.checkpoints`, which serving needs too).
+- :mod:`spade.training.job`, :mod:`spade.training.launcher`, :mod:`spade.training.launch`: a
+  multi-rank update (``training.ranks``): the job folder, the launch of torchrun or DeepSpeed's
+  launcher over the node's ranks, and each rank's entry point.
 
 Importing this package is light; the submodules import torch (and peft / DeepSpeed when used).
 """

@@ -2,12 +2,16 @@
 
 Loads the configured model, resumes the role's newest checkpoint (so repeated calls continue
 one run), takes one GRPO step on the file's samples and saves a new checkpoint whose manifest
-names its parent.
+names its parent. Under ``torchrun``/``deepspeed`` every rank takes its shard of the samples
+and rank 0 writes; with ``training.ranks`` > 1 and no launcher it launches its ranks itself.
+Also the trainer at a parent checkpoint, as the training stage builds it on every rank
+(:func:`trainer_from_parent`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +29,9 @@ class TrainResult:
     metrics: dict[str, float | int]
     checkpoint: str
     resumed_from: str | None
-    samples: int
+    samples: int  # in the whole batch (metrics count those trained, over all ranks)
+    rank: int = 0  # this process's rank under a launcher
+    world_size: int = 1
 
 
 def checkpoint_root(cfg: CampaignConfig, role: Role) -> str:
@@ -114,11 +120,17 @@ def load_samples(
 def build_trainer(cfg: CampaignConfig, role: Role) -> tuple[Any, dict[str, bytes] | None]:
     """A GRPO trainer on the configured model (with the KL's reference model when a full
     fine-tune needs one), and the model files its full-weight checkpoints carry so that each
-    is a loadable model folder (None for LoRA)."""
+    is a loadable model folder (None for LoRA). A launched rank (``LOCAL_RANK`` set) loads onto
+    its own GPU."""
     from spade.inference.models import load_model_and_tokenizer, resolve_model
     from spade.training.trainer import GRPOTrainer
     from spade.training.weights import hf_model_files
 
+    if cfg.model.device != "cpu" and "LOCAL_RANK" in os.environ:
+        import torch
+
+        if torch.cuda.is_available():  # a launched rank: "cuda" is the current device, its own
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     resolved = resolve_model(cfg.model)
     model, tokenizer = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)
     lora = cfg.training.lora.enabled
@@ -130,6 +142,31 @@ def build_trainer(cfg: CampaignConfig, role: Role) -> tuple[Any, dict[str, bytes
     return GRPOTrainer(model, pad, cfg.training, role=role, ref_model=ref), files
 
 
+def trainer_from_parent(
+    cfg: CampaignConfig, role: Role, parent: str | None
+) -> tuple[Any, dict[str, bytes] | None]:
+    """The trainer at the weights of checkpoint ``parent`` (None: the configured base model),
+    and (full fine-tuning) the model files its checkpoints carry to be loadable model folders.
+
+    The parent's optimizer state and step come along when the same role wrote it; a parent the
+    other role wrote gives its weights, a fresh optimizer and its step count. Collective under
+    several DeepSpeed ranks (every rank loads the parent)."""
+    from spade.inference.checkpoints import load_checkpoint
+
+    trainer, files = build_trainer(cfg, role)
+    if parent is None:
+        return trainer, files
+    loaded = load_checkpoint(parent, storage_options=cfg.storage.storage_options)
+    trainer.load_weights(loaded)
+    state = dict(loaded.trainer_state or {})
+    if state.get("role") == role:  # the optimizer state of this role's previous update
+        state["optimizer"] = loaded.optimizer_state
+        trainer.load_state_dict(state)
+    else:  # the other role wrote it: its weights, a fresh optimizer, the step count goes on
+        trainer.global_step = loaded.step
+    return trainer, files
+
+
 def train_once(
     cfg: CampaignConfig,
     role: Role,
@@ -137,19 +174,50 @@ def train_once(
     checkpoints: str | None = None,
     evaluations: Path | None = None,
 ) -> TrainResult:
+    """One update on the samples in ``data``, resuming the newest checkpoint under
+    ``checkpoints``. Under a launcher (``WORLD_SIZE`` > 1: ``torchrun``/``deepspeed`` started
+    this process on every rank) each rank trains on its contiguous shard of the samples
+    (advantages computed on all of them first) and the checkpoint is written by rank 0 only;
+    not launched, with ``training.ranks`` > 1, it launches that many ranks itself."""
+    from spade.training.job import shard
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and cfg.training.engine != "deepspeed":
+        raise ConfigError(
+            f"launched on {world} ranks, but training.engine is {cfg.training.engine!r}:"
+            " several ranks train together only with engine 'deepspeed'"
+        )
     samples = load_samples(cfg, role, data, evaluations)
     if not samples:
         raise ConfigError(
             f"{data}: no trainable samples (hinted plays and empty turns are skipped)"
         )
-    trainer, files = build_trainer(cfg, role)
     root = checkpoints or checkpoint_root(cfg, role)
+    if world == 1 and cfg.training.ranks > 1:  # not launched: launch the ranks, as the stage
+        return _launched(cfg, role, samples, root)
+    trainer, files = build_trainer(cfg, role)
+    rank, world = trainer.engine.rank, trainer.engine.world_size
     previous = trainer.resume(root, storage_options=cfg.storage.storage_options)
-    metrics = trainer.step(samples)
+    metrics = trainer.step(shard(samples, rank, world))
     uri = trainer.save(
         root,
         storage_options=cfg.storage.storage_options,
         parent=previous.uri if previous else None,
         model_files=files,
     )
-    return TrainResult(metrics.to_dict(), uri, previous.uri if previous else None, len(samples))
+    return TrainResult(
+        metrics.to_dict(), uri, previous.uri if previous else None, len(samples), rank, world
+    )
+
+
+def _launched(cfg: CampaignConfig, role: Role, samples: list[Any], root: str) -> TrainResult:
+    """:func:`train_once` on ``training.ranks`` ranks it launches (as the training stage does),
+    from the newest checkpoint under ``root``."""
+    from spade.inference.checkpoints import latest_checkpoint
+    from spade.training.launcher import train_on_ranks
+
+    previous = latest_checkpoint(root, cfg.storage.storage_options)
+    parent = previous.uri if previous else None
+    result = train_on_ranks(cfg, role, parent, samples, root)
+    ranks = cfg.training.ranks
+    return TrainResult(result.metrics, result.checkpoint, parent, len(samples), 0, ranks)

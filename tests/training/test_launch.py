@@ -1,0 +1,160 @@
+"""Multi-rank training pieces: the shards, the config's rules, the launchers' command lines, the
+job folder, the failure message, and ``spade train`` on 2 ranks (DeepSpeed on gloo), under
+torchrun or launching them itself, training on shards.
+
+The training stage on several ranks inside a flow run is tests/flows/test_train_ranks.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from spade.config import CampaignConfig, TrainingConfig
+from spade.errors import ConfigError
+from spade.records import DesignAttempt
+from spade.training.job import TrainJob, failure_marker, rank_log, read_job, shard, write_job
+from spade.training.launcher import LAUNCH_VARS, _failure, _free_port, launch_command
+from spade.training.samples import TrainSample
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 8, 9])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_shards_cover_the_batch_once_in_order_with_near_equal_sizes(n, world):
+    items = list(range(n))
+    shards = [shard(items, r, world) for r in range(world)]
+    assert [x for s in shards for x in s] == items
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    with pytest.raises(ValueError, match="not in a world"):
+        shard(items, world, world)
+
+
+def test_several_ranks_need_deepspeed_and_one_device_each():
+    assert TrainingConfig(engine="deepspeed", ranks=4, devices="4,5,6,7").ranks == 4
+    with pytest.raises(ValidationError, match=r"needs training\.engine 'deepspeed'"):
+        TrainingConfig(ranks=2)
+    with pytest.raises(ValidationError, match="names 1 GPU"):
+        TrainingConfig(engine="deepspeed", ranks=2, devices="3")
+    with pytest.raises(ValidationError, match="distinct"):
+        TrainingConfig(engine="deepspeed", ranks=2, devices="3,3")
+    with pytest.raises(ValidationError, match="pattern"):
+        TrainingConfig(engine="deepspeed", ranks=2, devices="cuda:0,cuda:1")
+
+
+def test_the_launchers_start_the_rank_entry_on_the_nodes_ranks(tmp_path):
+    torchrun = launch_command(TrainingConfig(engine="deepspeed", ranks=4), tmp_path, 29555)
+    assert torchrun[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert torchrun[torchrun.index("--nproc_per_node") + 1] == "4"
+    assert torchrun[torchrun.index("--master_port") + 1] == "29555"
+    assert torchrun[-3:] == ["-m", "spade.training.launch", str(tmp_path)]
+    ds = TrainingConfig(engine="deepspeed", ranks=2, launcher="deepspeed", devices="6,7")
+    cmd = launch_command(ds, tmp_path, 29555)
+    assert cmd[:3] == [sys.executable, "-m", "deepspeed.launcher.runner"]
+    assert cmd[cmd.index("--include") + 1] == "localhost:6,7" and "--num_gpus" not in cmd
+    assert cmd[-4:] == ["--no_local_rank", "--module", "spade.training.launch", str(tmp_path)]
+    plain = launch_command(ds.model_copy(update={"devices": None}), tmp_path, 29555)
+    assert plain[plain.index("--num_gpus") + 1] == "2"
+
+
+def test_a_job_round_trips_and_a_corrupt_one_is_a_config_error(tmp_path):
+    cfg = CampaignConfig.model_validate({"training": {"engine": "deepspeed", "ranks": 2}})
+    samples = [TrainSample([1, 2, 3], [0, 1, 1], [0.0, -0.1, -1 / 3], 1.0, "g", 0.1 + 0.2)]
+    write_job(tmp_path, TrainJob(cfg, "agent", None, "/ckpt", 2, samples))
+    job = read_job(tmp_path)
+    assert job.config == cfg and job.samples == samples and job.ranks == 2  # floats exact
+    (tmp_path / "samples.jsonl").write_text('{"input_ids": [1]}\n')
+    with pytest.raises(ConfigError, match="unreadable"):
+        read_job(tmp_path)
+
+
+def test_the_error_is_the_rank_that_failed_first_with_its_log_tail(tmp_path):
+    (tmp_path / "logs").mkdir()
+    for rank, at, last in ((0, 200, "peer closed"), (1, 100, "IndexError: out of range")):
+        rank_log(tmp_path, rank).write_text("x" * 10_000 + "\n" + last + "\n")
+        failure_marker(tmp_path, rank).write_text(f"{at}\ntraceback")
+    error = str(_failure(tmp_path, 3, 1))
+    assert error.startswith("training rank 1 of 3 failed, then rank(s) [0] (launcher exit 1)")
+    assert error.endswith("IndexError: out of range\n") and "peer closed" not in error
+    assert len(error) < 5000  # the tail, not the whole log
+    for rank in (0, 1):
+        failure_marker(tmp_path, rank).unlink()
+    (tmp_path / "logs" / "launcher.log").write_text("torchrun: no such module\n")
+    error = str(_failure(tmp_path, 3, 0))
+    assert "exited 0 but rank 0 wrote no result" in error
+    assert error.endswith("torchrun: no such module\n")
+
+
+def _attempts(path: Path, n: int) -> Path:
+    rows = []
+    for i in range(n):
+        attempt = DesignAttempt(slot=i, attempt=0, skill="logic", doc_id="d", messages=[],
+                                prompt_token_ids=[10, 11, 12 + i], token_ids=[40 + i, 41, 42],
+                                logprobs=[-3.0, -3.0, -3.0])  # fmt: skip
+        rows.append(json.dumps(attempt.to_dict() | {"reward": float(i % 2)}))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _spade_train(tmp_path: Path, launch: list[str], **training: object) -> dict[str, str]:
+    """``spade train`` on 5 scored design attempts (a tiny policy) started by ``launch``; its
+    printed metrics, after checking that it reported once, on 5 samples over 2 ranks."""
+    pytest.importorskip("deepspeed")
+    from spade.testing.scripted_designer import write_tiny_policy
+
+    policy = tmp_path / "policy"
+    if not policy.exists():
+        write_tiny_policy(policy)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(  # YAML reads JSON
+            {
+                "name": "cli-ranks",
+                "storage": {"root": str(tmp_path / "store")},
+                "model": {"name_or_path": str(policy), "device": "cpu"},
+                "training": {"engine": "deepspeed", "designer_lr": 1e-2, **training},
+            }
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env |= {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    cmd = [*launch, "-m", "spade.cli", "train", "--config", str(config), "--role", "designer",
+           "-t", str(_attempts(tmp_path / "attempts.jsonl", 5)),
+           "--checkpoints", str(tmp_path / "ckpt")]  # fmt: skip
+    run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    words = " ".join(run.stdout.split())  # the title wraps at the table's width
+    assert words.count("designer update on 5 samples on 2 ranks") == 1  # rank 0 only
+    rows = [line.strip("│ ").split("│") for line in run.stdout.splitlines()
+            if line.startswith("│ ") and line.count("│") == 3]  # fmt: skip
+    return {k.strip(): v.strip() for k, v in rows} | {"output": words}
+
+
+def test_spade_train_under_torchrun_trains_each_rank_on_its_shard(tmp_path):
+    """2 ranks x their shards of 5 attempts: the step counts 5 samples (not 10), rank 0 alone
+    reports and writes the one checkpoint."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]  # fmt: skip
+    metrics = _spade_train(tmp_path, torchrun)
+    assert metrics["samples"] == "5" and metrics["step"] == "1"
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-00000001"]
+
+
+def test_spade_train_launches_training_ranks_itself_and_resumes(tmp_path):
+    """Not under a launcher, with training.ranks 2: it launches the ranks as the stage does;
+    the second call resumes the first's checkpoint (ZeRO state of 2 ranks)."""
+    first = _spade_train(tmp_path, [sys.executable], ranks=2)
+    assert first["samples"] == "5" and first["step"] == "1"
+    second = _spade_train(tmp_path, [sys.executable], ranks=2)
+    assert second["step"] == "2"
+    assert f"(parent {tmp_path / 'ckpt' / 'step-00000001'})" in second["output"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "step-00000001",
+        "step-00000002",
+    ]
