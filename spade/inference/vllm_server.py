@@ -247,7 +247,8 @@ class ManagedVllmBackend:
         self.base_model = model
         self.server = VllmServer(config.vllm, model, log_path=log_path)
         self._client_config = config.model_copy(update={"base_url": self.server.base_url})
-        self.client = OpenAIBackend(self._client_config, self.server_model_name)
+        # the model's own tokenizer re-derives token ids an older vLLM does not return
+        self.client = OpenAIBackend(self._client_config, self.server_model_name, tokenizer=model)
         self.adapter: str | None = None  # the runtime-loaded adapter requests go to
 
     @property
