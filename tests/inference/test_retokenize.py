@@ -10,6 +10,7 @@ the ones built from a server that returns every id.
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,33 @@ def test_agent_and_designer_samples_from_re_derived_ids_are_the_full_servers(
     want = asyncio.run(design(None))
     assert want and want == asyncio.run(design(tokenizer_dir, **OLD_VLLM))
     assert want == asyncio.run(design(tokenizer_dir, **PLAIN))
+
+
+def test_the_configured_openai_backend_re_derives_ids_with_the_models_tokenizer(
+    tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    from spade.inference.factory import open_backend
+    from spade.testing.tiny_models import tiny_llama_config
+
+    model_dir = tmp_path / "model"  # a model folder (config.json) whose tokenizer is the stand-in's
+    shutil.copytree(tokenizer_dir, model_dir)
+    tiny_llama_config(130, hidden=16, layers=1, heads=2, kv_heads=1).save_pretrained(model_dir)
+
+    with FakeOpenAIServer("served", script=echo, **PLAIN) as srv:  # type: ignore[arg-type]
+        cfg = load_config(
+            overrides={
+                "inference.backend": "openai",
+                "inference.base_url": srv.url,
+                "inference.served_model": "served",
+                "model.name_or_path": str(model_dir),
+            }
+        )
+
+        async def go() -> Completion:
+            async with open_backend(cfg) as backend:
+                (done,) = await backend.complete([ChatRequest(TURNS[0])])
+                return done
+
+        out = asyncio.run(go())
+    assert out.token_ids_rederived and out.token_ids == tokenize("look around")
+    assert out.prompt_token_ids == tokenize(render_prompt(TURNS[0]))
