@@ -73,7 +73,8 @@ class VllmServerConfig(Section):
     executable: str = Field(
         "vllm",
         min_length=1,
-        description="The `vllm` command of vLLM's own environment (vLLM cannot share Prefect's).",
+        description="The `vllm` command of vLLM's own environment (vLLM cannot share Prefect's);"
+        " scripts/vllm_venv.sh builds one for CPUs and prints this path.",
     )
     host: str = Field("127.0.0.1", description="Address the server binds.")
     port: int = Field(8000, ge=1, le=65535, description="Port the server binds.")

@@ -65,7 +65,9 @@ class Completion:
 
     ``prompt_token_ids`` are the rendered conversation, ``token_ids`` / ``logprobs`` the
     sampled tokens and their log-probabilities (same length). ``model`` names the weights that
-    produced it (base model, adapter or checkpoint version).
+    produced it (base model, adapter or checkpoint version). ``token_ids_rederived``: the server
+    did not return some of the ids and they were re-derived with the model's tokenizer
+    (:mod:`spade.inference.retokenize` says when they still line up with the log-probs).
     """
 
     text: str = ""
@@ -76,6 +78,7 @@ class Completion:
     model: str = ""
     latency_s: float = 0.0
     failure: InferenceFailure | None = None
+    token_ids_rederived: bool = False
 
     @property
     def ok(self) -> bool:

@@ -20,6 +20,7 @@ Which model each backend is given:
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -99,7 +100,9 @@ async def open_backend(cfg: CampaignConfig) -> AsyncIterator[Backend]:
     elif inf.backend == "openai":
         from spade.inference.openai import OpenAIBackend
 
-        backend = OpenAIBackend(inf, served_model_name(cfg))
+        # the tokenizer, found only if a server returns no token ids, re-derives them
+        tokenizer = functools.partial(vllm_model_source, cfg.model)
+        backend = OpenAIBackend(inf, served_model_name(cfg), tokenizer=tokenizer)
     elif inf.backend == "llamacpp":
         from spade.inference.llamacpp import ManagedLlamaCppBackend
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from spade.config import InferenceConfig
 from spade.errors import InferenceError
 from spade.inference.base import ChatRequest, Completion, InferenceFailureKind
+from spade.inference.retokenize import Retokenizer, Source
 from spade.inference.retry import Failed, Malformed, RetryingClient, failed
 
 if TYPE_CHECKING:
@@ -50,10 +51,21 @@ _TOKEN_ID_PATTERN = re.compile(r"token_id:(-?\d+)")
 class OpenAIBackend:
     """The :class:`~spade.inference.base.Backend` for an OpenAI-compatible HTTP server."""
 
-    def __init__(self, config: InferenceConfig, model: str, *, vllm_extras: bool = True) -> None:
+    def __init__(
+        self,
+        config: InferenceConfig,
+        model: str,
+        *,
+        vllm_extras: bool = True,
+        tokenizer: Source | None = None,
+    ) -> None:
+        """``tokenizer``: the served model's tokenizer folder (or a function giving it), to
+        re-derive token ids a server does not return; None: they stay empty."""
         self._config = config
         self._model = config.served_model or model
         self._vllm_extras = vllm_extras
+        self.retokenizer = Retokenizer(tokenizer) if tokenizer is not None else None
+        self._warned_no_ids = False
         self._base_url = config.base_url.rstrip("/")
         self._http = RetryingClient(
             config, concurrency=config.max_concurrency, headers=_auth_headers(config.api_key_env)
@@ -107,9 +119,28 @@ class OpenAIBackend:
             reason = f"request is not JSON-serializable: {exc}"
             return failed(Failed(InferenceFailureKind.CLIENT_ERROR, reason, False), 0, model)
         url = f"{self._base_url}/chat/completions"
-        completion = await self._http.post(url, body, parse_chat_completion)
+        tokens: list[str] = []  # the log-prob entries' token texts of the answer parsed last
+
+        def parse(data: Any) -> Completion:
+            completion, tokens[:] = _parse(data)
+            return completion
+
+        completion = await self._http.post(url, body, parse)
         completion.model = model
+        if completion.ok and not (completion.prompt_token_ids and completion.token_ids):
+            self._rederive(completion, request, tokens)
         return completion
+
+    def _rederive(self, completion: Completion, request: ChatRequest, tokens: list[str]) -> None:
+        if self.retokenizer is not None:
+            self.retokenizer.fill(completion, request.messages, request.tools, tokens)
+        elif not self._warned_no_ids:
+            self._warned_no_ids = True
+            log.warning(
+                "%s returns no token ids and the backend has no tokenizer to re-derive them:"
+                " its completions cannot be trained on",
+                self._base_url,
+            )
 
     def _payload(self, request: ChatRequest, model: str) -> dict[str, Any]:
         p = request.params
@@ -185,6 +216,11 @@ class OpenAIBackend:
 
 def parse_chat_completion(data: Any) -> Completion:
     """A :class:`Completion` from an OpenAI chat completion body (see the module docstring)."""
+    return _parse(data)[0]
+
+
+def _parse(data: Any) -> tuple[Completion, list[str]]:
+    """The completion and its log-prob entries' token texts."""
     choice = _first_choice(data)
     message = _field(choice, "message", dict)
     text = _message_text(message)
@@ -194,13 +230,14 @@ def parse_chat_completion(data: Any) -> Completion:
     if token_ids is None:
         token_ids = _ids_from_tokens(tokens)
     prompt_ids = _int_list(data.get("prompt_token_ids"), "prompt_token_ids") or []
-    return Completion(
+    completion = Completion(
         text=text,
         prompt_token_ids=prompt_ids,
         token_ids=token_ids,
         logprobs=logprobs,
         finish_reason=finish,
     )
+    return completion, tokens
 
 
 def _first_choice(data: Any) -> dict[str, Any]:

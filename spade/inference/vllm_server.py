@@ -18,7 +18,11 @@ name, so requests - and the rollouts recording ``Completion.model`` - say which 
 them. vLLM reads weights and adapters from its own filesystem: copies of checkpoints on a remote
 store are staged under :func:`staging_root` first (see :mod:`spade.inference.pool`).
 
-:class:`ManagedVllmBackend` is that server plus an :class:`OpenAIBackend` speaking to it.
+:class:`ManagedVllmBackend` is that server plus an :class:`OpenAIBackend` speaking to it (with
+the model's tokenizer, for the token ids a vLLM older than ``return_token_ids`` does not return:
+:mod:`spade.inference.retokenize`). ``scripts/vllm_venv.sh`` builds vLLM's CPU wheel in a
+virtualenv of its own and prints the executable to configure; on CPU, size the KV cache with
+``--kv-cache-memory-bytes`` in ``extra_args`` (the default reserves 92% of RAM).
 Launch failures (the process exits, or is not healthy in time) raise
 :class:`spade.errors.InferenceError` with the tail of the server's log.
 """
@@ -247,7 +251,8 @@ class ManagedVllmBackend:
         self.base_model = model
         self.server = VllmServer(config.vllm, model, log_path=log_path)
         self._client_config = config.model_copy(update={"base_url": self.server.base_url})
-        self.client = OpenAIBackend(self._client_config, self.server_model_name)
+        # the model's own tokenizer re-derives token ids an older vLLM does not return
+        self.client = OpenAIBackend(self._client_config, self.server_model_name, tokenizer=model)
         self.adapter: str | None = None  # the runtime-loaded adapter requests go to
 
     @property

@@ -7,7 +7,9 @@ drive the real client code against it. It serves ``/v1/chat/completions``, ``/v1
 - answers come from a script ``(request_json) -> text`` or a queue of texts (else ``"ok"``);
 - fake tokenization: one token per character, id ``ord(char)``; the prompt is the messages
   rendered as ``<role>content\\n``; each sampled token has log-prob ``-(id % 10 + 1) / 10``;
-- ``logprobs``, ``return_token_ids`` and ``return_tokens_as_token_ids`` behave like vLLM's;
+- ``logprobs``, ``return_token_ids`` and ``return_tokens_as_token_ids`` behave like vLLM's; like
+  an older vLLM (or another server) it can ignore the last two (``return_token_ids_supported``,
+  ``tokens_as_ids_supported``: no ids, log-prob tokens as text);
   ``max_tokens`` truncates (finish_reason ``"length"``), ``stop`` strings cut the text;
 - a request naming a model that is neither the base model nor a loaded adapter gets 404;
 - with ``check_lora_paths`` (``--check-lora-paths``), ``lora_path`` must be a folder on this
@@ -117,6 +119,7 @@ class FakeOpenAIServer:
         max_context: int | None = None,
         allow_runtime_lora: bool = True,
         return_token_ids_supported: bool = True,
+        tokens_as_ids_supported: bool = True,
         check_lora_paths: bool = False,
     ) -> None:
         self.model = model
@@ -127,6 +130,7 @@ class FakeOpenAIServer:
         self.max_context = max_context
         self.allow_runtime_lora = allow_runtime_lora
         self.return_token_ids_supported = return_token_ids_supported
+        self.tokens_as_ids_supported = tokens_as_ids_supported
         self.requests: list[Recorded] = []
         self.adapters: dict[str, str] = {}
         self.max_in_flight = 0
@@ -329,12 +333,11 @@ class FakeOpenAIServer:
     ) -> dict[str, Any]:
         ids = tokenize(text)
         with_ids = bool(body.get("return_token_ids")) and self.return_token_ids_supported
+        as_ids = bool(body.get("return_tokens_as_token_ids")) and self.tokens_as_ids_supported
         choice: dict[str, Any] = {
             "index": 0,
             "message": {"role": "assistant", "content": text, "tool_calls": []},
-            "logprobs": _logprobs(text, bool(body.get("return_tokens_as_token_ids")))
-            if body.get("logprobs")
-            else None,
+            "logprobs": _logprobs(text, as_ids) if body.get("logprobs") else None,
             "finish_reason": finish,
             "stop_reason": None,
             "token_ids": ids if with_ids else None,
