@@ -88,21 +88,6 @@ class NothingPasses(ScriptedModel):
         return super().__call__(request)
 
 
-@pytest.fixture
-def nothing_passes():
-    from spade.testing.openai_server import FakeOpenAIServer
-
-    with FakeOpenAIServer(script=NothingPasses()) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def lora_policy(tmp_path_factory):
-    from spade.testing.scripted_designer import write_tiny_policy
-
-    return write_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
-
-
 def write_pool(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     half = HALF.replace(
@@ -151,9 +136,9 @@ def _models(server, since: int) -> set[str]:
 
 @pytest.mark.parametrize("seed", [0, 7])
 def test_a_round_that_accepts_nothing_still_plays_trains_and_publishes(
-    prefect_api, nothing_passes, lora_policy, tmp_path, seed
+    prefect_api, nothing_passes, tiny_policy, tmp_path, seed
 ):
-    cfg = _config(nothing_passes, tmp_path, lora_policy, seed)
+    cfg = _config(nothing_passes, tmp_path, tiny_policy, seed)
     cs = campaign_store(cfg, "loop")
     _run(cfg, "loop", 0)
     assert cs.completed_stages(0) == list(STAGES)
@@ -202,7 +187,7 @@ def test_a_round_that_accepts_nothing_still_plays_trains_and_publishes(
 
 
 def test_the_fixed_pool_baseline_designs_nothing_and_trains_the_agent(
-    prefect_api, nothing_passes, lora_policy, tmp_path
+    prefect_api, nothing_passes, tiny_policy, tmp_path
 ):
     """env_source pool: no design, hint or designer call; the pool environments are played and
     the agent trains on them; the designer stage is skipped with the reason; with
@@ -210,7 +195,7 @@ def test_the_fixed_pool_baseline_designs_nothing_and_trains_the_agent(
     cfg = _config(
         nothing_passes,
         tmp_path,
-        lora_policy,
+        tiny_policy,
         0,
         **{"run.env_source": "pool", "run.min_envs": 0, "run.regen_interval": 2},
     )

@@ -25,27 +25,11 @@ from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.summary import summarize_round
 from spade.pools import import_pool
 from spade.storage import ObjectStore
-from tests.flows.test_closed_loop import HALF_HINT, LOCKER, NothingPasses, _config, _run
+from tests.flows.test_closed_loop import HALF_HINT, LOCKER, _config, _run
 from tests.pools.builders import BROKEN, games_pool
 
 pytestmark = pytest.mark.sandbox
 FIXED_LOCKER = LOCKER.replace("self.number = seed if seed is not None else 0", "self.number = 7")
-
-
-@pytest.fixture
-def nothing_passes():
-    """The stand-in of tests/flows/test_closed_loop.py: scripted hints and plays."""
-    from spade.testing.openai_server import FakeOpenAIServer
-
-    with FakeOpenAIServer(script=NothingPasses()) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def lora_policy(tmp_path_factory):
-    from spade.testing.scripted_designer import write_tiny_policy
-
-    return write_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
 
 
 def _pool(tmp_path):
@@ -60,13 +44,13 @@ def _pool(tmp_path):
 
 
 def test_an_imported_pool_trains_in_fixed_pool_mode_and_exports_back(
-    prefect_api, nothing_passes, lora_policy, tmp_path, policy, monkeypatch
+    prefect_api, nothing_passes, tiny_policy, tmp_path, policy, monkeypatch
 ):
     root, envs = _pool(tmp_path)
     cfg = _config(
         nothing_passes,
         tmp_path,
-        lora_policy,
+        tiny_policy,
         0,
         **{
             "run.env_source": "pool",

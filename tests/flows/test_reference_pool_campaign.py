@@ -48,15 +48,8 @@ class Fumbles:
             return next(self.moves)
 
 
-@pytest.fixture(scope="module")
-def lora_policy(tmp_path_factory):
-    from spade.testing.scripted_designer import write_tiny_policy
-
-    return write_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
-
-
 def test_the_reference_fixture_pool_imports_and_trains_a_fixed_pool_campaign(
-    prefect_api, lora_policy, tmp_path
+    prefect_api, tiny_policy, tmp_path
 ):
     from spade.testing.openai_server import FakeOpenAIServer
 
@@ -64,7 +57,7 @@ def test_the_reference_fixture_pool_imports_and_trains_a_fixed_pool_campaign(
         cfg = _config(
             server,
             tmp_path,
-            lora_policy,
+            tiny_policy,
             0,
             **{
                 "run.env_source": "pool",

@@ -32,14 +32,9 @@ from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.state import carried_state
 from spade.storage import STAGES
-from spade.testing.scripted_designer import EXPECTED, tiny_policy_overrides, write_tiny_policy
+from spade.testing.scripted_designer import EXPECTED, tiny_policy_overrides
 
 pytestmark = pytest.mark.sandbox
-
-
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    return write_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
 
 
 def _config(overrides, root, tiny_policy, **more: Any):

@@ -21,7 +21,7 @@ from spade.errors import LeaseHeldError
 from spade.pipeline.campaign import round_complete
 from spade.pipeline.record import campaign_store
 from spade.storage import STAGES
-from spade.testing.scripted_designer import tiny_policy_overrides, write_tiny_policy
+from spade.testing.scripted_designer import tiny_policy_overrides
 from tests.fakes.flaky_fs import FlakyFS
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.attack]
@@ -38,11 +38,6 @@ FAULTS = {  # task -> the write of its stage that fails once
     "publish": "*/round-0000/publish/weights.json",
     "heldout": "*/round-0000/heldout/manifest.json",
 }
-
-
-@pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    return write_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
 
 
 @pytest.fixture(autouse=True)
