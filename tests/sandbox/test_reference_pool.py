@@ -108,18 +108,24 @@ def test_a_reference_tool_use_env_plays_without_importing_its_base(policy):
     assert steps[-1][1:4] == (1.0, True, False)
 
 
-def test_without_the_compat_binding_it_fails_as_it_did_before(policy):
-    # A policy that does not allow spade.envs binds none of it: the reference's design meets
-    # the NameError every reference tool-use environment met before the compat module.
-    allow = [a for a in policy.imports.allow if a not in ("spade.envs", "tool_use_base_env")]
-    code = (GAMES / "game_file_organiser.py").read_text()
+def _opened_without(policy, game: str, modules: tuple[str, ...]):
+    """The failure of opening ``game`` in a jail whose allow-list lacks ``modules``."""
+    allow = [a for a in policy.imports.allow if a not in modules]
+    code = (GAMES / f"{game}.py").read_text()
     with (
         pytest.raises(EnvFailure) as exc,
         JailedSession(code, policy=with_changes(policy, allow=allow)),
     ):
         pass
-    assert exc.value.failure.kind is FailureKind.CRASH
-    assert exc.value.failure.reason == "NameError: name 'ToolUseBaseEnv' is not defined"
+    return exc.value.failure
+
+
+def test_without_the_compat_binding_it_fails_as_it_did_before(policy):
+    # A policy that does not allow spade.envs binds none of it: the reference's design meets
+    # the NameError every reference tool-use environment met before the compat module.
+    failure = _opened_without(policy, "game_file_organiser", ("spade.envs", "tool_use_base_env"))
+    assert failure.kind is FailureKind.CRASH
+    assert failure.reason == "NameError: name 'ToolUseBaseEnv' is not defined"
 
 
 def test_numpy_runs_in_the_jail_and_its_scalars_reach_the_host_as_numbers(policy):
@@ -152,14 +158,8 @@ def test_math_verify_judges_equivalent_answers_in_the_jail(policy):
 
 
 def test_numpy_outside_the_allow_list_is_an_import_denial(policy):
-    allow = [a for a in policy.imports.allow if a != "numpy"]
-    code = (GAMES / "game_matrix_walks.py").read_text()
-    with (
-        pytest.raises(EnvFailure) as exc,
-        JailedSession(code, policy=with_changes(policy, allow=allow)),
-    ):
-        pass
-    assert exc.value.failure.kind is FailureKind.IMPORT_DENIED
+    failure = _opened_without(policy, "game_matrix_walks", ("numpy",))
+    assert failure.kind is FailureKind.IMPORT_DENIED
 
 
 # numpy hands a design file I/O (fromfile, save) and ctypes (ctypeslib.load_library): the
