@@ -204,7 +204,7 @@ def served(
     import httpx
 
     from spade.cli.dashboard import streamlit_command
-    from spade.testing.processes import free_port, stop_process_group
+    from spade.processes import free_port, stop_process_group
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from spade.envs.examples import example_paths
+from spade.processes import free_port
 from spade.sandbox.policy import SandboxPolicy, load_policy
-from spade.testing.processes import free_port
 from tests.leaks import HostSnapshot, own_leaks
 
 

@@ -16,7 +16,7 @@ import yaml
 from spade.config import CampaignConfig, load_config
 from spade.errors import ConfigError, InferenceError, SandboxError, StorageError
 from spade.preflight import PREFLIGHT_CHECKS, S3_FAST_FAIL, PreflightResult, preflight
-from spade.testing.processes import free_port
+from spade.processes import free_port
 from spade.testing.scripted_designer import write_corpus
 from spade.testing.tiny_models import tiny_llama_config
 

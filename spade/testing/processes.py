@@ -1,14 +1,9 @@
-"""Processes a test or a benchmark starts and must stop for good: a free loopback port, a
-process group stopped (and whatever escaped it killed), and the system's Chromium driven by
+"""Processes a test or a benchmark starts: the system's Chromium driven by
 playwright (never ``playwright install``: the browser is Debian's, see scripts/bootstrap.sh)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,39 +16,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def stop_process_group(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
-    """SIGTERM the process's group (it was started with start_new_session=True), wait, then
-    SIGKILL the group and any descendant that escaped it (found with psutil beforehand)."""
-    import psutil
-
-    try:  # the leader may be gone already
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:  # a group that ignores SIGTERM past the grace time is killed
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError):  # children that outlived the leader
-        os.killpg(proc.pid, signal.SIGKILL)
-    _gone, alive = psutil.wait_procs(descendants, timeout=5)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
 
 
 @contextlib.contextmanager

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,6 +61,7 @@ from torch import nn
 
 from spade.config import TrainingConfig
 from spade.errors import ConfigError
+from spade.processes import free_port
 
 __all__ = [
     "DeepSpeedEngine",
@@ -214,12 +214,6 @@ def ensure_extensions_dir() -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _init_process_group(on_cpu: bool) -> None:
     """Join the launcher's process group, or make a one-process one."""
     import deepspeed
@@ -233,7 +227,7 @@ def _init_process_group(on_cpu: bool) -> None:
             )
         os.environ.update(
             MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(_free_port()),
+            MASTER_PORT=str(free_port()),
             RANK="0",
             WORLD_SIZE="1",
             LOCAL_RANK="0",

@@ -16,8 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +25,7 @@ from typing import Any
 
 from spade.config import CampaignConfig, TrainingConfig
 from spade.errors import TrainingError
+from spade.processes import free_port, stop_process_group
 from spade.training.job import (
     LOGS,
     JobResult,
@@ -56,12 +55,6 @@ LAUNCH_VARS = (
     "CROSS_SIZE",
 )
 TAIL_CHARS = 4000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def launch_command(config: TrainingConfig, folder: Path, port: int) -> list[str]:
@@ -125,7 +118,7 @@ def _failure(folder: Path, ranks: int, code: int) -> TrainingError:
 
 def run_job(config: TrainingConfig, folder: Path) -> JobResult:
     """Run the job in ``folder`` (already written) on ``config.ranks`` ranks; rank 0's result."""
-    command = launch_command(config, folder, _free_port())
+    command = launch_command(config, folder, free_port())
     (folder / LOGS).mkdir(parents=True, exist_ok=True)
     log.info("training on %d ranks: %s", config.ranks, " ".join(command))
     with (folder / LOGS / "launcher.log").open("ab") as out:
@@ -140,12 +133,7 @@ def run_job(config: TrainingConfig, folder: Path) -> JobResult:
             code = proc.wait()
         finally:  # cancelled or interrupted while waiting: no orphaned ranks keep training
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:  # a rank ignoring SIGTERM
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                stop_process_group(proc, grace=30)
     if code != 0:
         raise _failure(folder, config.ranks, code)
     result = read_result(folder)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from spade.testing.processes import free_port, stop_process_group
+from spade.processes import free_port, stop_process_group
 from tests.integration.prefect_live import REPO_ROOT
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from spade.errors import InferenceError
 from spade.inference.managed import ManagedServer, healthy, temp_path
-from spade.testing.processes import free_port
+from spade.processes import free_port
 
 
 class Echo(ManagedServer):

@@ -57,7 +57,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import pytest
 
-from spade.testing.processes import CHROMIUM, chromium, free_port, stop_process_group
+from spade.processes import free_port, stop_process_group
+from spade.testing.processes import CHROMIUM, chromium
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spade.metrics import prom
-from spade.testing.processes import free_port
+from spade.processes import free_port
 from tests.metrics.readers import OfflineRun, offline_runs
 
 

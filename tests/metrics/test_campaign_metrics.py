@@ -11,7 +11,7 @@ from flows.campaign import campaign_flow
 from spade.config import load_config
 from spade.metrics import prom
 from spade.metrics.sinks import round_metrics
-from spade.testing.processes import free_port
+from spade.processes import free_port
 from tests.metrics.readers import scrape, value
 
 pytestmark = pytest.mark.sandbox

@@ -15,9 +15,9 @@ import pytest
 
 from spade.envs.examples import example_paths
 from spade.metrics import prom
+from spade.processes import free_port
 from spade.records import FailureKind
 from spade.sandbox import EnvFailure, JailedSession, load_policy
-from spade.testing.processes import free_port
 from tests.metrics.readers import scrape, value
 
 REPO = Path(__file__).resolve().parents[2]

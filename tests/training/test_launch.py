@@ -17,9 +17,10 @@ from pydantic import ValidationError
 
 from spade.config import CampaignConfig, TrainingConfig
 from spade.errors import ConfigError
+from spade.processes import free_port
 from spade.records import DesignAttempt
 from spade.training.job import TrainJob, failure_marker, rank_log, read_job, shard, write_job
-from spade.training.launcher import LAUNCH_VARS, _failure, _free_port, launch_command
+from spade.training.launcher import LAUNCH_VARS, _failure, launch_command
 from spade.training.samples import TrainSample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,7 +141,7 @@ def test_spade_train_under_torchrun_trains_each_rank_on_its_shard(tmp_path):
     """2 ranks x their shards of 5 attempts: the step counts 5 samples (not 10), rank 0 alone
     reports and writes the one checkpoint."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]  # fmt: skip
+                "--master_addr", "127.0.0.1", "--master_port", str(free_port())]  # fmt: skip
     metrics = _spade_train(tmp_path, torchrun)
     assert metrics["samples"] == "5" and metrics["step"] == "1"
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-00000001"]
