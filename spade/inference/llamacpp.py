@@ -43,6 +43,7 @@ from spade.errors import ConfigError
 from spade.inference.base import ChatRequest, Completion, InferenceFailureKind, SamplingParams
 from spade.inference.llamacpp_server import LlamaCppServer
 from spade.inference.models import resolve_model
+from spade.inference.retokenize import render_prompt
 from spade.inference.retry import Failed, Malformed, RetryingClient, failed
 
 log = logging.getLogger(__name__)
@@ -111,18 +112,6 @@ def load_tokenizer(folder: Path) -> Any:
 def context_tokens(cfg: CampaignConfig) -> int:
     """Each slot's context: ``inference.llamacpp.context_tokens``, else the model's."""
     return cfg.inference.llamacpp.context_tokens or cfg.model.max_context_tokens
-
-
-def render_prompt(
-    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
-) -> list[int]:
-    """The conversation's token ids, as the in-process backend renders it."""
-    text = tokenizer.apply_chat_template(
-        list(messages), tools=list(tools) if tools else None, add_generation_prompt=True,
-        tokenize=False,
-    )  # fmt: skip
-    ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids
 
 
 def prompt_length(

@@ -42,6 +42,18 @@ Source = str | Path | Callable[[], str | Path]
 """A tokenizer folder, or a function giving one (resolved on first need: it may convert)."""
 
 
+def render_prompt(
+    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+) -> list[int]:
+    """The conversation's token ids, as the in-process backend renders it."""
+    text = tokenizer.apply_chat_template(
+        list(messages), tools=list(tools) if tools else None, add_generation_prompt=True,
+        tokenize=False,
+    )  # fmt: skip
+    ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids
+
+
 class Retokenizer:
     """Re-derives missing token ids of completions with the tokenizer at ``source``."""
 
@@ -100,12 +112,7 @@ class Retokenizer:
     def prompt_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
     ) -> list[int]:
-        tok = self.tokenizer
-        text = tok.apply_chat_template(
-            list(messages), tools=list(tools) if tools else None, add_generation_prompt=True,
-            tokenize=False,
-        )  # fmt: skip
-        return list(tok(text, add_special_tokens=False)["input_ids"])
+        return render_prompt(self.tokenizer, messages, tools)
 
     def _completion_ids(self, completion: Completion, tokens: Sequence[str]) -> list[int] | None:
         tok = self.tokenizer

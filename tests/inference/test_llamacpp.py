@@ -44,11 +44,11 @@ from spade.inference.llamacpp import (
     client_files,
     load_tokenizer,
     parse_completion,
-    render_prompt,
 )
 from spade.inference.llamacpp_lora import BaseModelInfo
 from spade.inference.llamacpp_server import LlamaCppServer
 from spade.inference.models import load_model_and_tokenizer, resolve_model
+from spade.inference.retokenize import render_prompt
 from spade.inference.retry import Malformed
 
 MEAN_TOLERANCE, MAX_TOLERANCE = 0.15, 1.5  # nats; see the module docstring
