@@ -14,6 +14,7 @@ from rich.table import Table
 
 from spade.cli.common import ConfigOpt, StorageOptionsOpt, config_or_exit, fail, storage_options
 from spade.cli.env import expand_paths, load_references
+from spade.config import CampaignConfig
 from spade.config.pools import pool_ref
 from spade.curriculum.stored import REPORT, pool_key
 from spade.errors import ConfigError, SandboxError, StorageError
@@ -32,8 +33,7 @@ StoreOpt = Annotated[
 ]
 
 
-def _store(root: str | None, options: str | None, config: Path | None) -> ObjectStore:
-    cfg = config_or_exit(config)
+def _store(root: str | None, options: str | None, cfg: CampaignConfig) -> ObjectStore:
     opts = storage_options(options) if options or root else cfg.storage.storage_options
     return ObjectStore(root or cfg.storage.root, opts)
 
@@ -83,7 +83,7 @@ def import_cmd(
 ) -> None:
     """Verify every environment of a pool in the jail and store the accepted ones."""
     cfg = config_or_exit(config)
-    objects = _store(store, options, config)
+    objects = _store(store, options, cfg)
     pool_name = name or _default_name(source)
     try:  # bad --waive or --name: the user's to fix
         pool_ref(f"pool:{pool_name}")
@@ -166,7 +166,7 @@ def export_cmd(
 ) -> None:
     """Write a campaign's accepted environments as a pool (games/, manifest.jsonl,
     checksums.sha256, a Hugging Face dataset)."""
-    objects = _store(store, options, config)
+    objects = _store(store, options, config_or_exit(config))
     try:  # an unknown campaign, a non-empty folder, an unreachable store: one line
         summary = export_pool(CampaignStore(objects, campaign_id), out)
     except (ConfigError, StorageError) as exc:

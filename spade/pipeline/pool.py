@@ -36,7 +36,6 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from spade.config import CampaignConfig
@@ -83,11 +82,6 @@ def pool_entries(cfg: CampaignConfig) -> list[str]:
     from spade.envs.examples import example_paths  # stdlib only: cheap
 
     return [str(example_paths()[0].parent)]
-
-
-def pool_paths(cfg: CampaignConfig) -> list[Path]:
-    """The file and folder entries of ``run.env_pool`` (not its stored pools)."""
-    return [Path(p) for p in pool_entries(cfg) if pool_ref(p) is None]
 
 
 def describe_pool(cfg: CampaignConfig) -> str:
@@ -378,7 +372,6 @@ __all__ = [
     "pool_digest_of",
     "pool_entries",
     "pool_envs",
-    "pool_paths",
     "pool_rows",
     "replay",
     "skip",
