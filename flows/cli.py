@@ -35,9 +35,9 @@ from spade.storage import ObjectStore, RunLayout
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
-# soft_wrap: paths and commands stay whole (copyable); file bound now: running a flow may rebind
-# sys.stdout
-console = Console(soft_wrap=True)  # sys.stdout as it is when printing (tests swap it)
+# soft_wrap: paths and commands stay whole (copyable); no file given, so it prints to sys.stdout
+# as it is when printing (a console bound at import kept a stream tests had swapped out)
+console = Console(soft_wrap=True)
 _LOG_POLL_S = 5.0  # how often the stage log (output that is not a terminal) reads the store
 
 

@@ -56,7 +56,6 @@ from flows.storage import (
     configured_task_runner,
     flow_run_label,
     result_storage,
-    task_runner,
     task_worker,
 )
 from spade.config import CampaignConfig
@@ -246,4 +245,4 @@ async def _round(ctx: RoundContext) -> RoundOutcome:
     )
 
 
-__all__ = ["RoundOutcome", "RoundTasks", "StageKey", "round_flow", "task_runner"]
+__all__ = ["RoundOutcome", "RoundTasks", "StageKey", "round_flow"]
