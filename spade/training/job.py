@@ -29,13 +29,12 @@ JOB, SAMPLES, RESULT, LOGS = "job.json", "samples.jsonl", "result.json", "logs"
 @dataclass(frozen=True)
 class TrainJob:
     """One GRPO update of ``role`` from ``parent`` (None: the configured base model) by
-    ``ranks`` processes; the checkpoint goes under ``checkpoint_root``."""
+    ``config.training.ranks`` processes; the checkpoint goes under ``checkpoint_root``."""
 
     config: CampaignConfig
     role: Role
     parent: str | None
     checkpoint_root: str
-    ranks: int
     samples: list[Any]  # TrainSample, advantages set
 
 
@@ -66,7 +65,6 @@ def write_job(folder: Path, job: TrainJob) -> None:
         "role": job.role,
         "parent": job.parent,
         "checkpoint_root": job.checkpoint_root,
-        "ranks": job.ranks,
     }
     (folder / JOB).write_text(json.dumps(head), encoding="utf-8")
     lines = (json.dumps(asdict(s)) for s in job.samples)  # JSON floats round-trip exactly
@@ -85,9 +83,7 @@ def read_job(folder: Path) -> TrainJob:
         role = head["role"]
         if role not in ("agent", "designer"):
             raise ValueError(f"role {role!r}")
-        return TrainJob(
-            config, role, head["parent"], str(head["checkpoint_root"]), int(head["ranks"]), samples
-        )
+        return TrainJob(config, role, head["parent"], str(head["checkpoint_root"]), samples)
     except (OSError, ValueError, KeyError, TypeError) as exc:  # a job we cannot train from
         raise ConfigError(f"training job {folder} is unreadable: {exc!r}") from exc
 

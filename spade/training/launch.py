@@ -56,8 +56,10 @@ def run_rank(folder: Path) -> None:
 
     trainer, files = trainer_from_parent(cfg, job.role, job.parent)
     rank, world = trainer.engine.rank, trainer.engine.world_size
-    if world != job.ranks:
-        raise RuntimeError(f"the job is for {job.ranks} ranks, the launcher started {world}")
+    if world != cfg.training.ranks:
+        raise RuntimeError(
+            f"the job is for {cfg.training.ranks} ranks, the launcher started {world}"
+        )
     mine = shard(job.samples, rank, world)
     print(f"rank {rank}/{world}: {len(mine)} of {len(job.samples)} samples", flush=True)
     metrics = trainer.step(mine).to_dict()

@@ -134,10 +134,8 @@ def run_job(config: TrainingConfig, folder: Path) -> JobResult:
         finally:  # cancelled or interrupted while waiting: no orphaned ranks keep training
             if proc.poll() is None:
                 stop_process_group(proc, grace=30)
-    if code != 0:
-        raise _failure(folder, config.ranks, code)
-    result = read_result(folder)
-    if result is None:
+    result = read_result(folder) if code == 0 else None
+    if result is None:  # a rank failed, or rank 0 wrote no result
         raise _failure(folder, config.ranks, code)
     return result
 
@@ -155,7 +153,7 @@ def train_on_ranks(
     ``root``. ``keep_log(name, data)`` gets each log (``logs/rank-<r>.log``, ...) after a
     success; after a failure the job's local folder is left for a look (the error names it)."""
     folder = Path(tempfile.mkdtemp(prefix=f"spade-train-{role}-"))
-    write_job(folder, TrainJob(cfg, role, parent, root, cfg.training.ranks, list(samples)))
+    write_job(folder, TrainJob(cfg, role, parent, root, list(samples)))
     result = run_job(cfg.training, folder)
     if keep_log is not None:
         for path in sorted((folder / LOGS).glob("*.log")):

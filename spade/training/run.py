@@ -157,12 +157,10 @@ def trainer_from_parent(
     if parent is None:
         return trainer, files
     loaded = load_checkpoint(parent, storage_options=cfg.storage.storage_options)
-    trainer.load_weights(loaded)
-    state = dict(loaded.trainer_state or {})
-    if state.get("role") == role:  # the optimizer state of this role's previous update
-        state["optimizer"] = loaded.optimizer_state
-        trainer.load_state_dict(state)
+    if (loaded.trainer_state or {}).get("role") == role:  # this role's previous update
+        trainer.load_checkpoint(loaded)  # its weights, optimizer state and step
     else:  # the other role wrote it: its weights, a fresh optimizer, the step count goes on
+        trainer.load_weights(loaded)
         trainer.global_step = loaded.step
     return trainer, files
 

@@ -67,9 +67,10 @@ def test_the_launchers_start_the_rank_entry_on_the_nodes_ranks(tmp_path):
 def test_a_job_round_trips_and_a_corrupt_one_is_a_config_error(tmp_path):
     cfg = CampaignConfig.model_validate({"training": {"engine": "deepspeed", "ranks": 2}})
     samples = [TrainSample([1, 2, 3], [0, 1, 1], [0.0, -0.1, -1 / 3], 1.0, "g", 0.1 + 0.2)]
-    write_job(tmp_path, TrainJob(cfg, "agent", None, "/ckpt", 2, samples))
+    write_job(tmp_path, TrainJob(cfg, "agent", None, "/ckpt", samples))
     job = read_job(tmp_path)
-    assert job.config == cfg and job.samples == samples and job.ranks == 2  # floats exact
+    assert job.config == cfg and job.samples == samples  # floats exact
+    assert job.config.training.ranks == 2
     (tmp_path / "samples.jsonl").write_text('{"input_ids": [1]}\n')
     with pytest.raises(ConfigError, match="unreadable"):
         read_job(tmp_path)
