@@ -188,8 +188,8 @@ class ToolUseBaseEnv:
         pass
 
 
-def _takes(fn: Any, name: str) -> bool:
-    """Whether ``fn`` accepts the keyword ``name``."""
+def accepts(fn: Any, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword ``name`` (the session server asks it too)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # no signature to read: assume the narrowest
@@ -317,7 +317,7 @@ class ReferenceAdapter:
         )
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        if options is not None and _takes(self.env.reset, "options"):
+        if options is not None and accepts(self.env.reset, "options"):
             result = self.env.reset(seed=seed, options=options)
         else:
             result = self.env.reset(seed=seed)

@@ -21,7 +21,6 @@ directories appended to ``sys.path`` after the standard library: the interpreter
 
 import ast
 import builtins
-import inspect
 import json
 import os
 import sys
@@ -40,7 +39,7 @@ _MODULE = "design"
 _PID = os.getpid()  # a forked copy of the server must never touch the channel
 
 from spade.envs import reference  # noqa: E402  (found through the path set above)
-from spade.envs.reference import adapt  # noqa: E402
+from spade.envs.reference import accepts, adapt  # noqa: E402
 
 # The reference's loader also lets a design import its base from this module name.
 sys.modules.setdefault("tool_use_base_env", reference)
@@ -185,14 +184,6 @@ def _find_class(module):
     return found[-1]  # the last defined: helpers and bases come first
 
 
-def _accepts(fn, name):
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # builtins without a signature
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
 def _tool_names(env):
     return sorted(n[5:] for n in dir(type(env)) if n.startswith("tool_"))
 
@@ -218,7 +209,7 @@ class Server:
         exec(code, vars(module))
         cls = getattr(module, class_name) if class_name else _find_class(module)
         kwargs = dict(kwargs or {})
-        if "max_turns" in kwargs and not _accepts(cls, "max_turns"):
+        if "max_turns" in kwargs and not accepts(cls, "max_turns"):
             kwargs.pop("max_turns")
         raw = cls(**kwargs)
         self.env = adapt(raw)
@@ -228,7 +219,7 @@ class Server:
             "class": cls.__name__,
             "tool_use": bool(_tool_names(raw))
             or callable(getattr(raw, "tools", None) or getattr(raw, "get_tools", None)),
-            "accepts_options": _accepts(raw.reset, "options"),
+            "accepts_options": accepts(raw.reset, "options"),
             "hint": hint if isinstance(hint, str) else None,
             "skill": skill if isinstance(skill, str) else None,
             "max_turns": getattr(self.env, "max_turns", None),
@@ -236,7 +227,7 @@ class Server:
 
     def op_reset(self, seed=None, options=None, hint=None):
         options = dict(options or {})
-        if _accepts(self.env.reset, "options"):
+        if accepts(self.env.reset, "options"):
             result = self.env.reset(seed=seed, options=options)
         else:
             result = self.env.reset(seed=seed)
