@@ -128,7 +128,9 @@ class OpenAIBackend:
         completion = await self._http.post(url, body, parse)
         completion.model = model
         if completion.ok and not (completion.prompt_token_ids and completion.token_ids):
-            self._rederive(completion, request, tokens)
+            # off the event loop: a tokenizer load and a whole conversation's rendering would
+            # stall every other request in flight
+            await asyncio.to_thread(self._rederive, completion, request, tokens)
         return completion
 
     def _rederive(self, completion: Completion, request: ChatRequest, tokens: list[str]) -> None:

@@ -29,6 +29,7 @@ The tokenizer is loaded from local files on first need (never the hub).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ class Retokenizer:
     def __init__(self, source: Source) -> None:
         self._source = source
         self._tokenizer: Any = None
+        self._lock = threading.Lock()  # fill runs in worker threads: one load, exact counters
         self.prompts = 0  # completions whose prompt ids were re-derived
         self.completions = 0  # ... whose completion ids were re-derived
         self.unaligned = 0  # ... whose re-derived ids did not line up with the log-probs
@@ -89,7 +91,18 @@ class Retokenizer:
         """Fill ``completion``'s missing prompt and completion ids (see the module docstring).
 
         ``logprob_tokens`` are the server's log-prob entries' token texts, one per log-prob.
+        Thread-safe: the backend calls it off its event loop.
         """
+        with self._lock:
+            self._fill(completion, messages, tools, logprob_tokens)
+
+    def _fill(
+        self,
+        completion: Completion,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        logprob_tokens: Sequence[str],
+    ) -> None:
         if not completion.prompt_token_ids:
             completion.prompt_token_ids = self.prompt_ids(messages, tools)
             completion.token_ids_rederived = True
