@@ -64,6 +64,17 @@ def vllm_model_source(model: ModelConfig) -> str:
     return str(_ensure_converted(resolved))
 
 
+def tokenizer_source(model: ModelConfig) -> str:
+    """A folder (or Hugging Face id) with ``model``'s tokenizer: for GGUF weights the tokenizer
+    and config built from the GGUF file (:func:`spade.inference.llamacpp.client_files`), not
+    the whole model de-quantized as :func:`vllm_model_source` makes it."""
+    if resolve_model(model).gguf_file is None:
+        return vllm_model_source(model)
+    from spade.inference.llamacpp import client_files
+
+    return str(client_files(model))
+
+
 def vllm_inference_config(inf: InferenceConfig) -> InferenceConfig:
     """``inf`` with ``--served-model-name`` added when ``served_model`` is set, so the managed
     server answers to the name requests ask for (and keeps it across restarts on new weights).
@@ -101,7 +112,7 @@ async def open_backend(cfg: CampaignConfig) -> AsyncIterator[Backend]:
         from spade.inference.openai import OpenAIBackend
 
         # the tokenizer, found only if a server returns no token ids, re-derives them
-        tokenizer = functools.partial(vllm_model_source, cfg.model)
+        tokenizer = functools.partial(tokenizer_source, cfg.model)
         backend = OpenAIBackend(inf, served_model_name(cfg), tokenizer=tokenizer)
     elif inf.backend == "llamacpp":
         from spade.inference.llamacpp import ManagedLlamaCppBackend
