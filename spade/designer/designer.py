@@ -177,11 +177,16 @@ def verify_design(
     cfg: CampaignConfig,
     policy: SandboxPolicy,
     references: Sequence[dict[str, str]] = (),
+    waive: Sequence[str] = (),
 ) -> Verdict:
     """The verifier's verdict on one design (every check that executes code runs in the jail);
-    ``references`` (``{"name", "code"}``) are the designs it must not copy."""
+    ``references`` (``{"name", "code"}``) are the designs it must not copy; ``waive``: checks
+    waived beyond the config's ``sandbox.verify.waive`` (an imported pool's)."""
     refs = [Reference(r["name"], r["code"]) for r in references]
-    return verify(code, config=cfg.sandbox.verify, policy=policy, references=refs)
+    config = cfg.sandbox.verify
+    if waive:
+        config = config.model_copy(update={"waive": sorted({*config.waive, *waive})})
+    return verify(code, config=config, policy=policy, references=refs)
 
 
 def awaiting_verdict(batch: Sequence[DesignAttempt]) -> list[DesignAttempt]:
@@ -192,7 +197,7 @@ def awaiting_verdict(batch: Sequence[DesignAttempt]) -> list[DesignAttempt]:
 def apply_verdict(att: DesignAttempt, verdict: Verdict) -> None:
     """Record the verifier's verdict on the attempt (accepted, or the failure and its check,
     with the last lines of its traceback)."""
-    failed = next((c for c in verdict.checks if not (c.passed or c.waived)), None)
+    failed = verdict.rejecting_check
     traceback = failed.traceback if failed is not None else None
     att.verdict = verdict.to_dict() | {
         "failed_check": verdict.failed_check,

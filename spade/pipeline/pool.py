@@ -53,7 +53,6 @@ from spade.pipeline.replay import PLAN_FILE, RoundPlan, environment_rows
 from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvSpec, Verdict
 from spade.storage import CampaignStore, ObjectStore
-from spade.verify import verify
 
 log = logging.getLogger(__name__)
 NAME = "pool"
@@ -197,11 +196,7 @@ def verify_pool_env(ctx: RoundContext, code: str, waive: Sequence[str] = ()) -> 
     """The verifier's checks on one pool environment, in the jail (as for a design), with the
     checks its import waived (``waive``) waived; it writes nothing, so its verdict depends on
     the config, the policy, ``waive`` and the code alone."""
-    if not waive:
-        return verify_design(code, ctx.config, ctx.policy)
-    config = ctx.config.sandbox.verify
-    config = config.model_copy(update={"waive": sorted({*config.waive, *waive})})
-    return verify(code, config=config, policy=ctx.policy)
+    return verify_design(code, ctx.config, ctx.policy, waive=waive)
 
 
 def needs_model(chosen: Sequence[tuple[PoolEnv, Verdict]]) -> bool:

@@ -64,6 +64,11 @@ class CheckResult:
     seconds: float = 0.0
     waived: bool = False  # failed, but the import waived this check (VerifyConfig.waive)
 
+    @property
+    def holds(self) -> bool:
+        """Passed, or failed and waived: it does not reject the design."""
+        return self.passed or self.waived
+
 
 @dataclass
 class Verdict:
@@ -86,15 +91,17 @@ class Verdict:
 
     @property
     def accepted(self) -> bool:
-        return (
-            self.failure is None
-            and bool(self.checks)
-            and all(c.passed or c.waived for c in self.checks)
-        )
+        return self.failure is None and bool(self.checks) and all(c.holds for c in self.checks)
 
     @property
     def failed_check(self) -> str | None:
-        return next((c.name for c in self.checks if not (c.passed or c.waived)), None)
+        failed = self.rejecting_check
+        return failed.name if failed is not None else None
+
+    @property
+    def rejecting_check(self) -> CheckResult | None:
+        """The first check that failed and was not waived (None: accepted so far)."""
+        return next((c for c in self.checks if not c.holds), None)
 
     @property
     def waived(self) -> list[str]:
