@@ -135,6 +135,16 @@ def tool_schema(name: str, fn: Any) -> dict[str, Any]:
     }
 
 
+def tool_names(env: Any) -> list[str]:
+    """Names of the ``tool_<name>`` methods of ``env``'s class, sorted."""
+    return sorted(n[len("tool_") :] for n in dir(type(env)) if n.startswith("tool_"))
+
+
+def method_tools(env: Any) -> list[dict[str, Any]]:
+    """The OpenAI function schemas of ``env``'s ``tool_<name>`` methods."""
+    return [tool_schema(n, getattr(env, "tool_" + n)) for n in tool_names(env)]
+
+
 class ToolUseEnv(TextEnv):
     """A task solved by calling tools and finishing with ``<answer>...</answer>``.
 
@@ -155,10 +165,10 @@ class ToolUseEnv(TextEnv):
 
     def available_tools(self) -> list[str]:
         """Names of the ``tool_<name>`` methods (the base defines none of its own)."""
-        return sorted(n[len("tool_") :] for n in dir(type(self)) if n.startswith("tool_"))
+        return tool_names(self)
 
     def tools(self) -> list[dict[str, Any]]:
-        return [tool_schema(n, getattr(self, "tool_" + n)) for n in self.available_tools()]
+        return method_tools(self)
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         """Run one tool; bad names, bad arguments and ToolError become error text."""

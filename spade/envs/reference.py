@@ -34,7 +34,7 @@ import json
 from typing import Any
 
 from spade.envs.actions import ANSWER, TOOL_CALL, blocks, split_solution
-from spade.envs.base import TextEnv, tool_schema
+from spade.envs.base import TextEnv, method_tools, tool_names
 
 FORMAT_PENALTY = -0.1  # the reference's reward for an action that is neither a call nor an answer
 
@@ -253,10 +253,23 @@ def _literal_call(source: str, params: list[str]) -> dict[str, Any] | None:
     return args
 
 
+def env_tools(env: Any, attrs: tuple[str, ...] = ("tools",)) -> Any:
+    """``env``'s tool schemas: what the first of ``attrs`` it has gives (a method's result, as
+    it is: the host checks its shape, :mod:`spade.sandbox.schemas`; or a list), else the
+    schemas of its ``tool_<name>`` methods."""
+    for name in attrs:
+        found = getattr(env, name, None)
+        if callable(found):
+            return found()
+        if isinstance(found, list):
+            return found
+    return method_tools(env)
+
+
 def walkthrough_calls(env: Any, text: str) -> list[str]:
     """The ``<tool_call>`` blocks of a prose walkthrough (``1. cd(path="docs") -> ...``): each
     ``name(...)`` whose name is one of ``env``'s tools and whose arguments are literals."""
-    tools = {n[len("tool_") :] for n in dir(type(env)) if n.startswith("tool_")}
+    tools = set(tool_names(env))
     actions: list[str] = []
     i = 0
     while i < len(text):
@@ -355,14 +368,7 @@ class ReferenceAdapter:
         return walkthrough_calls(self.env, text) + final or [text]
 
     def tools(self) -> list[dict[str, Any]]:
-        for name in ("get_tools", "tools"):
-            found = getattr(self.env, name, None)
-            if callable(found):
-                return list(found())
-            if isinstance(found, list):
-                return found
-        names = sorted(n[5:] for n in dir(type(self.env)) if n.startswith("tool_"))
-        return [tool_schema(n, getattr(self.env, "tool_" + n)) for n in names]
+        return list(env_tools(self.env, ("get_tools", "tools")))
 
     def close(self) -> None:
         close = getattr(self.env, "close", None)

@@ -39,7 +39,8 @@ _MODULE = "design"
 _PID = os.getpid()  # a forked copy of the server must never touch the channel
 
 from spade.envs import reference  # noqa: E402  (found through the path set above)
-from spade.envs.reference import accepts, adapt  # noqa: E402
+from spade.envs.base import tool_names  # noqa: E402
+from spade.envs.reference import accepts, adapt, env_tools  # noqa: E402
 
 # The reference's loader also lets a design import its base from this module name.
 sys.modules.setdefault("tool_use_base_env", reference)
@@ -184,10 +185,6 @@ def _find_class(module):
     return found[-1]  # the last defined: helpers and bases come first
 
 
-def _tool_names(env):
-    return sorted(n[5:] for n in dir(type(env)) if n.startswith("tool_"))
-
-
 class Server:
     def __init__(self):
         self.env: Any = None
@@ -217,7 +214,7 @@ class Server:
         skill = getattr(cls, "skill", None)
         return {
             "class": cls.__name__,
-            "tool_use": bool(_tool_names(raw))
+            "tool_use": bool(tool_names(raw))
             or callable(getattr(raw, "tools", None) or getattr(raw, "get_tools", None)),
             "accepts_options": accepts(raw.reset, "options"),
             "hint": hint if isinstance(hint, str) else None,
@@ -242,14 +239,7 @@ class Server:
         return self.env.solution()
 
     def op_tools(self):
-        tools = getattr(self.env, "tools", None)
-        if callable(tools):
-            return tools()
-        if isinstance(tools, list):
-            return tools
-        from spade.envs import tool_schema
-
-        return [tool_schema(n, getattr(self.env, "tool_" + n)) for n in _tool_names(self.env)]
+        return env_tools(self.env)
 
     def op_close(self):
         close = getattr(self.env, "close", None)
