@@ -87,9 +87,12 @@ class Lease:
     ) -> None:
         self.store, self.key, self.ttl_s = store, key, ttl_s
         self.what = what or store.url(key)
-        # ``holder`` names the run (e.g. a Prefect flow run) in a second taker's error
-        unique = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.owner = f"{holder} {unique}" if holder else unique
+        # ``holder`` names the run (e.g. a Prefect flow run) in a second taker's error, which
+        # gives the host and pid from the lease's own fields; the suffix keeps owners unique
+        token = uuid.uuid4().hex[:8]
+        self.owner = (
+            f"{holder} [{token}]" if holder else f"{socket.gethostname()}:{os.getpid()}:{token}"
+        )
         self.path = store._path(key)
         self._etag: str | None = None  # remote stores: the version we wrote last
         self._stop = threading.Event()
