@@ -333,9 +333,14 @@ class SandboxPolicy(BaseModel):
             )
         return imports
 
+    @property
+    def search_path(self) -> tuple[str, ...]:
+        """The folders ``SPADE_SEARCH_PATH`` appends to the jail's ``sys.path``, in order."""
+        return tuple(p for p in self.env.get(SEARCH_PATH_VAR, "").split(os.pathsep) if p)
+
     @model_validator(mode="after")
     def _search_path_visible(self) -> SandboxPolicy:
-        for entry in filter(None, self.env.get(SEARCH_PATH_VAR, "").split(os.pathsep)):
+        for entry in self.search_path:
             path = Path(entry)
             if not path.is_absolute() or not any(
                 path == bind or bind in path.parents for bind in self.readonly_binds

@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import functools
 import json
-import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from spade.envs.prelude import prelude_bindings, reference_bindings
 from spade.errors import SandboxError
 from spade.pysource import PARSE_ERRORS, parse_module
 from spade.records import Failure, FailureKind
-from spade.sandbox.policy import SEARCH_PATH_VAR, ImportPolicy, SandboxPolicy
+from spade.sandbox.policy import ImportPolicy, SandboxPolicy
 
 _ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 # Dunder names a design may read from a module (the runtime guard in server.py has the same).
@@ -104,8 +103,7 @@ def module_table(policy: SandboxPolicy) -> ModuleTable:
     from them), from the policy's interpreter: computed once per interpreter, allow-list and
     search path, so the table always matches the Python that runs designs."""
     allow = tuple(sorted(a for a in policy.imports.allow if a != "*"))
-    search = tuple(p for p in policy.env.get(SEARCH_PATH_VAR, "").split(os.pathsep) if p)
-    return _probe(policy.interpreter, allow, search)
+    return _probe(policy.interpreter, allow, policy.search_path)
 
 
 _NOT_A_STATEMENT_START = (" ", "\t", "\r", "\n", "#", ")", "]", "}")
