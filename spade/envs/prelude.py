@@ -22,6 +22,7 @@ the host imports it for the static checks and to describe the prelude in prompts
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable
 
 # The standard-library modules the designer's contract lists as allowed imports.
@@ -105,3 +106,11 @@ def reference_bindings(
         if _allowed(module, allow):
             out.update({name: (module, name) for name in names if name in used})
     return out
+
+
+def design_bindings(allow: Iterable[str], tree: ast.Module) -> dict[str, tuple[str, str | None]]:
+    """Everything bound in a design's module before it runs (the jail's server binds it, the
+    static checks reason about it): the prelude, and the reference's injections among the
+    identifiers the design's source (``tree``) reads."""
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    return prelude_bindings(allow) | reference_bindings(allow, used)

@@ -144,15 +144,15 @@ def _view(module, check_value, deny, view):
     return ModuleView(module.__name__, module.__doc__)
 
 
-def _bind_prelude(namespace, guard, allow, used):
+def _bind_prelude(namespace, guard, allow, tree):
     """Bind the prelude (:mod:`spade.envs.prelude`) in the design's namespace before its code
-    runs, with the reference's injections among the names ``used`` in its source: each name is
+    runs, with the reference's injections among the names its source (``tree``) reads: each name is
     imported through the design's own guard, as if the design had written the import, so a
     module arrives as a guarded view and the allow-list decides what is bound. The design's
     own imports run later and win."""
-    from spade.envs.prelude import prelude_bindings, reference_bindings
+    from spade.envs.prelude import design_bindings
 
-    bindings = prelude_bindings(allow) | reference_bindings(allow, used)
+    bindings = design_bindings(allow, tree)
     for name, (module, attr) in bindings.items():
         try:
             value = guard(module, namespace, None, (attr,) if attr else (), 0)
@@ -193,7 +193,6 @@ class Server:
         with open(path, encoding="utf-8") as fh:
             source = fh.read()
         tree = ast.parse(source, path)
-        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
         code = compile(tree, path, "exec")
         module = types.ModuleType(_MODULE)
         module.__file__ = path
@@ -202,7 +201,7 @@ class Server:
         guarded["__import__"] = guard
         vars(module)["__builtins__"] = guarded
         sys.modules[_MODULE] = module
-        _bind_prelude(vars(module), guard, allow, used)
+        _bind_prelude(vars(module), guard, allow, tree)
         exec(code, vars(module))
         cls = getattr(module, class_name) if class_name else _find_class(module)
         kwargs = dict(kwargs or {})

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import spade
-from spade.envs.prelude import prelude_bindings, reference_bindings
+from spade.envs.prelude import design_bindings
 from spade.errors import SandboxError
 from spade.pysource import PARSE_ERRORS, parse_module
 from spade.records import Failure, FailureKind
@@ -208,8 +208,7 @@ class _Reach:
         # A name bound by an import (or by the prelude) -> the module it denotes. A prelude
         # module counts unless the design binds that name itself (``random = ...``).
         own = own_names(tree)
-        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-        prelude = prelude_bindings(policy.allow) | reference_bindings(policy.allow, used)
+        prelude = design_bindings(policy.allow, tree)
         self.bound: dict[str, str] = {
             name: module
             for name, (module, attr) in prelude.items()
