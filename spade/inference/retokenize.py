@@ -94,33 +94,24 @@ class Retokenizer:
         Thread-safe: the backend calls it off its event loop.
         """
         with self._lock:
-            self._fill(completion, messages, tools, logprob_tokens)
-
-    def _fill(
-        self,
-        completion: Completion,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]] | None,
-        logprob_tokens: Sequence[str],
-    ) -> None:
-        if not completion.prompt_token_ids:
-            completion.prompt_token_ids = self.prompt_ids(messages, tools)
+            if not completion.prompt_token_ids:
+                completion.prompt_token_ids = self.prompt_ids(messages, tools)
+                completion.token_ids_rederived = True
+                self.prompts += 1
+            if completion.token_ids:
+                return
+            ids = self._completion_ids(completion, logprob_tokens)
             completion.token_ids_rederived = True
-            self.prompts += 1
-        if completion.token_ids:
-            return
-        ids = self._completion_ids(completion, logprob_tokens)
-        completion.token_ids_rederived = True
-        if ids is None:
-            self.unaligned += 1
-            log.warning(
-                "re-tokenized completion does not line up with the server's %d log-probs: it"
-                " keeps no token ids (not trainable)",
-                len(completion.logprobs),
-            )
-            return
-        completion.token_ids = ids
-        self.completions += 1
+            if ids is None:
+                self.unaligned += 1
+                log.warning(
+                    "re-tokenized completion does not line up with the server's %d log-probs: it"
+                    " keeps no token ids (not trainable)",
+                    len(completion.logprobs),
+                )
+                return
+            completion.token_ids = ids
+            self.completions += 1
 
     def prompt_ids(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
