@@ -53,6 +53,8 @@ from spade.sandbox.replies import (
 from spade.sandbox.schemas import check_tools
 
 CODE_NAME = "env.py"
+# nsjail's own line when the jail's set-up failed before the interpreter ran
+_NOT_LAUNCHED = "Couldn't launch the child process"
 
 
 @dataclass
@@ -164,10 +166,12 @@ class JailedSession:
             # A failing close() is the design's problem, not ours.
             with contextlib.suppress(EnvFailure):
                 self._call({"op": "close"}, timeout=1.0)
-        self._kill(grace=1.0)
-        if self._files is not None:
-            shutil.rmtree(self._files.root, ignore_errors=True)
-            self._files = None
+        try:
+            self._kill(grace=1.0)
+        finally:  # whatever ending the jail raised, its session folder goes
+            if self._files is not None:
+                shutil.rmtree(self._files.root, ignore_errors=True)
+                self._files = None
 
     # -- environment API ---------------------------------------------------------------------
 
@@ -310,9 +314,12 @@ class JailedSession:
         except subprocess.TimeoutExpired:  # channel closed but nsjail lingers: end it
             self._kill()
             rc = self._proc.returncode
-        fatal = [ln for ln in self.jail_log().splitlines() if ln.startswith("[F]")]
-        if fatal:  # nsjail itself could not set the jail up: our set-up, not the design
-            raise SandboxError("nsjail could not start the session:\n" + "\n".join(fatal[-5:]))
+        log = self.jail_log()
+        # nsjail itself could not set the jail up: our set-up, not the design. The child logs
+        # an [F] line as it gives up, but nsjail may kill it first; its own line then says so.
+        if _NOT_LAUNCHED in log or any(ln.startswith("[F]") for ln in log.splitlines()):
+            errors = [ln for ln in log.splitlines() if ln.startswith(("[E]", "[F]"))]
+            raise SandboxError("nsjail could not start the session:\n" + "\n".join(errors[-5:]))
         log_bytes = self._files.stderr.stat().st_size if self._files else 0
         failure = classify_exit(
             rc,
@@ -341,7 +348,10 @@ class JailedSession:
                 continue
         for stream in (self._proc.stdin, self._proc.stdout):
             if stream is not None:
-                stream.close()
+                # BrokenPipeError: a request the dead jail never read is still buffered; the
+                # pipe is closed all the same.
+                with contextlib.suppress(BrokenPipeError):
+                    stream.close()
 
     def _log_full(self) -> bool:
         limit = self.policy.limits.max_file_mb << 20
