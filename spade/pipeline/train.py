@@ -72,17 +72,10 @@ def _in_process(
     cfg: CampaignConfig, role: Role, parent: WeightsRef, samples: list[Any], root: str
 ) -> tuple[dict[str, float | int], str, str]:
     """One update in this process: its metrics, the checkpoint's URI and kind."""
-    from spade.training.run import trainer_from_parent
+    from spade.training.run import update_from_parent
 
-    trainer, files = trainer_from_parent(cfg, role, parent.checkpoint)
-    metrics = trainer.step(samples).to_dict()
-    uri = trainer.save(
-        root,
-        storage_options=cfg.storage.storage_options,
-        parent=parent.checkpoint,
-        model_files=files,
-    )
-    return metrics, uri, trainer.kind
+    update = update_from_parent(cfg, role, parent.checkpoint, samples, root)
+    return update.metrics, update.checkpoint, update.kind
 
 
 def _on_ranks(

@@ -2,11 +2,11 @@
 by torchrun or DeepSpeed's launcher (:mod:`spade.training.launcher`) on every rank of the node.
 
 Every rank sends its stdout and stderr (C++ and DeepSpeed output included) to
-``JOB_DIR/logs/rank-<RANK>.log``, reads the job (:mod:`spade.training.job`), builds the trainer
-at the parent's weights as the in-process stage does
-(:func:`spade.training.run.trainer_from_parent`), joins the launcher's process group, takes its
-contiguous shard of the batch and steps (metrics are summed over the ranks by the trainer);
-the checkpoint is saved collectively and written by rank 0, which then writes ``result.json``.
+``JOB_DIR/logs/rank-<RANK>.log``, reads the job (:mod:`spade.training.job`) and takes the
+update the in-process stage takes (:func:`spade.training.run.update_from_parent`) in the
+launcher's process group: the trainer at the parent's weights steps on this rank's contiguous
+shard of the batch (metrics summed over the ranks), the checkpoint is saved collectively and
+written by rank 0, which then writes ``result.json``.
 A rank that raises leaves its traceback in its log, and when it failed in
 ``logs/rank-<RANK>.failed``, and exits 1: the launcher stops the other ranks and the stage
 reports the log of the rank that failed first.
@@ -51,28 +51,21 @@ def run_rank(folder: Path) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     job = read_job(folder)
-    cfg = job.config
-    from spade.training.run import trainer_from_parent
+    ranks = job.config.training.ranks
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])  # the launcher's
+    if world != ranks:
+        raise RuntimeError(f"the job is for {ranks} ranks, the launcher started {world}")
+    mine = len(shard(job.samples, rank, world))
+    print(f"rank {rank}/{world}: {mine} of {len(job.samples)} samples", flush=True)
+    from spade.training.run import update_from_parent
 
-    trainer, files = trainer_from_parent(cfg, job.role, job.parent)
-    rank, world = trainer.engine.rank, trainer.engine.world_size
-    if world != cfg.training.ranks:
-        raise RuntimeError(
-            f"the job is for {cfg.training.ranks} ranks, the launcher started {world}"
-        )
-    mine = shard(job.samples, rank, world)
-    print(f"rank {rank}/{world}: {len(mine)} of {len(job.samples)} samples", flush=True)
-    metrics = trainer.step(mine).to_dict()
-    uri = trainer.save(
-        job.checkpoint_root,
-        storage_options=cfg.storage.storage_options,
-        parent=job.parent,
-        model_files=files,
-    )
+    update = update_from_parent(job.config, job.role, job.parent, job.samples, job.checkpoint_root)
     if rank == 0:
-        write_result(folder, JobResult(metrics, uri, trainer.kind))
-    print(f"rank {rank}/{world}: step {metrics['step']}, checkpoint {uri}", flush=True)
-    trainer.engine.barrier()
+        write_result(folder, JobResult(update.metrics, update.checkpoint, update.kind))
+    print(
+        f"rank {rank}/{world}: step {update.metrics['step']}, checkpoint {update.checkpoint}",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

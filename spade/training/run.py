@@ -4,8 +4,8 @@ Loads the configured model, resumes the role's newest checkpoint (so repeated ca
 one run), takes one GRPO step on the file's samples and saves a new checkpoint whose manifest
 names its parent. Under ``torchrun``/``deepspeed`` every rank takes its shard of the samples
 and rank 0 writes; with ``training.ranks`` > 1 and no launcher it launches its ranks itself.
-Also the trainer at a parent checkpoint, as the training stage builds it on every rank
-(:func:`trainer_from_parent`).
+Also the update itself from a parent checkpoint (:func:`update_from_parent`), which the
+training stage runs in process or on every launched rank.
 """
 
 from __future__ import annotations
@@ -22,6 +22,17 @@ from spade.errors import ConfigError
 from spade.records import DesignAttempt, Trajectory
 
 Role = Literal["agent", "designer"]
+
+
+@dataclass(frozen=True)
+class Update:
+    """One update as this process took it (:func:`update_from_parent`)."""
+
+    metrics: dict[str, float | int]  # summed over the ranks by the trainer
+    checkpoint: str  # its URI (rank 0 wrote it; every rank is told)
+    kind: str  # "full" or "lora"
+    rank: int
+    world_size: int
 
 
 @dataclass(frozen=True)
@@ -177,7 +188,7 @@ def train_once(
     this process on every rank) each rank trains on its contiguous shard of the samples
     (advantages computed on all of them first) and the checkpoint is written by rank 0 only;
     not launched, with ``training.ranks`` > 1, it launches that many ranks itself."""
-    from spade.training.job import shard
+    from spade.inference.checkpoints import latest_checkpoint
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and cfg.training.engine != "deepspeed":
@@ -193,18 +204,11 @@ def train_once(
     root = checkpoints or checkpoint_root(cfg, role)
     if world == 1 and cfg.training.ranks > 1:  # not launched: launch the ranks, as the stage
         return _launched(cfg, role, samples, root)
-    trainer, files = build_trainer(cfg, role)
-    rank, world = trainer.engine.rank, trainer.engine.world_size
-    previous = trainer.resume(root, storage_options=cfg.storage.storage_options)
-    metrics = trainer.step(shard(samples, rank, world))
-    uri = trainer.save(
-        root,
-        storage_options=cfg.storage.storage_options,
-        parent=previous.uri if previous else None,
-        model_files=files,
-    )
+    previous = latest_checkpoint(root, cfg.storage.storage_options)
+    parent = previous.uri if previous else None
+    update = update_from_parent(cfg, role, parent, samples, root)
     return TrainResult(
-        metrics.to_dict(), uri, previous.uri if previous else None, len(samples), rank, world
+        update.metrics, update.checkpoint, parent, len(samples), update.rank, update.world_size
     )
 
 
@@ -219,3 +223,21 @@ def _launched(cfg: CampaignConfig, role: Role, samples: list[Any], root: str) ->
     result = train_on_ranks(cfg, role, parent, samples, root)
     ranks = cfg.training.ranks
     return TrainResult(result.metrics, result.checkpoint, parent, len(samples), 0, ranks)
+
+
+def update_from_parent(
+    cfg: CampaignConfig, role: Role, parent: str | None, samples: Sequence[Any], root: str
+) -> Update:
+    """One GRPO update of ``role`` from checkpoint ``parent`` (None: the base model) on this
+    rank's contiguous shard of ``samples`` (all of them in a single process), saved under
+    ``root`` with ``parent`` named in its manifest. Collective under several DeepSpeed ranks:
+    each loads the parent and steps on its shard, rank 0 writes the one checkpoint."""
+    from spade.training.job import shard
+
+    trainer, files = trainer_from_parent(cfg, role, parent)
+    rank, world = trainer.engine.rank, trainer.engine.world_size
+    metrics = trainer.step(shard(samples, rank, world)).to_dict()
+    uri = trainer.save(
+        root, storage_options=cfg.storage.storage_options, parent=parent, model_files=files
+    )
+    return Update(metrics, uri, trainer.kind, rank, world)
