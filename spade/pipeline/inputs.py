@@ -96,7 +96,9 @@ def _corpus(cfg: CampaignConfig) -> str | None:
     return hashlib.sha256("\0".join(f"{f}={fs.checksum(f)}" for f in files).encode()).hexdigest()
 
 
-def _env_files(entries: list[str], field: str) -> str:
+def env_files_digest(entries: list[str], field: str) -> str:
+    """What the environment files ``entries`` name hold, as one digest: each file's path and
+    sha256, in the order the stage lists them."""
     from spade.curriculum.pool import env_files  # the files the stage reads, as it lists them
 
     h = hashlib.sha256()
@@ -136,7 +138,7 @@ def _model(cfg: CampaignConfig) -> str | None:
 FILE_FIELDS: dict[str, Callable[[CampaignConfig], str | None]] = {
     "sandbox.policy_path": _policy,
     "corpus.path": _corpus,
-    "run.heldout_envs": lambda cfg: _env_files(cfg.run.heldout_envs, "run.heldout_envs"),
+    "run.heldout_envs": lambda cfg: env_files_digest(cfg.run.heldout_envs, "run.heldout_envs"),
     "run.env_pool": _env_pool,
     "memory.seed_pool": _seed_pool,
     "model.name_or_path": _model,

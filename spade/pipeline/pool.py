@@ -48,6 +48,7 @@ from spade.errors import ConfigError
 from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.heldout import heldout_files
+from spade.pipeline.inputs import env_files_digest
 from spade.pipeline.record import StageRecord
 from spade.pipeline.replay import PLAN_FILE, RoundPlan, environment_rows
 from spade.pipeline.stage import Stage
@@ -98,9 +99,7 @@ def pool_digest_of(cfg: CampaignConfig) -> str:
             store = store or ObjectStore.from_config(cfg.storage)
             h.update(f"pool:{name}\0{pool_digest(store, name)}\0".encode())
             continue
-        for path in env_files([entry], "run.env_pool"):
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-            h.update(f"{path}\0{digest}\0".encode())
+        h.update(f"files\0{env_files_digest([entry], 'run.env_pool')}\0".encode())
     return h.hexdigest()
 
 
