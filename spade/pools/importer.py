@@ -2,15 +2,17 @@
 environment verified in the jail in parallel, the accepted ones stored content-addressed as
 stored pool ``<name>`` (:mod:`spade.curriculum.stored`), and a report of why the others failed.
 
-What is written, in this order (the index last: an interrupted import leaves no pool to read)::
+What is written, in this order (the index last: an interrupted import leaves no new pool to
+read, and a pool it replaces stays whole until its index is overwritten)::
 
     blobs/sha256/<aa>/<sha256>            each accepted source
     pools/<name>/verdicts/<sha256>.json   every verified environment's verdict
     pools/<name>/report.json              counts by failure kind, each rejection's reason
     pools/<name>/environments.jsonl       the accepted environments (the index)
 
-Importing under a name again replaces that pool (its old keys are deleted first; blobs stay,
-shared with every campaign of the store).
+Importing under a name again replaces that pool: once the new index is written, the old pool's
+verdicts of environments the new one lacks are deleted (blobs stay, shared with every campaign
+of the store).
 """
 
 from __future__ import annotations
@@ -111,8 +113,7 @@ def import_pool(
     found = read_source(source, source_options)
     rejections, todo = _screen(found.envs)
     verdicts = _verify_all(todo, cfg, policy, references, workers, progress)
-    if store.list(f"{POOLS}/{name}"):  # importing again replaces the pool
-        store.delete(f"{POOLS}/{name}")
+    before = set(store.list(f"{POOLS}/{name}"))  # importing again replaces the pool
     accepted = []
     for env, verdict in zip(todo, verdicts, strict=True):
         assert env.code is not None and env.sha256 is not None
@@ -139,7 +140,10 @@ def import_pool(
         seconds=time.perf_counter() - t0,
     )
     store.write_json(pool_key(name, REPORT), report.to_dict())
-    store.write_bytes(pool_key(name, INDEX), index_bytes(accepted))
+    store.write_bytes(pool_key(name, INDEX), index_bytes(accepted))  # the new pool, whole
+    written = {pool_key(name, f"verdicts/{env.sha256}.json") for env in todo}
+    for stale in sorted(before - written - {pool_key(name, REPORT), pool_key(name, INDEX)}):
+        store.delete(stale)  # the replaced pool's verdicts of environments no longer in it
     return report
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from spade.cli import app
 from spade.config import VerifyConfig
 from spade.curriculum.stored import read_index, read_pool
-from spade.errors import ConfigError
+from spade.errors import ConfigError, StorageError
 from spade.pools import import_pool
 from spade.storage import ObjectStore
 from tests.pools.builders import games_pool, renamed, sha256, sources
@@ -93,6 +93,37 @@ def test_a_waiver_accepts_a_fixed_instance_and_marks_it(tmp_path, policy):
     assert again.by_kind == {"syntax": 1, "seed_independent": 1, "duplicate": 1}
     with pytest.raises(ConfigError, match="no environment pool 'other'"):
         read_index(store, "other")
+
+
+def test_a_re_import_replaces_the_pool_only_once_the_new_one_is_whole(
+    tmp_path, policy, monkeypatch
+):
+    store = ObjectStore(str(tmp_path / "store"))
+    first = sources(good=("number_hunt", "code_breaker"))
+    import_pool(str(games_pool(tmp_path / "one", first)), store, "ref", policy=policy)
+    old = read_pool(store, "ref")
+    assert [e.name for e, _ in old] == ["game_code_breaker", "game_number_hunt"]
+    second = {"game_switchboard": sources(good=("switchboard",))["game_switchboard"]}
+    root = games_pool(tmp_path / "two", second)
+
+    # the store fails while the new pool is written: the old one is still read, whole
+    def lost(data: bytes) -> str:
+        raise StorageError("the store went away")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(store, "put_blob", lost)
+        with pytest.raises(StorageError, match="went away"):
+            import_pool(str(root), store, "ref", policy=policy)
+    assert read_pool(store, "ref") == old
+
+    report = import_pool(str(root), store, "ref", policy=policy)
+    assert report.accepted == 1 and [e.name for e, _ in read_pool(store, "ref")] == [
+        "game_switchboard"
+    ]
+    # only the new import's verdicts are left
+    assert store.list("pools/ref/verdicts") == [
+        f"pools/ref/verdicts/{sha256(second['game_switchboard'])}.json"
+    ]
 
 
 def test_the_command_prints_the_report_and_stores_the_pool(tmp_path):
