@@ -10,7 +10,7 @@ examples), less the held-out environments.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +54,33 @@ _OPTIONAL_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _jsonl_record(raw: object, where: str, config: MemoryConfig) -> MemoryRecord:
-    if not isinstance(raw, dict):
-        raise ConfigValueError(f"{where}: a record must be a JSON object, got {type(raw).__name__}")
-    code = next((raw[f] for f in CODE_FIELDS if isinstance(raw.get(f), str) and raw[f]), None)
+def code_of(row: Mapping[str, Any]) -> str | None:
+    """An environment row's code: its first non-empty string of :data:`CODE_FIELDS`."""
+    return next((row[f] for f in CODE_FIELDS if isinstance(row.get(f), str) and row[f]), None)
+
+
+def jsonl_objects(text: str, name: str) -> list[tuple[str, dict[str, Any]]]:
+    """The JSON objects of JSONL ``text`` (blank lines skipped), each with where it stands
+    (``name:line``); ConfigValueError naming the line that is not a JSON object."""
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{name}:{lineno}"
+        try:  # a malformed line is the pool's error: name it
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigValueError(f"{where}: not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigValueError(
+                f"{where}: a record must be a JSON object, got {type(raw).__name__}"
+            )
+        rows.append((where, raw))
+    return rows
+
+
+def _jsonl_record(raw: dict[str, Any], where: str, config: MemoryConfig) -> MemoryRecord:
+    code = code_of(raw)
     if code is None:
         raise ConfigValueError(
             f"{where}: record has no code (a non-empty {' / '.join(CODE_FIELDS)})"
@@ -79,17 +102,8 @@ def _jsonl_record(raw: object, where: str, config: MemoryConfig) -> MemoryRecord
 
 
 def _read_jsonl(pool: Path, config: MemoryConfig) -> list[MemoryRecord]:
-    records = []
-    for lineno, line in enumerate(pool.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{pool.name}:{lineno}"
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigValueError(f"{where}: not valid JSON: {exc}") from exc
-        records.append(_jsonl_record(raw, where, config))
-    return records
+    rows = jsonl_objects(pool.read_text(encoding="utf-8"), pool.name)
+    return [_jsonl_record(raw, where, config) for where, raw in rows]
 
 
 def _stored_records(

@@ -21,7 +21,6 @@ listed file that is missing, a source that is not UTF-8 or a row without code is
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,9 +28,9 @@ from typing import Any
 
 import fsspec
 
+from spade.curriculum.pool import CODE_FIELDS, code_of, jsonl_objects
 from spade.errors import ConfigError
 
-CODE_FIELDS = ("code", "env_code", "source")
 NAME_FIELDS = ("name", "env_id", "id", "file")
 SHA_FIELDS = ("sha256", "code_sha256")
 CHECKSUMS = "checksums.sha256"
@@ -150,7 +149,7 @@ def _declarations(fs: Any, root: str) -> tuple[dict[str, str], dict[str, dict[st
                 declared[path.strip().lstrip("*").removeprefix("./")] = digest.lower()
     manifest: dict[str, dict[str, Any]] = {}
     if fs.exists(f"{root}/{MANIFEST}"):
-        for row in _jsonl(fs.cat_file(f"{root}/{MANIFEST}"), MANIFEST):
+        for _, row in jsonl_objects(fs.cat_file(f"{root}/{MANIFEST}").decode(), MANIFEST):
             keys = ("file", "path", "filename", "game_file")
             path = next((row[k] for k in keys if isinstance(row.get(k), str)), None)
             if path is not None:
@@ -176,21 +175,6 @@ def _check(env: SourceEnv, declared: Iterable[tuple[str | None, str]]) -> None:
             env.reason = f"sha256 {env.sha256} differs from the {want} declared in {where}"
 
 
-def _jsonl(data: bytes, where: str) -> list[dict[str, Any]]:
-    rows = []
-    for lineno, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:  # a malformed line is the pool's error: name it
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{where}:{lineno}: not valid JSON: {exc}") from exc
-        if not isinstance(row, dict):
-            raise ConfigError(f"{where}:{lineno}: a row must be a JSON object")
-        rows.append(row)
-    return rows
-
-
 def _shards(fs: Any, paths: list[str], url: str, layout: str = "shard set") -> PoolSource:
     rows: list[tuple[str, dict[str, Any]]] = []
     for path in paths:
@@ -201,7 +185,7 @@ def _shards(fs: Any, paths: list[str], url: str, layout: str = "shard set") -> P
             with fs.open(path, "rb") as f:
                 found = pq.read_table(f).to_pylist()
         else:
-            found = _jsonl(fs.cat_file(path), base)
+            found = [row for _, row in jsonl_objects(fs.cat_file(path).decode(), base)]
         rows += [(f"{base}:{i}", row) for i, row in enumerate(found, start=1)]
     return PoolSource(layout, [_from_row(where, row) for where, row in rows])
 
@@ -220,7 +204,7 @@ def _from_row(where: str, row: Mapping[str, Any]) -> SourceEnv:
     """One environment from a JSONL / parquet / dataset row."""
     name = next((str(row[k]) for k in NAME_FIELDS if row.get(k) not in (None, "")), where)
     name = posixpath.splitext(posixpath.basename(name))[0] if name.endswith(".py") else name
-    code = next((row[k] for k in CODE_FIELDS if isinstance(row.get(k), str) and row[k]), None)
+    code = code_of(row)
     meta = {k: v for k, v in row.items() if k not in (*CODE_FIELDS, *SHA_FIELDS)}
     if code is None:
         fields = " / ".join(CODE_FIELDS)
