@@ -17,7 +17,7 @@ from typing import Any
 from spade.agent.evaluate import evaluate_envs
 from spade.benchmarks.runner import play_suite
 from spade.config import CampaignConfig
-from spade.curriculum.memory import read_declarations
+from spade.curriculum.memory import UNKNOWN_SKILL, read_declarations
 from spade.curriculum.pool import env_files
 from spade.designer.designer import env_id_for
 from spade.inference.base import Backend
@@ -77,7 +77,7 @@ async def _play_files(
     specs = []
     for f in files:
         code = f.read_text(encoding="utf-8")
-        skill = read_declarations(code).get("skill", "unknown")
+        skill = read_declarations(code).get("skill", UNKNOWN_SKILL)
         tool_use, _ = describe(code, policy)  # asks the jail: the code is not run here
         specs.append(EnvSpec(env_id_for(code), code, skill, None, tool_use))
     plays = cfg.run.heldout_plays

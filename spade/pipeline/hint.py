@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spade.config import CampaignConfig
-from spade.curriculum.memory import read_declarations
+from spade.curriculum.memory import UNKNOWN_SKILL, read_declarations
 from spade.designer.designer import env_id_for, hint_designs
 from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
@@ -112,7 +112,7 @@ async def env_specs(
         tool_use, builtin = describe(code, policy)
         sidecar = path.with_suffix(".hint.txt")
         hint = sidecar.read_text(encoding="utf-8").strip() if sidecar.is_file() else builtin
-        skill = read_declarations(code).get("skill", "unknown")
+        skill = read_declarations(code).get("skill", UNKNOWN_SKILL)
         specs.append(EnvSpec(env_id_for(code), code, skill, hint, tool_use))
         notes.append(None)
         if not hint:

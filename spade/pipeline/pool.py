@@ -40,7 +40,7 @@ from typing import Any
 
 from spade.config import CampaignConfig
 from spade.config.pools import pool_ref
-from spade.curriculum.memory import read_declarations
+from spade.curriculum.memory import UNKNOWN_SKILL, read_declarations
 from spade.curriculum.pool import env_files
 from spade.curriculum.stored import pool_digest, read_pool
 from spade.designer.designer import env_id_for, hint_designs, verify_design
@@ -115,7 +115,7 @@ def _entry_envs(cfg: CampaignConfig, entry: str, store: ObjectStore | None) -> l
     for path in env_files([entry], "run.env_pool"):
         code = path.read_text(encoding="utf-8")
         found = read_declarations(code)
-        skill, hint = found.get("skill", "unknown"), found.get("hint")
+        skill, hint = found.get("skill", UNKNOWN_SKILL), found.get("hint")
         out.append(PoolEnv(path.stem, code, env_id_for(code), skill, hint))
     return out
 

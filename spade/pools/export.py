@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spade.curriculum.memory import UNKNOWN_SKILL
 from spade.errors import ConfigError
 from spade.pipeline.record import read_jsonl
 from spade.pipeline.replay import environment_rows
@@ -109,7 +110,7 @@ def campaign_environments(cs: CampaignStore) -> list[dict[str, Any]]:
             "env_id": env_id,
             "sha256": row["code_sha256"],
             "code": code,
-            "skill": row.get("skill") or "unknown",
+            "skill": row.get("skill") or UNKNOWN_SKILL,
             "hint": row.get("hint"),
             "tool_use": bool(row.get("tool_use")),
             "source": source,

@@ -29,7 +29,7 @@ from typing import Any
 
 from spade.config import VerifyConfig
 from spade.config.pools import pool_ref
-from spade.curriculum.memory import read_declarations
+from spade.curriculum.memory import UNKNOWN_SKILL, read_declarations
 from spade.curriculum.stored import INDEX, POOLS, REPORT, StoredEnv, index_bytes, pool_key
 from spade.designer.designer import env_id_for
 from spade.pools.sources import SourceEnv, read_source
@@ -221,7 +221,7 @@ def _stored(env: SourceEnv, verdict: Verdict) -> StoredEnv:
     the class's declarations (as the verifier read them in the jail)."""
     assert env.code is not None and env.sha256 is not None
     declared = read_declarations(env.code)
-    skill = env.meta.get("skill") or verdict.skill or declared.get("skill") or "unknown"
+    skill = env.meta.get("skill") or verdict.skill or declared.get("skill") or UNKNOWN_SKILL
     hint = env.meta.get("hint") or verdict.hint or declared.get("hint")
     meta = {k: v for k, v in env.meta.items() if _plain(v)}
     return StoredEnv(
