@@ -31,11 +31,14 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 from typing import Any
 
 from spade.envs.actions import ANSWER, TOOL_CALL, blocks, split_solution
 from spade.envs.base import TextEnv, method_tools, tool_names
 
+# a name (not the tail of a longer word) right before "(": a call, if the name is a tool's
+_NAME_CALL = re.compile(r"(?<!\w)([^\W\d]\w*)\(")
 FORMAT_PENALTY = -0.1  # the reference's reward for an action that is neither a call nor an answer
 
 
@@ -271,23 +274,16 @@ def walkthrough_calls(env: Any, text: str) -> list[str]:
     ``name(...)`` whose name is one of ``env``'s tools and whose arguments are literals."""
     tools = set(tool_names(env))
     actions: list[str] = []
-    i = 0
-    while i < len(text):
-        if not (text[i].isalpha() or text[i] == "_") or (i and _word(text[i - 1])):
-            i += 1
+    done = 0  # where the last call taken ends: a name inside it is one of its arguments
+    for found in _NAME_CALL.finditer(text):
+        name = found[1].removeprefix("tool_")
+        if found.start() < done or name not in tools:  # only a tool's call is scanned
             continue
-        j = i
-        while j < len(text) and _word(text[j]):
-            j += 1
-        name = text[i:j].removeprefix("tool_")
-        if name in tools and j < len(text) and text[j] == "(":  # only a tool's call is scanned
-            end = _call_end(text, j)
-            call = _tool_call(name, text[j:end], _params(getattr(env, "tool_" + name)))
-            if end != -1 and call is not None:
-                actions.append(call)
-                i = end
-                continue
-        i = j
+        end = _call_end(text, found.end() - 1)
+        call = _tool_call(name, text[found.end() - 1 : end], _params(getattr(env, "tool_" + name)))
+        if end != -1 and call is not None:
+            actions.append(call)
+            done = end
     return actions
 
 
@@ -306,10 +302,6 @@ def _tool_call(name: str, arguments: str, params: list[str]) -> str | None:
     except (TypeError, ValueError):  # a set, bytes or complex literal: no JSON for it
         return None
     return None if body is None else f"{TOOL_CALL[0]}{body}{TOOL_CALL[1]}"
-
-
-def _word(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
 
 
 class ReferenceAdapter:
