@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spade.curriculum.memory import SEED_ROUND, UNKNOWN_SKILL, MemoryRecord, read_declarations
-from spade.curriculum.stored import read_pool
+from spade.curriculum.stored import read_pool, store_for
 from spade.envs.examples import example_paths
 from spade.errors import ConfigError, ConfigValueError
 from spade.storage import ObjectStore
@@ -188,9 +188,7 @@ def seed_records(cfg: CampaignConfig) -> list[MemoryRecord]:
         path.read_text(encoding="utf-8")[: cfg.memory.code_head_chars].strip()
         for path in env_files(cfg.run.heldout_envs, "run.heldout_envs")
     }
-    stored = pool.startswith("pool:")  # validated by the config (spade.config.pools)
-    store = ObjectStore.from_config(cfg.storage) if stored else None
-    records = import_pool(pool, cfg.memory, store)
+    records = import_pool(pool, cfg.memory, store_for([pool], cfg.storage))
     return [r for r in records if r.code_head.strip() not in held_out]
 
 

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spade.errors import ConfigError, ObjectCorruptError, ObjectMissingError
 from spade.storage import ObjectStore
+
+if TYPE_CHECKING:  # only read here; keeps this module free of pydantic at import
+    from spade.config import StorageConfig
 
 POOLS = "pools"
 INDEX = "environments.jsonl"
@@ -84,6 +88,16 @@ def _index_data(store: ObjectStore, name: str) -> bytes:
         ) from None
 
 
+def store_for(entries: Iterable[str], storage: StorageConfig) -> ObjectStore | None:
+    """The store the ``pool:<name>`` entries among ``entries`` (paths otherwise) are read
+    from: the campaign's own (``storage``); None when every entry is a path."""
+    from spade.config.pools import pool_ref  # lazy: importing spade.config loads pydantic
+
+    if any(pool_ref(entry) is not None for entry in entries):
+        return ObjectStore.from_config(storage)
+    return None
+
+
 def read_pool(store: ObjectStore, name: str) -> list[tuple[StoredEnv, str]]:
     """Every accepted environment of stored pool ``name`` with its source (verified by hash)."""
     return [(e, store.get_blob(e.sha256).decode("utf-8")) for e in read_index(store, name)]
@@ -105,4 +119,5 @@ __all__ = [
     "pool_key",
     "read_index",
     "read_pool",
+    "store_for",
 ]

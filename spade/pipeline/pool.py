@@ -42,7 +42,7 @@ from spade.config import CampaignConfig
 from spade.config.pools import pool_ref
 from spade.curriculum.memory import UNKNOWN_SKILL, read_declarations
 from spade.curriculum.pool import env_files
-from spade.curriculum.stored import pool_digest, read_pool
+from spade.curriculum.stored import pool_digest, read_pool, store_for
 from spade.designer.designer import env_id_for, hint_designs, verify_design
 from spade.errors import ConfigError
 from spade.inference.base import Backend
@@ -93,17 +93,18 @@ def pool_digest_of(cfg: CampaignConfig) -> str:
     """What the pool's entries hold, as one digest (a cache key's input): each file's path and
     sha256, each stored pool's name and index digest (its index names every source's sha256)."""
     h = hashlib.sha256()
-    store = None
-    for entry in pool_entries(cfg):
+    entries = pool_entries(cfg)
+    store = store_for(entries, cfg.storage)
+    for entry in entries:
         if (name := pool_ref(entry)) is not None:
-            store = store or ObjectStore.from_config(cfg.storage)
+            assert store is not None
             h.update(f"pool:{name}\0{pool_digest(store, name)}\0".encode())
             continue
         h.update(f"files\0{env_files_digest([entry], 'run.env_pool')}\0".encode())
     return h.hexdigest()
 
 
-def _entry_envs(cfg: CampaignConfig, entry: str, store: ObjectStore | None) -> list[PoolEnv]:
+def _entry_envs(entry: str, store: ObjectStore | None) -> list[PoolEnv]:
     """The environments one ``run.env_pool`` entry names, in order."""
     if (name := pool_ref(entry)) is not None:
         assert store is not None
@@ -132,10 +133,9 @@ def pool_envs(cfg: CampaignConfig) -> list[PoolEnv]:
     # held out (a held-out file in the pool folder has its code), or already in the pool
     taken = set(held_ids)
     entries = pool_entries(cfg)
-    stored = any(pool_ref(e) is not None for e in entries)
-    store = ObjectStore.from_config(cfg.storage) if stored else None
+    store = store_for(entries, cfg.storage)
     for entry in entries:
-        for env in _entry_envs(cfg, entry, store):
+        for env in _entry_envs(entry, store):
             if env.env_id not in taken:
                 taken.add(env.env_id)
                 out.append(env)
