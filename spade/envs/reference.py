@@ -256,6 +256,14 @@ def _literal_call(source: str, params: list[str]) -> dict[str, Any] | None:
     return args
 
 
+def is_tool_use(env: Any) -> bool:
+    """Whether ``env`` is a tool-use environment: it has ``tool_<name>`` methods, or a
+    ``get_tools()`` (the reference's) or ``tools()`` method giving its schemas."""
+    return bool(tool_names(env)) or callable(
+        getattr(env, "get_tools", None) or getattr(env, "tools", None)
+    )
+
+
 def env_tools(env: Any, attrs: tuple[str, ...] = ("tools",)) -> Any:
     """``env``'s tool schemas: what the first of ``attrs`` it has gives (a method's result, as
     it is: the host checks its shape, :mod:`spade.sandbox.schemas`; or a list), else the
@@ -316,10 +324,7 @@ class ReferenceAdapter:
 
     @property
     def tool_use(self) -> bool:
-        cls = type(self.env)
-        return any(n.startswith("tool_") for n in dir(cls)) or callable(
-            getattr(self.env, "get_tools", None) or getattr(self.env, "tools", None)
-        )
+        return is_tool_use(self.env)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         if options is not None and accepts(self.env.reset, "options"):

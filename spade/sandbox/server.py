@@ -39,8 +39,7 @@ _MODULE = "design"
 _PID = os.getpid()  # a forked copy of the server must never touch the channel
 
 from spade.envs import reference  # noqa: E402  (found through the path set above)
-from spade.envs.base import tool_names  # noqa: E402
-from spade.envs.reference import accepts, adapt, env_tools  # noqa: E402
+from spade.envs.reference import accepts, adapt, env_tools, is_tool_use  # noqa: E402
 
 # The reference's loader also lets a design import its base from this module name.
 sys.modules.setdefault("tool_use_base_env", reference)
@@ -213,8 +212,7 @@ class Server:
         skill = getattr(cls, "skill", None)
         return {
             "class": cls.__name__,
-            "tool_use": bool(tool_names(raw))
-            or callable(getattr(raw, "tools", None) or getattr(raw, "get_tools", None)),
+            "tool_use": is_tool_use(raw),
             "accepts_options": accepts(raw.reset, "options"),
             "hint": hint if isinstance(hint, str) else None,
             "skill": skill if isinstance(skill, str) else None,
