@@ -40,11 +40,14 @@ class TrainJob:
 
 @dataclass(frozen=True)
 class JobResult:
-    """What rank 0 writes after saving: the step's metrics (over all ranks) and the checkpoint."""
+    """One update as a process took it (:func:`spade.training.run.update_from_parent`), and
+    what rank 0 writes after saving: the step's metrics (over all ranks) and the checkpoint."""
 
     metrics: dict[str, float | int]
-    checkpoint: str
+    checkpoint: str  # its URI (rank 0 wrote it; every rank is told)
     kind: str  # "full" or "lora"
+    rank: int = 0
+    world_size: int = 1
 
 
 def shard[T](items: Sequence[T], rank: int, world: int) -> list[T]:

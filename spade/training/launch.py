@@ -21,7 +21,6 @@ import traceback
 from pathlib import Path
 
 from spade.training.job import (
-    JobResult,
     failure_marker,
     rank_log,
     read_job,
@@ -61,7 +60,7 @@ def run_rank(folder: Path) -> None:
 
     update = update_from_parent(job.config, job.role, job.parent, job.samples, job.checkpoint_root)
     if rank == 0:
-        write_result(folder, JobResult(update.metrics, update.checkpoint, update.kind))
+        write_result(folder, update)
     print(
         f"rank {rank}/{world}: step {update.metrics['step']}, checkpoint {update.checkpoint}",
         flush=True,

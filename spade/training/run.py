@@ -20,19 +20,9 @@ from typing import Any, Literal
 from spade.config import CampaignConfig
 from spade.errors import ConfigError
 from spade.records import DesignAttempt, Trajectory
+from spade.training.job import JobResult
 
 Role = Literal["agent", "designer"]
-
-
-@dataclass(frozen=True)
-class Update:
-    """One update as this process took it (:func:`update_from_parent`)."""
-
-    metrics: dict[str, float | int]  # summed over the ranks by the trainer
-    checkpoint: str  # its URI (rank 0 wrote it; every rank is told)
-    kind: str  # "full" or "lora"
-    rank: int
-    world_size: int
 
 
 @dataclass(frozen=True)
@@ -227,7 +217,7 @@ def _launched(cfg: CampaignConfig, role: Role, samples: list[Any], root: str) ->
 
 def update_from_parent(
     cfg: CampaignConfig, role: Role, parent: str | None, samples: Sequence[Any], root: str
-) -> Update:
+) -> JobResult:
     """One GRPO update of ``role`` from checkpoint ``parent`` (None: the base model) on this
     rank's contiguous shard of ``samples`` (all of them in a single process), saved under
     ``root`` with ``parent`` named in its manifest. Collective under several DeepSpeed ranks:
@@ -240,4 +230,4 @@ def update_from_parent(
     uri = trainer.save(
         root, storage_options=cfg.storage.storage_options, parent=parent, model_files=files
     )
-    return Update(metrics, uri, trainer.kind, rank, world)
+    return JobResult(metrics, uri, trainer.kind, rank, world)
