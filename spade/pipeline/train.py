@@ -18,13 +18,16 @@ files, so its folder is a Hugging Face model folder a vLLM server can be restart
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from spade.config import CampaignConfig
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
 from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvEvaluation, WeightsRef
+
+if TYPE_CHECKING:  # the training code loads only when a stage trains
+    from spade.training.job import JobResult
 
 Role = Literal["agent", "designer"]
 
@@ -68,31 +71,25 @@ def _samples(cfg: CampaignConfig, data: TrainData) -> list[Any]:
     return designer_samples(cfg, data.attempts, data.rewards)
 
 
-def _in_process(
-    cfg: CampaignConfig, role: Role, parent: WeightsRef, samples: list[Any], root: str
-) -> tuple[dict[str, float | int], str, str]:
-    """One update in this process: its metrics, the checkpoint's URI and kind."""
-    from spade.training.run import update_from_parent
-
-    update = update_from_parent(cfg, role, parent.checkpoint, samples, root)
-    return update.metrics, update.checkpoint, update.kind
-
-
-def _on_ranks(
+def _update(
     cfg: CampaignConfig,
     rec: StageRecord,
     role: Role,
     parent: WeightsRef,
     samples: list[Any],
     root: str,
-) -> tuple[dict[str, float | int], str, str]:
-    """One update by ``training.ranks`` launched processes, each on its shard of ``samples``
-    (:mod:`spade.training.launcher`); their logs are kept with the stage (``logs/``), or in
-    the job's local folder when a rank failed (the error names it)."""
-    from spade.training.launcher import train_on_ranks
+) -> JobResult:
+    """One update from ``parent``, saved under ``root``: in this process, or with
+    ``training.ranks`` > 1 by that many launched processes, each on its shard of ``samples``
+    (:mod:`spade.training.launcher`), their logs kept with the stage (``logs/``), or in the
+    job's local folder when a rank failed (the error names it)."""
+    if cfg.training.ranks > 1:
+        from spade.training.launcher import train_on_ranks
 
-    result = train_on_ranks(cfg, role, parent.checkpoint, samples, root, rec.write_bytes)
-    return result.metrics, result.checkpoint, result.kind
+        return train_on_ranks(cfg, role, parent.checkpoint, samples, root, rec.write_bytes)
+    from spade.training.run import update_from_parent
+
+    return update_from_parent(cfg, role, parent.checkpoint, samples, root)
 
 
 def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> TrainOutcome:
@@ -115,11 +112,9 @@ def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> TrainOutcom
         rec.commit("skipped", reason)
         return TrainOutcome(parent, {}, len(samples), reason)
     root = rec.cs.store.url(rec.key("checkpoint"))
-    if cfg.training.ranks > 1:
-        metrics, uri, kind = _on_ranks(cfg, rec, role, parent, samples, root)
-    else:
-        metrics, uri, kind = _in_process(cfg, role, parent, samples, root)
-    weights = WeightsRef(f"r{round:04d}-{role}", uri, kind)
+    update = _update(cfg, rec, role, parent, samples, root)
+    metrics, uri = update.metrics, update.checkpoint
+    weights = WeightsRef(f"r{round:04d}-{role}", uri, update.kind)
     rec.outputs["checkpoint"] = uri
     rec.write_json(
         "outcome.json", {"metrics": metrics, "samples": len(samples)} | weights.to_dict()
