@@ -325,7 +325,7 @@ class JailedSession:
             rc,
             elapsed_s=time.monotonic() - self._started_at,
             session_limit_s=self.policy.limits.session_seconds,
-            log_text=self.jail_log(),
+            log_text=log,
             log_bytes=log_bytes,
             log_limit_bytes=self.policy.limits.max_file_mb << 20,
         )
