@@ -10,7 +10,10 @@ seeded documents for every variant), and for each variant of the designer:
   to the model once);
 - ``edit``: ACCEL-style editing of a whole parent from the same pool into a variant on the
   document;
-- ``edit-repair``: ``edit`` with one repair turn.
+- ``edit-repair``: ``edit`` with one repair turn;
+- ``splice``: method-level mutation of a whole parent from the same pool under one seeded
+  rule-level directive (the answer prefilled with ``setup``'s signature, stopped at anything
+  else; the harness splices the methods into the parent).
 
 Accepted designs passed every check, ``novelty`` included (no near-verbatim copy and no
 behavioural duplicate of the parent or the examples shown). As a second line of defence the
@@ -66,6 +69,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "write-repair": _variant("write", True, 1),
     "edit": _variant("edit", True, 0),
     "edit-repair": _variant("edit", True, 1),
+    "splice": _variant("splice", True, 0),
 }
 # the demo's held-out environments (absolute: the bench runs from bench/), never shown
 HELDOUT = [
@@ -140,6 +144,8 @@ async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str,
                 "skill": a.skill,
                 "strategy": a.strategy,
                 "parent": a.parent_id,
+                "directive": a.directive,
+                "spliced": a.spliced,
                 "accepted": a.accepted,
                 "repaired": a.accepted_after_repair,
                 "failure": a.failure_kind,

@@ -116,14 +116,18 @@ class DesignerConfig(Section):
     seed: int = Field(
         0, ge=0, le=2**32 - 1, description="Seed of document sampling and skill rotation."
     )
-    strategy: Literal["write", "edit"] = Field(
+    strategy: Literal["write", "edit", "splice"] = Field(
         "write",
         description="How a design is asked for. write (the paper's): a new environment from the"
         " document, memory examples shown as inspiration. edit (ACCEL-style level editing): a"
         " whole environment from the memory or the seed pool (same skill preferred, seeded"
         " choice) is given as the parent, to be mutated into a variant grounded on the document;"
-        " a slot with no parent that fits max_example_chars is written instead. With edit and no"
-        " memory.seed_pool, the pool is the bundled examples minus run.heldout_envs.",
+        " a slot with no parent that fits max_example_chars is written instead. splice"
+        " (method-level mutation): the parent is chosen as for edit, one rule-level directive is"
+        " drawn, and the model answers with new setup/play/solution methods only (the answer is"
+        " prefilled with setup's signature and stopped at anything else), which the harness"
+        " splices into the parent. With edit or splice and no memory.seed_pool, the pool is the"
+        " bundled examples minus run.heldout_envs.",
     )
     max_example_chars: int = Field(
         4000,

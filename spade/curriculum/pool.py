@@ -176,11 +176,11 @@ def import_pool(
 
 def seed_records(cfg: CampaignConfig) -> list[MemoryRecord]:
     """The records a campaign's memory starts from: :func:`import_pool` of ``memory.seed_pool``
-    (unset, with ``designer.strategy`` edit: the bundled examples, :mod:`spade.envs.examples`),
-    less the environments of ``run.heldout_envs``, matched by code: a held-out environment is
-    never shown to the designer, whatever pool holds it."""
+    (unset, with ``designer.strategy`` edit or splice: the bundled examples,
+    :mod:`spade.envs.examples`), less the environments of ``run.heldout_envs``, matched by
+    code: a held-out environment is never shown to the designer, whatever pool holds it."""
     pool = cfg.memory.seed_pool
-    if pool is None and cfg.designer.strategy == "edit":
+    if pool is None and cfg.designer.strategy in ("edit", "splice"):
         pool = str(example_paths()[0].parent)
     if pool is None:
         return []

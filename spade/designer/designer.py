@@ -27,6 +27,7 @@ import copy
 import hashlib
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
@@ -39,8 +40,10 @@ from spade.designer.prompts import (
     design_prompt,
     edit_prompt,
     repair_message,
+    splice_prompt,
 )
 from spade.designer.skills import active_skills, slot_skills
+from spade.designer.splice import answer_text, class_name_for, draw_directive, plan_splice, splice
 from spade.errors import DesignParseError, InferenceError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
 from spade.records import INFERENCE, DesignAttempt, Verdict
@@ -84,8 +87,9 @@ def new_attempts(
     regeneration: int,
 ) -> list[DesignAttempt]:
     """The prompts of attempt ``attempt`` for the still-open slots, by ``designer.strategy``
-    (parents and memory examples seeded per regeneration, attempt and slot, so a re-run builds
-    the same prompts). An edit slot with no parent in the memory is written instead."""
+    (parents, directives and memory examples seeded per regeneration, attempt and slot, so a
+    re-run builds the same prompts). An edit or splice slot with no parent in the memory (or,
+    for splice, one without a ``setup`` hook to continue) is written instead."""
     d = cfg.designer
     skills = slot_plan(cfg, regeneration)
     tool_use = d.mode == "tool_use"
@@ -96,9 +100,16 @@ def new_attempts(
         text, skill = doc.truncated(max_words).text, skills[slot]
         rng = random.Random(f"{cfg.seed}:{d.seed}:{regeneration}:{attempt}:{slot}")
         att = DesignAttempt(slot=slot, attempt=attempt, skill=skill, doc_id=doc.doc_id, messages=[])
-        parent = memory.parent_for(skill, rng, d) if d.strategy == "edit" else None
+        parent = memory.parent_for(skill, rng, d) if d.strategy in ("edit", "splice") else None
+        plan = plan_splice(parent.code_head) if parent and d.strategy == "splice" else None
         shown: list[MemoryRecord]
-        if parent is not None:
+        if parent is not None and plan is not None:
+            directive = draw_directive(rng)
+            att.messages = splice_prompt(text, skill, parent=parent, directive=directive, plan=plan)
+            att.strategy, att.parent_id, shown = "splice", parent.env_id, [parent]
+            att.directive, att.prefill, att.stop = directive.name, plan.prefill, list(plan.stop)
+            att.class_name = class_name_for(text, plan.class_name)
+        elif parent is not None and d.strategy == "edit":
             att.messages = edit_prompt(text, skill, tool_use=tool_use, parent=parent)
             att.strategy, att.parent_id, shown = "edit", parent.env_id, [parent]
         else:
@@ -121,7 +132,7 @@ def new_attempts(
 async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignConfig) -> None:
     """One completion per attempt, extracted into code (or a parse/inference failure);
     InferenceError past ``designer.max_failed_share`` of failed requests."""
-    completions = await backend.complete([ChatRequest(a.messages, _params(cfg)) for a in batch])
+    completions = await backend.complete([_request(a.messages, a, cfg) for a in batch])
     for att, comp in zip(batch, completions, strict=True):
         att.completion, att.model = comp.text, comp.model
         att.prompt_token_ids, att.token_ids, att.logprobs = (
@@ -146,8 +157,15 @@ def check_failed_share(batch: Sequence[DesignAttempt], max_share: float, what: s
     )
 
 
-def _params(cfg: CampaignConfig) -> SamplingParams:
-    return SamplingParams(max_tokens=cfg.designer.max_tokens, temperature=cfg.designer.temperature)
+def _request(
+    messages: Sequence[dict[str, Any]], att: DesignAttempt, cfg: CampaignConfig
+) -> ChatRequest:
+    """A design request: the designer's sampling, with the attempt's prefill and stops."""
+    d = cfg.designer
+    params = SamplingParams(
+        max_tokens=d.max_tokens, temperature=d.temperature, stop=tuple(att.stop)
+    )
+    return ChatRequest(messages, params, prefill=att.prefill)
 
 
 def _take_code(att: DesignAttempt, comp: Completion) -> None:
@@ -155,15 +173,23 @@ def _take_code(att: DesignAttempt, comp: Completion) -> None:
     if comp.failure is not None:
         att.failure_kind, att.failure_reason = INFERENCE, _failure_text(comp)
         return
+    parent = next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
     try:
-        att.code = extract_code(comp.text)
+        if att.strategy == "splice" and parent is not None:
+            att.code, att.spliced = splice(
+                parent,
+                answer_text(att.prefill, comp.text),
+                class_name=att.class_name or "SplicedEnv",
+                skill=att.skill,
+                note=f"{att.parent_id} spliced ({att.directive}) on document {att.doc_id}.",
+            )
+        else:
+            att.code = extract_code(comp.text)
     except DesignParseError as exc:  # the model wrote no usable module: data
         att.failure_kind, att.failure_reason = "parse", str(exc)
         return
-    if att.strategy == "edit":
-        parent = next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
-        if parent is not None:
-            att.code, att.inherited = inherit_missing(att.code, parent, str(att.parent_id))
+    if att.strategy == "edit" and parent is not None:
+        att.code, att.inherited = inherit_missing(att.code, parent, str(att.parent_id))
     att.env_id = env_id_for(att.code)
 
 
@@ -251,11 +277,12 @@ def needs_repair(att: DesignAttempt) -> bool:
 def repair_feedback(att: DesignAttempt) -> str:
     """The user turn telling the designer why its newest answer was rejected."""
     reason = (att.failure_reason or "")[:REASON_CHARS]
+    methods = att.strategy == "splice"
     if att.code is None:
-        return repair_message(att.failure_kind or "parse", reason)
+        return repair_message(att.failure_kind or "parse", reason, methods=methods)
     verdict = att.verdict or {}
     check, traceback = verdict.get("failed_check"), verdict.get("traceback")
-    return repair_message(att.failure_kind or "rejected", reason, check, traceback)
+    return repair_message(att.failure_kind or "rejected", reason, check, traceback, methods=methods)
 
 
 async def repair_designs(
@@ -271,10 +298,17 @@ async def repair_designs(
         return []
     feedback = [{"role": "user", "content": repair_feedback(a)} for a in todo]
     conversations = [
-        [*a.messages, {"role": "assistant", "content": a.completion}, *a.repair_messages, f]
+        [
+            *a.messages,
+            {"role": "assistant", "content": a.prefill + a.completion},
+            *_answered(a.repair_messages, a.prefill),
+            f,
+        ]
         for a, f in zip(todo, feedback, strict=True)
     ]
-    completions = await backend.complete([ChatRequest(c, _params(cfg)) for c in conversations])
+    completions = await backend.complete(
+        [_request(c, a, cfg) for c, a in zip(conversations, todo, strict=True)]
+    )
     for att, turn, comp in zip(todo, feedback, completions, strict=True):
         if comp.failure is not None:  # no answer: the outcome is unknown, not this code's
             att.failure_kind, att.failure_reason = INFERENCE, f"repair: {_failure_text(comp)}"
@@ -291,6 +325,13 @@ async def repair_designs(
             _keep_verdict(att, before)  # deterministic, its verdict stands (no second run)
     check_failed_share(todo, cfg.designer.max_failed_share, "repair")
     return todo
+
+
+def _answered(messages: list[dict[str, Any]], prefill: str) -> list[dict[str, Any]]:
+    """A repair conversation's turns with each assistant answer whole (its prefill first)."""
+    return [
+        m | {"content": prefill + m["content"]} if m["role"] == "assistant" else m for m in messages
+    ]
 
 
 async def design_batch(

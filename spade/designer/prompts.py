@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.skills import SKILL_DESCRIPTIONS
+from spade.designer.splice import Directive, SplicePlan
 from spade.envs.prelude import PRELUDE_MODULES
 from spade.pysource import PARSE_ERRORS, parse_module
 
@@ -229,6 +230,54 @@ def edit_prompt(
     return _messages(parts)
 
 
+_SPLICE_HOOKS = {
+    True: "setup() builds the hidden state from self.rng and returns the task text (a str);"
+    " play(move) gets the text inside one \\boxed{...} and returns (feedback, reward, done),"
+    " reward 1.0 for full success and partial credit in (0, 1); solution() returns moves that"
+    " win this instance.",
+    False: "setup() builds the hidden state from self.rng and returns the task text (a str);"
+    " check_answer(answer) returns a float, 1.0 right and partial credit in (0, 1);"
+    " solution() returns the tool calls and then the answer that win this instance.",
+}
+"""What a splice is told of the hooks it rewrites: a game's (with ``play``) or a tool-use
+environment's."""
+
+
+def splice_prompt(
+    document: str,
+    skill: str,
+    *,
+    parent: Example,
+    directive: Directive,
+    plan: SplicePlan,
+) -> list[dict[str, str]]:
+    """Chat messages asking for new versions of a few methods of ``parent`` (the splice
+    strategy, :mod:`spade.designer.splice`): one rule-level ``directive`` and a re-theming on
+    ``document``. The answer's shape is not left to these words: the request is prefilled with
+    the first method's signature and stops at anything else (``plan``)."""
+    asked = ", ".join(plan.asked)
+    kept = ", ".join(["__init__", *plan.helpers]) if plan.helpers else "__init__"
+    has = ", ".join([*plan.attributes, "self.rng", "self.turn", "self.max_turns"])
+    parts = [
+        _ROLE,
+        f"Here is a working environment that passes every check:\n```python\n{parent.code_head}\n```",
+        f"Make a NEW game out of it by rewriting its methods {asked}. The change: {directive.text}"
+        " Also re-theme it on the document below: the task text and the feedback speak of its"
+        " entities, names and numbers. Changing only numbers or sizes is not a new game: a"
+        " retuned copy is rejected as a duplicate.",
+        f"Target skill: {skill} ({SKILL_DESCRIPTIONS.get(skill, skill)}). The best environments "
+        "are hard enough that the agent often fails without help, yet clearly solvable from "
+        "what the task text and the feedback tell.",
+        f"Ground the environment in this document:\n<document>\n{document}\n</document>",
+        f"The contract stays: {_SPLICE_HOOKS['play' in plan.asked]} The class already has"
+        f" {has}; any other attribute your methods read must be assigned in setup. Import"
+        " nothing.",
+        f"Answer with the new methods {asked}, in that order, indented as inside the class, in"
+        f" one ```python block. The rest of the class ({kept}) stays as it is: do not repeat it.",
+    ]
+    return _messages(parts)
+
+
 def module_level_names(code: str) -> list[str]:
     """Names a module binds at its top level besides its classes and imports (constants,
     helper functions), in order; none when the code does not parse. Only parsed, never run."""
@@ -248,7 +297,12 @@ def module_level_names(code: str) -> list[str]:
 
 
 def repair_message(
-    failure_kind: str, reason: str, check: str | None = None, traceback: str | None = None
+    failure_kind: str,
+    reason: str,
+    check: str | None = None,
+    traceback: str | None = None,
+    *,
+    methods: bool = False,
 ) -> str:
     """The user turn that gives a rejected design's named failure back to the designer: the
     check that failed, its kind and reason and the traceback's last lines (the caller cuts
@@ -259,6 +313,8 @@ def repair_message(
         head = f"Your module was rejected by the check `{check}` ({failure_kind}): {reason}"
     if traceback:
         head += f"\n```\n{traceback}\n```"
+    if methods:  # a splice: the corrected methods again, not a module
+        return f"{head}\n\nFix it. Answer with the corrected methods in one ```python block."
     return f"{head}\n\nFix it. {_ANSWER.replace('the complete', 'the whole corrected')}"
 
 

@@ -33,13 +33,17 @@ class ChatRequest:
 
     ``messages`` are OpenAI-style ``{"role", "content"}`` dicts; ``tools`` are OpenAI function
     schemas handed to the chat template. ``model`` selects a LoRA adapter or model name on
-    servers that host several (None: the backend's default).
+    servers that host several (None: the backend's default). ``prefill`` starts the assistant's
+    answer: it is part of the prompt (its ids end ``Completion.prompt_token_ids``, so training
+    never takes it for sampled tokens) and the completion's text continues it without repeating
+    it; it is how a harness enforces the shape of an answer instead of asking for it.
     """
 
     messages: Sequence[dict[str, Any]]
     params: SamplingParams = SamplingParams()
     tools: Sequence[dict[str, Any]] | None = None
     model: str | None = None
+    prefill: str = ""
 
 
 class InferenceFailureKind(StrEnum):

@@ -67,6 +67,7 @@ from spade.inference.models import (
     read_state_dict,
     resolve_model,
 )
+from spade.inference.retokenize import render_prompt
 
 log = logging.getLogger(__name__)
 _Job = tuple[int, list[int]]  # (request index, prompt token ids)
@@ -237,17 +238,15 @@ class TransformersBackend:
     # -- in the worker thread ------------------------------------------------------------------
 
     def _prompt_ids(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        prefill: str = "",
     ) -> list[int]:
         if tools and not self._warned_tools and "tools" not in str(self._tokenizer.chat_template):
             self._warned_tools = True  # SmolLM2's template drops tools silently: easy to miss
             log.warning("the chat template of %s ignores tools", self._resolved.name)
-        text = self._tokenizer.apply_chat_template(
-            list(messages), tools=list(tools) if tools else None, add_generation_prompt=True,
-            tokenize=False,
-        )  # fmt: skip
-        ids: list[int] = self._tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids
+        return render_prompt(self._tokenizer, messages, tools, prefill)
 
     def _complete_sync(self, requests: list[ChatRequest]) -> list[Completion]:
         results: list[Completion | None] = [None] * len(requests)
@@ -257,7 +256,7 @@ class TransformersBackend:
                 raise InferenceError("the transformers backend is closed")
             for index, request in enumerate(requests):
                 try:
-                    prompt = self._prompt_ids(request.messages, request.tools)
+                    prompt = self._prompt_ids(request.messages, request.tools, request.prefill)
                 except Exception as exc:  # jinja/tokenizer errors: bad messages are data
                     results[index] = self._failed([], f"chat template failed: {exc!r}")
                     continue

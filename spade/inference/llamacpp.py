@@ -180,7 +180,9 @@ class LlamaCppClient:
     async def _complete_one(self, request: ChatRequest) -> Completion:
         model, params = self._model, request.params
         try:  # jinja or tokenizer errors: the request's messages are wrong, reported as data
-            prompt = render_prompt(self._tokenizer, request.messages, request.tools)
+            prompt = render_prompt(
+                self._tokenizer, request.messages, request.tools, request.prefill
+            )
         except Exception as exc:
             reason = f"chat template failed: {exc!r}"
             return failed(Failed(InferenceFailureKind.CLIENT_ERROR, reason, False), 0, model)

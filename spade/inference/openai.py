@@ -135,7 +135,9 @@ class OpenAIBackend:
 
     def _rederive(self, completion: Completion, request: ChatRequest, tokens: list[str]) -> None:
         if self.retokenizer is not None:
-            self.retokenizer.fill(completion, request.messages, request.tools, tokens)
+            self.retokenizer.fill(
+                completion, request.messages, request.tools, tokens, request.prefill
+            )
         elif not self._warned_no_ids:
             self._warned_no_ids = True
             log.warning(
@@ -146,15 +148,20 @@ class OpenAIBackend:
 
     def _payload(self, request: ChatRequest, model: str) -> dict[str, Any]:
         p = request.params
+        messages = list(request.messages)
+        if request.prefill:  # continue a started answer (vLLM's chat extension)
+            messages.append({"role": "assistant", "content": request.prefill})
         payload: dict[str, Any] = {
             "model": model,
-            "messages": list(request.messages),
+            "messages": messages,
             "max_tokens": p.max_tokens,
             "temperature": p.temperature,
             "top_p": p.top_p,
         }
         if request.tools:
             payload["tools"] = list(request.tools)
+        if request.prefill:
+            payload |= {"add_generation_prompt": False, "continue_final_message": True}
         if p.stop:
             payload["stop"] = list(p.stop)
         if p.seed is not None:

@@ -44,14 +44,21 @@ Source = str | Path | Callable[[], str | Path]
 
 
 def render_prompt(
-    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    prefill: str = "",
 ) -> list[int]:
-    """The conversation's token ids, as the in-process backend renders it."""
+    """The conversation's token ids, as the in-process backend renders it, then the ids of the
+    answer's ``prefill`` (tokenized on its own: the ids the model is given are the ids the
+    trainer sees, whatever the tokenizer would merge across the boundary)."""
     text = tokenizer.apply_chat_template(
         list(messages), tools=list(tools) if tools else None, add_generation_prompt=True,
         tokenize=False,
     )  # fmt: skip
     ids: list[int] = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if prefill:
+        ids = ids + list(tokenizer(prefill, add_special_tokens=False)["input_ids"])
     return ids
 
 
@@ -87,15 +94,17 @@ class Retokenizer:
         messages: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None,
         logprob_tokens: Sequence[str],
+        prefill: str = "",
     ) -> None:
         """Fill ``completion``'s missing prompt and completion ids (see the module docstring).
 
-        ``logprob_tokens`` are the server's log-prob entries' token texts, one per log-prob.
+        ``logprob_tokens`` are the server's log-prob entries' token texts, one per log-prob;
+        ``prefill`` the request's start of the answer (prompt ids, see :func:`render_prompt`).
         Thread-safe: the backend calls it off its event loop.
         """
         with self._lock:
             if not completion.prompt_token_ids:
-                completion.prompt_token_ids = self.prompt_ids(messages, tools)
+                completion.prompt_token_ids = self.prompt_ids(messages, tools, prefill)
                 completion.token_ids_rederived = True
                 self.prompts += 1
             if completion.token_ids:
@@ -114,9 +123,12 @@ class Retokenizer:
             self.completions += 1
 
     def prompt_ids(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        prefill: str = "",
     ) -> list[int]:
-        return render_prompt(self.tokenizer, messages, tools)
+        return render_prompt(self.tokenizer, messages, tools, prefill)
 
     def _completion_ids(self, completion: Completion, tokens: Sequence[str]) -> list[int] | None:
         tok = self.tokenizer

@@ -139,6 +139,10 @@ class DesignAttempt:
     must not copy, ``{"name": env id, "code": whole code}``: its parent and its prompt's examples.
     ``inherited`` names the parent's module-level definitions an edit used without writing them,
     carried over into ``code`` (:func:`spade.designer.inherit.inherit_missing`).
+    A splice (:mod:`spade.designer.splice`) rewrote the methods ``spliced`` of its parent
+    under the rule-level ``directive``, as the class ``class_name``. ``prefill`` is where the
+    harness started the answer (prompt tokens, never trained; ``completion`` continues it) and
+    ``stop`` where its sampling stopped.
     ``failure_kind == INFERENCE`` (:attr:`failed`): a design or repair request failed on our
     side; a failed repair keeps the code and verdict it was repairing, for the record.
     """
@@ -171,6 +175,11 @@ class DesignAttempt:
     first_failure_reason: str | None = None
     repair_messages: list[dict[str, Any]] = field(default_factory=list)
     inherited: list[str] = field(default_factory=list)
+    prefill: str = ""
+    stop: list[str] = field(default_factory=list)
+    directive: str | None = None
+    class_name: str | None = None
+    spliced: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:

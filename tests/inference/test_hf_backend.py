@@ -23,7 +23,9 @@ from spade.inference.models import (
     load_model_and_tokenizer,
     resolve_model,
 )
+from spade.records import DesignAttempt
 from spade.testing.tiny_models import char_tokenizer, tiny_llama_config
+from spade.training.samples import samples_from_design_attempts
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -130,6 +132,38 @@ def test_prompt_is_the_chat_template_and_counted(backend):
     assert backend.count_tokens(request.messages) == len(done.prompt_token_ids)
     with_tools = backend.count_tokens(request.messages, TOOLS)
     assert with_tools is not None and with_tools > len(done.prompt_token_ids)  # tools rendered
+
+
+def test_a_prefill_is_prompt_the_model_continues_and_never_trained(backend):
+    """Harness-inserted text (a splice's fence and signature) ends the prompt ids; the sampled
+    tokens continue it (their log-probs are conditioned on it) and only they are trained."""
+    prefill = "```python\n    def setup(self) -> str:\n"
+    request = ChatRequest(
+        [{"role": "user", "content": "write"}],
+        SamplingParams(max_tokens=8, temperature=0.0),
+        prefill=prefill,
+    )
+    (done,) = _complete(backend, [request])
+    (plain,) = _complete(backend, [_chat("write", max_tokens=8)])
+    tail = backend.tokenizer(prefill, add_special_tokens=False).input_ids
+    assert done.ok and done.prompt_token_ids == plain.prompt_token_ids + tail
+    ids = torch.tensor([done.prompt_token_ids + done.token_ids])  # (1, P + T)
+    with torch.no_grad():
+        logits = backend.model(input_ids=ids).logits[0]  # (P + T, V)
+    positions = torch.arange(len(done.prompt_token_ids) - 1, ids.shape[1] - 1)
+    expected = torch.log_softmax(logits[positions].float(), -1).gather(
+        -1, torch.tensor(done.token_ids)[:, None]
+    )[:, 0]
+    assert torch.allclose(torch.tensor(done.logprobs), expected, atol=1e-4)
+    attempt = DesignAttempt(
+        slot=0, attempt=0, skill="s", doc_id="d", messages=list(request.messages),
+        completion=done.text, prefill=prefill, prompt_token_ids=done.prompt_token_ids,
+        token_ids=done.token_ids, logprobs=done.logprobs,
+    )  # fmt: skip
+    (sample,) = samples_from_design_attempts([attempt], [1.0])
+    trained = [t for t, m in zip(sample.input_ids, sample.loss_mask, strict=True) if m]
+    assert trained == done.token_ids  # the prefill's ids are never trained
+    assert sum(sample.loss_mask) == len(done.token_ids)
 
 
 def test_greedy_is_deterministic_and_stops_at_length(backend):

@@ -1,0 +1,298 @@
+"""The splice strategy: the model rewrites a few whole methods of a working parent, the harness
+splices them in (SWE-smith-style method-level mutation).
+
+Small models do not write or edit a whole environment module reliably (README "Designs that
+pass": cut-off answers, syntax, crashes on names they dropped), and asking for a smaller answer
+in words does not work: shown a whole game and told to answer with three methods, the 0.5B coder
+rewrote the whole class in 18 of 18 answers. So the answer's *shape* is enforced by how it is
+sampled: the answer starts prefilled with the fence and the first method's signature (prompt
+tokens, never trained), and sampling stops at the closing fence, at a module-level ``def`` or
+``class``, or at a method it was not asked to write (``__init__``). The harness then replaces
+the parent's methods of the same names (a new one is added to the class), renames the class,
+sets its skill and drops what described the parent's game (its docstrings and declared hint).
+
+Each attempt gets one rule-level *directive*, drawn (seeded) from :data:`DIRECTIVES`: what the
+feedback reveals, the type of the hidden state, the win or partial-credit rule, which moves are
+legal; always with a re-theming on the document. Never "change the constants": a retuned copy
+is a duplicate by the verifier's novelty check.
+
+Text-level and static only (:mod:`ast` to find the parent's methods, never run): the spliced
+module is verified in the jail like any design, and an answer that does not parse is spliced as
+written so that the verifier's syntax grading sees it.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from dataclasses import dataclass
+
+from spade.errors import DesignParseError
+from spade.pysource import PARSE_ERRORS, parse_module
+
+ENV_BASES = frozenset({"TextEnv", "ToolUseEnv"})
+_HOOKS = ("setup", "play", "check_answer", "solution")
+"""The contract's hooks, in the order an answer writes them (those the parent has)."""
+_NEVER = ("__init__",)
+"""Methods an answer may not rewrite (a constructor changed by a small model breaks the
+contract's ``max_turns``; sampling stops at its ``def``)."""
+FENCE = "```python\n"
+_METHOD = re.compile(r"^    (?:async\s+)?def\s+(\w+)\s*\(", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Directive:
+    """One rule-level change asked of a splice: a name for the records, the words for the model."""
+
+    name: str
+    text: str
+
+
+DIRECTIVES: tuple[Directive, ...] = (
+    Directive(
+        "feedback",
+        "Change what the feedback after a move reveals: give a different kind of clue than the"
+        " parent does (for example a count, a distance, a yes/no answer to a question, or which"
+        " parts are right), so that the player needs a different way of reasoning.",
+    ),
+    Directive(
+        "hidden_state",
+        "Change the type of the hidden state: if the parent hides a number, hide a word, a set"
+        " or a short sequence; if it hides a collection, hide a number or a single choice. The"
+        " moves and feedback follow from the new hidden state.",
+    ),
+    Directive(
+        "win_rule",
+        "Change the win condition and the partial-credit rule: what counts as solving the task"
+        " and how an episode that ends partly right is scored (reward between 0 and 1).",
+    ),
+    Directive(
+        "legal_moves",
+        "Change which moves are legal and what a move is: a different kind of action than the"
+        " parent's (for example naming an item, asking about a property, or choosing between"
+        " options), with a helpful message for a move that is not legal.",
+    ),
+)
+
+
+def draw_directive(rng: random.Random) -> Directive:
+    """One directive of the menu, chosen with ``rng`` (seeded per slot by the caller)."""
+    return rng.choice(DIRECTIVES)
+
+
+@dataclass(frozen=True)
+class SplicePlan:
+    """What a splice of one parent asks for and how its answer is sampled.
+
+    ``asked``: the hooks the answer rewrites, in order; ``prefill``: the answer's start (the
+    fence and the first hook's signature), ``stop``: where sampling ends; ``attributes``: what
+    the parent's ``__init__`` assigns (``self.top``, ...), named in the prompt.
+    """
+
+    class_name: str
+    asked: tuple[str, ...]
+    helpers: tuple[str, ...]
+    attributes: tuple[str, ...]
+    prefill: str
+    stop: tuple[str, ...]
+
+
+def env_class(tree: ast.Module) -> ast.ClassDef | None:
+    """The module's environment class: the first class on TextEnv/ToolUseEnv named ``*Env``."""
+    for node in tree.body:
+        if not (isinstance(node, ast.ClassDef) and node.name.endswith("Env")):
+            continue
+        if any(isinstance(b, ast.Name) and b.id in ENV_BASES for b in node.bases):
+            return node
+    return None
+
+
+def _methods(cls: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def plan_splice(parent: str) -> SplicePlan | None:
+    """How to splice ``parent``; None when it has no environment class with a ``setup`` hook
+    (the slot is then written, as an edit slot without a parent is)."""
+    try:
+        tree = parse_module(parent)
+    except PARSE_ERRORS:  # a broken parent cannot be spliced: the caller writes instead
+        return None
+    cls = env_class(tree)
+    if cls is None:
+        return None
+    methods = {m.name: m for m in _methods(cls)}
+    asked = tuple(h for h in _HOOKS if h in methods)
+    if not asked or asked[0] != "setup":
+        return None
+    lines = parent.splitlines()
+    first = methods[asked[0]]
+    signature = lines[first.lineno - 1 : first.body[0].lineno - 1]
+    if not signature or not signature[0].startswith("    def "):
+        return None  # a decorated or oddly indented hook: not a shape the answer can continue
+    stop = ["```", "\nclass ", "\ndef ", "\nif __name__"]
+    stop += [f"\n    def {name}(" for name in _NEVER if name in methods]
+    helpers = tuple(n for n in methods if n not in asked and n not in _NEVER)
+    return SplicePlan(
+        class_name=cls.name,
+        asked=asked,
+        helpers=helpers,
+        attributes=_init_attributes(methods.get("__init__")),
+        prefill=FENCE + "\n".join(signature) + "\n",
+        stop=tuple(stop),
+    )
+
+
+def _init_attributes(init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> tuple[str, ...]:
+    if init is None:
+        return ()
+    names = [
+        f"self.{t.attr}"
+        for node in ast.walk(init)
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    ]
+    return tuple(dict.fromkeys(names))
+
+
+def answer_methods(answer: str) -> list[tuple[str, str]]:
+    """``(name, text)`` of each class-level method in an answer (text at the class's 4-space
+    indent, decorators and trailing blank lines included), in order. Split on the ``def`` lines,
+    not parsed: an answer that does not parse is spliced as written, for the verifier to grade."""
+    starts = [(m.start(), m.group(1)) for m in _METHOD.finditer(answer)]
+    out = []
+    for i, (pos, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(answer)
+        begin = _decorators_start(answer, pos)
+        text = answer[begin:end].rstrip()
+        if i + 1 < len(starts):  # the next method's decorators belong to it
+            text = answer[begin : _decorators_start(answer, end)].rstrip()
+        out.append((name, text))
+    return out
+
+
+def _decorators_start(text: str, pos: int) -> int:
+    """Where the ``@`` lines right above the line at ``pos`` begin (``pos`` if there are none)."""
+    while pos > 0:
+        prev = text.rfind("\n", 0, pos - 1) + 1
+        if not text[prev:pos].startswith("    @"):
+            return pos
+        pos = prev
+    return pos
+
+
+def answer_text(prefill: str, completion: str) -> str:
+    """The answer as the model gave it: the prefill (without its fence) and what it sampled,
+    cut at a closing fence (the stop string, when a backend keeps it)."""
+    text = prefill.removeprefix(FENCE) + completion
+    return text.split("```", 1)[0]
+
+
+def class_name_for(document: str, parent_class: str) -> str:
+    """The spliced class's name: the document's first word, then the parent's (e.g.
+    ``AspirinNumberHuntEnv``); the parent's name alone when the document gives no word."""
+    word = re.search(r"[A-Za-z][A-Za-z0-9]*", document)
+    theme = word.group(0)[:20].capitalize() if word else ""
+    if not theme or parent_class.startswith(theme):
+        return parent_class
+    return f"{theme}{parent_class}"
+
+
+def splice(
+    parent: str,
+    answer: str,
+    *,
+    class_name: str,
+    skill: str,
+    note: str,
+) -> tuple[str, list[str]]:
+    """The parent with the answer's methods spliced in: ``(code, names)``.
+
+    A method of the answer replaces the parent's method of that name (the last one, if the
+    answer wrote it twice), a new one is appended to the class; the class is renamed
+    ``class_name`` and its ``skill`` set, its docstring and declared ``hint`` (the parent's
+    game's) are dropped, and the module's docstring becomes ``note``. Raises
+    DesignParseError when the answer holds no method (nothing to splice).
+    """
+    methods = dict(answer_methods(answer))
+    if not methods:
+        raise DesignParseError("the answer holds no method to splice into its parent")
+    tree = parse_module(parent)
+    cls = env_class(tree)
+    if cls is None:
+        raise ValueError("the parent has no environment class")  # plan_splice said it had
+    lines = parent.splitlines()
+    edits: list[_Edit] = []
+    own = {m.name: m for m in _methods(cls)}
+    for name, text in methods.items():
+        if name in own:
+            node = own[name]
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            edits.append((start, node.end_lineno or node.lineno, text.splitlines()))
+    added = [text for name, text in methods.items() if name not in own]
+    end = cls.end_lineno or cls.lineno
+    if added:
+        edits.append((end, end, [line for t in added for line in ["", *t.splitlines()]]))
+    edits += _class_edits(cls, lines, skill)
+    edits += _module_doc_edit(tree, note)
+    for start, stop, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        lines[start:stop] = new
+    code = "\n".join(lines) + "\n"
+    return _rename(code, cls.name, class_name), list(methods)
+
+
+_Edit = tuple[int, int, list[str]]
+"""Lines ``[start, end)`` (0-based) of the parent and what replaces them."""
+
+
+def _class_edits(cls: ast.ClassDef, lines: list[str], skill: str) -> list[_Edit]:
+    """Drop the class's docstring and declared hint, set its skill (added under the header)."""
+    edits: list[_Edit] = []
+    has_skill = False
+    for i, node in enumerate(cls.body):
+        span = (node.lineno - 1, node.end_lineno or node.lineno)
+        if i == 0 and _is_docstring(node):
+            blank = span[1] < len(lines) and not lines[span[1]].strip()
+            edits.append((span[0], span[1] + blank, []))
+        elif _assigns(node, "hint"):
+            edits.append((*span, []))
+        elif _assigns(node, "skill"):
+            edits.append((*span, [f"    skill = {skill!r}"]))
+            has_skill = True
+    if not has_skill:
+        first = cls.body[0]
+        decorators = getattr(first, "decorator_list", [])
+        header = min([first.lineno, *(d.lineno for d in decorators)]) - 1
+        edits.append((header, header, [f"    skill = {skill!r}", ""]))
+    return edits
+
+
+def _module_doc_edit(tree: ast.Module, note: str) -> list[_Edit]:
+    doc = '"""' + note.replace("\\", "/").replace('"', "'") + '"""'
+    first = tree.body[0] if tree.body else None
+    if first is not None and _is_docstring(first):
+        return [(first.lineno - 1, first.end_lineno or first.lineno, [doc])]
+    return [(0, 0, [doc, ""])]
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def _assigns(node: ast.stmt, name: str) -> bool:
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    if isinstance(node, ast.AnnAssign):
+        targets = [node.target]
+    return any(isinstance(t, ast.Name) and t.id == name for t in targets)
+
+
+def _rename(code: str, old: str, new: str) -> str:
+    """Every whole-word use of the parent's class name becomes ``new`` (``super(Old, self)``
+    and the header alike)."""
+    return code if old == new else re.sub(rf"\b{re.escape(old)}\b", new, code)
