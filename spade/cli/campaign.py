@@ -96,6 +96,8 @@ def show_status(store: ObjectStore, campaign_id: str, *, as_json: bool = False) 
     console.print(round_table(rows, columns, f"campaign {campaign_id}"))
     for line in (*LEGEND, *skip_notes(rows)):
         console.print(line, style="dim")
+    for line in design_lines(rows):
+        console.print(line, markup=False, highlight=False)
     console.print(f"artifacts: {info['store']}")
     if info["last_completed"]:
         last = info["last_completed"]
@@ -144,6 +146,35 @@ def short_version(version: object) -> str:
     if head[:1] == "r" and head[1:].isdigit() and role in ("agent", "designer"):
         return f"r{int(head[1:])}{role[0]}"
     return version
+
+
+def design_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Two lines per design a round accepted and played: how it was asked for, its unhinted
+    and hinted win rates, regret and designer reward; then its hint."""
+    lines = []
+    for row in rows:
+        for d in row.get("designs_played") or []:
+            how = " ".join(
+                str(part)
+                for part in (d.get("strategy"), d.get("parent"), d.get("directive"))
+                if part
+            )
+            numbers = ", ".join(
+                f"{label} {_number(d.get(key))}"
+                for key, label in (
+                    ("win_rate", "win"),
+                    ("hinted_win_rate", "hinted"),
+                    ("regret", "regret"),
+                    ("reward", "designer reward"),
+                )
+            )
+            lines.append(f"round {row['round']}: design {d['env_id']} ({how}): {numbers}")
+            lines.append(f"  hint: {d.get('hint') or '(none)'}")
+    return lines
+
+
+def _number(value: object) -> str:
+    return f"{value:.2f}" if isinstance(value, int | float) else "-"
 
 
 def skip_notes(rows: list[dict[str, Any]]) -> list[str]:

@@ -21,7 +21,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from spade.cli.campaign import cell
+from spade.cli.campaign import cell, design_lines
 from spade.errors import StorageError
 from spade.pipeline.replay import environment_rows
 from spade.pipeline.summary import summarize_round
@@ -142,7 +142,8 @@ class CampaignProgress:
             table.add_row(*(self._cell(column, row) for column, _ in COLUMNS))
         elapsed = Text(f"elapsed {time.monotonic() - self.started:,.0f} s", style="dim")
         total = "until stopped" if self.rounds == 0 else str(self.rounds)
-        return Group(table, Text(f"rounds planned: {total}", style="dim"), elapsed)
+        designs = [Text(line) for line in design_lines(self._rows)]
+        return Group(table, *designs, Text(f"rounds planned: {total}", style="dim"), elapsed)
 
 
 _DETAIL: dict[str, tuple[tuple[str, str], ...]] = {
@@ -174,6 +175,9 @@ class StageLog:
                 if stage not in seen:
                     seen.add(stage)
                     self.emit(self.line(row, stage))
+                    if stage == "score":  # what each accepted design became
+                        for line in design_lines([row]):
+                            self.emit(line)
 
     def line(self, row: dict[str, Any], stage: str) -> str:
         elapsed = time.monotonic() - self.view.started

@@ -144,6 +144,8 @@ def design(
 
 
 def _strategy(a: DesignAttempt) -> str:
+    if a.strategy == "splice":
+        return f"splice {a.parent_id} ({a.directive})"
     return f"edit {a.parent_id}" if a.strategy == "edit" else a.strategy
 
 

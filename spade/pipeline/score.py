@@ -83,6 +83,9 @@ def _row(s: ScoredAttempt) -> dict[str, Any]:
         "raw_reward": s.raw_reward,
         "slot": s.attempt.slot,
         "attempt": s.attempt.attempt,
+        "strategy": s.attempt.strategy,
+        "parent": s.attempt.parent_id,
+        "directive": s.attempt.directive,
         **design_flags(s.attempt),
     }
 

@@ -162,7 +162,22 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "heldout_suites": heldout.get("suites") or {},
         "weights": weights.get("version"),
         "stage_seconds": seconds,
+        "designs_played": _designs_played(cs, round, accepted if designed else []),
     }
+
+
+def _designs_played(
+    cs: CampaignStore, round: int, accepted: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """What the round's accepted designs became: how each was asked for, its unhinted and
+    hinted win rates, regret, designer reward (before centring) and hint."""
+    hints = {h["env_id"]: h.get("hint") for h in _rows(cs, round, "hint", "environments.jsonl")}
+    keys = ("env_id", "strategy", "parent", "directive", "win_rate", "hinted_win_rate", "regret")
+    return [
+        {k: s.get(k) for k in keys}
+        | {"reward": s.get("raw_reward", s.get("reward")), "hint": hints.get(s.get("env_id"))}
+        for s in accepted
+    ]
 
 
 def campaign_status(cs: CampaignStore) -> dict[str, Any]:

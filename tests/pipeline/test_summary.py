@@ -96,3 +96,34 @@ def test_nothing_accepted_is_nothing_novel(tmp_path):
     cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
     row = summarize_round(campaign_store(cfg, "c"), 0)
     assert (row["attempts"], row["accepted"], row["novel"]) == (2, 0, 0)
+
+
+def test_each_accepted_design_is_shown_with_its_numbers_and_hint(tmp_path):
+    """What a round's accepted designs became (how they were asked for, win rates, regret,
+    designer reward before centring, hint), in the summary and as the lines spade status and
+    the live view print."""
+    from spade.cli.campaign import design_lines
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    cs = campaign_store(cfg, "c")
+    rows = [
+        _designed(env_id="env-a", accepted=True, win_rate=0.2, hinted_win_rate=0.6, regret=0.4,
+                  reward=0.1, raw_reward=0.35, strategy="splice", parent="number_hunt",
+                  directive="feedback"),
+        _designed(env_id="env-b", failure="crash", reward=-0.1, raw_reward=-0.3),
+    ]  # fmt: skip
+    cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
+    hints = [{"env_id": "env-a", "hint": "Count what each clue rules out."}]
+    cs.store.write_bytes(cs.layout.stage_key(0, "hint", "environments.jsonl"), jsonl(hints))
+    row = summarize_round(campaign_store(cfg, "c"), 0)
+    (played,) = row["designs_played"]
+    assert played == {
+        "env_id": "env-a", "strategy": "splice", "parent": "number_hunt",
+        "directive": "feedback", "win_rate": 0.2, "hinted_win_rate": 0.6, "regret": 0.4,
+        "reward": 0.35, "hint": "Count what each clue rules out.",
+    }  # fmt: skip
+    assert design_lines([row]) == [
+        "round 0: design env-a (splice number_hunt feedback): win 0.20, hinted 0.60,"
+        " regret 0.40, designer reward 0.35",
+        "  hint: Count what each clue rules out.",
+    ]
