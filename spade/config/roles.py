@@ -78,6 +78,15 @@ class DesignerConfig(Section):
     attempts_per_slot: int = Field(
         5, ge=1, le=50, description="Design attempts before a slot is given up."
     )
+    samples_per_slot: int = Field(
+        1,
+        ge=1,
+        le=32,
+        description="Designs sampled at once for each open slot in each attempt (same document,"
+        " skill, parent and directive; llama.cpp's parallel slots serve them together). Every"
+        " sample is verified and keeps its graded reward (a group GRPO compares); every accepted"
+        " one is played, and a slot stays open only while none of its samples was accepted.",
+    )
     temperature: float = Field(0.6, ge=0.0, le=2.0, description="Sampling temperature of designs.")
     max_tokens: int = Field(6144, ge=64, le=65_536, description="Longest design completion.")
     positives: int = Field(

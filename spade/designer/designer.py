@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import hashlib
 import random
 from collections.abc import Sequence
@@ -125,8 +126,16 @@ def new_attempts(
         att.references = contract_references(tool_use) + [
             {"name": r.env_id, "code": r.code_head} for r in shown
         ]
-        out.append(att)
+        out += [att] + [
+            dataclasses.replace(copy.deepcopy(att), sample=i) for i in range(1, d.samples_per_slot)
+        ]
     return out
+
+
+def open_slots_of(batch: Sequence[DesignAttempt]) -> list[int]:
+    """The slots of ``batch`` none of whose samples was accepted, in order."""
+    won = {a.slot for a in batch if a.accepted}
+    return sorted({a.slot for a in batch} - won)
 
 
 async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignConfig) -> None:
@@ -359,6 +368,6 @@ async def design_batch(
                 break
             await _verify_pending(batch, cfg, policy)
         attempts += batch
-        open_slots = [a.slot for a in batch if not a.accepted]
+        open_slots = open_slots_of(batch)
     await hint_designs([a for a in attempts if a.accepted], backend, cfg)
     return attempts

@@ -52,12 +52,13 @@ async def hint(
 
 
 def accepted_specs(attempts: list[DesignAttempt]) -> list[EnvSpec]:
-    """The environments to evaluate: the accepted designs, in order."""
-    return [
-        EnvSpec(a.env_id, a.code, a.skill, a.hint, a.tool_use)
-        for a in attempts
-        if a.accepted and a.code is not None and a.env_id is not None
-    ]
+    """The environments to evaluate: the accepted designs, in order, each once (two samples
+    that wrote the same code are one environment)."""
+    specs: dict[str, EnvSpec] = {}
+    for a in attempts:
+        if a.accepted and a.code is not None and a.env_id is not None:
+            specs.setdefault(a.env_id, EnvSpec(a.env_id, a.code, a.skill, a.hint, a.tool_use))
+    return list(specs.values())
 
 
 def describe(code: str, policy: SandboxPolicy) -> tuple[bool, str | None]:

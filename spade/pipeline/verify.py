@@ -13,7 +13,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from spade.designer.designer import apply_verdict, awaiting_verdict, env_id_for, verify_design
+from spade.designer.designer import (
+    apply_verdict,
+    awaiting_verdict,
+    env_id_for,
+    open_slots_of,
+    verify_design,
+)
 from spade.pipeline.context import RoundContext
 from spade.pipeline.design import attempt_rows
 from spade.pipeline.record import StageRecord, busy_seconds
@@ -75,7 +81,7 @@ def settle(
         spans.append(rec.cs.store.read_json(key))
     rec.write_jsonl("attempts.jsonl", attempt_rows(attempts))
     rec.commit(seconds=busy_seconds(spans))
-    return batch, [a.slot for a in batch if not a.accepted]
+    return batch, open_slots_of(batch)
 
 
 def _verified_ids(att: DesignAttempt) -> list[str]:

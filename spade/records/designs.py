@@ -142,7 +142,8 @@ class DesignAttempt:
     A splice (:mod:`spade.designer.splice`) rewrote the methods ``spliced`` of its parent
     under the rule-level ``directive``, as the class ``class_name``. ``prefill`` is where the
     harness started the answer (prompt tokens, never trained; ``completion`` continues it) and
-    ``stop`` where its sampling stopped.
+    ``stop`` where its sampling stopped. ``sample`` numbers the designs sampled together for
+    one slot and attempt (``designer.samples_per_slot``).
     ``failure_kind == INFERENCE`` (:attr:`failed`): a design or repair request failed on our
     side; a failed repair keeps the code and verdict it was repairing, for the record.
     """
@@ -180,6 +181,7 @@ class DesignAttempt:
     directive: str | None = None
     class_name: str | None = None
     spliced: list[str] = field(default_factory=list)
+    sample: int = 0
 
     @property
     def failed(self) -> bool:

@@ -83,8 +83,12 @@ class Script:
         system, user = messages[0]["content"], messages[1]["content"]
         if system.startswith("You write correct"):
             skill = re.search(r"Target skill: (\w+)", user).group(1)  # type: ignore[union-attr]
-            if len(messages) > 2:  # a repair turn: the conversation so far, then the feedback
-                again = [messages[-2]["content"]]
+            if any(m["role"] == "user" for m in messages[2:]):  # a repair turn: the
+                # conversation so far, then the feedback (a last assistant turn: a prefill)
+                last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+                answered = [m for m in messages[:last_user] if m["role"] == "assistant"][-1]
+                prefill = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+                again = [answered["content"].removeprefix(prefill)]
                 return self._next(f"repair:{skill}", self.repairs.get(skill, again))
             return self._next(f"design:{skill}", self.designs.get(skill, [NO_CODE]))
         if system.startswith("You coach"):
