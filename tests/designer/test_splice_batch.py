@@ -9,7 +9,7 @@ from spade.curriculum.memory import EnvironmentMemory
 from spade.curriculum.pool import seed_records
 from spade.designer.skills import SKILL_DESCRIPTIONS
 from tests.designer.test_design_batch import Script, config, corpus, run, serve
-from tests.designer.test_splice import NUMBER_HUNT, WORD_ANSWER
+from tests.designer.test_splice import WORD_ANSWER
 
 pytestmark = pytest.mark.sandbox
 __all__ = ["corpus"]  # the fixture, shared with test_design_batch
