@@ -13,7 +13,9 @@ seeded documents for every variant), and for each variant of the designer:
 - ``edit-repair``: ``edit`` with one repair turn;
 - ``splice``: method-level mutation of a whole parent from the same pool under one seeded
   rule-level directive (the answer prefilled with ``setup``'s signature, stopped at anything
-  else; the harness splices the methods into the parent).
+  else; the harness splices the methods into the parent);
+- ``scaffold``: as ``write-examples``, but the harness writes the frame (fence, class header,
+  skill, hook signatures) and each hook's body is sampled on its own.
 
 Accepted designs passed every check, ``novelty`` included (no near-verbatim copy and no
 behavioural duplicate of the parent or the examples shown). As a second line of defence the
@@ -70,6 +72,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "edit": _variant("edit", True, 0),
     "edit-repair": _variant("edit", True, 1),
     "splice": _variant("splice", True, 0),
+    "scaffold": _variant("scaffold", True, 0),
 }
 # the demo's held-out environments (absolute: the bench runs from bench/), never shown
 HELDOUT = [
@@ -133,7 +136,9 @@ async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str,
         "novel_share": novel / len(attempts) if attempts else 0.0,
         "minutes": minutes,
         "novel_per_min": novel / minutes if minutes else 0.0,
-        "tokens": sum(len(a.token_ids) for a in attempts),
+        "tokens": sum(
+            len(a.token_ids) + sum(len(s["token_ids"]) for s in a.segments) for a in attempts
+        ),
         "final_kinds": dict(kinds),
         "first_kinds": dict(first),
         "max_pool_similarity": sims,

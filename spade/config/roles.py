@@ -125,7 +125,7 @@ class DesignerConfig(Section):
     seed: int = Field(
         0, ge=0, le=2**32 - 1, description="Seed of document sampling and skill rotation."
     )
-    strategy: Literal["write", "edit", "splice"] = Field(
+    strategy: Literal["write", "edit", "splice", "scaffold"] = Field(
         "write",
         description="How a design is asked for. write (the paper's): a new environment from the"
         " document, memory examples shown as inspiration. edit (ACCEL-style level editing): a"
@@ -135,8 +135,14 @@ class DesignerConfig(Section):
         " (method-level mutation): the parent is chosen as for edit, one rule-level directive is"
         " drawn, and the model answers with new setup/play/solution methods only (the answer is"
         " prefilled with setup's signature and stopped at anything else), which the harness"
-        " splices into the parent. With edit or splice and no memory.seed_pool, the pool is the"
+        " splices into the parent. scaffold: as write, but the harness writes the module's frame"
+        " (fence, class header, skill, the contract's hook signatures) and each hook's body is"
+        " sampled on its own (stopped at the next def or the fence, scaffold_body_tokens at"
+        " most); no repair turns. With edit or splice and no memory.seed_pool, the pool is the"
         " bundled examples minus run.heldout_envs.",
+    )
+    scaffold_body_tokens: int = Field(
+        400, ge=16, le=8192, description="Longest body of one hook (strategy scaffold)."
     )
     max_example_chars: int = Field(
         4000,

@@ -32,6 +32,7 @@ from typing import Any
 
 from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
+from spade.designer import scaffold
 from spade.designer.corpus import Corpus, Document
 from spade.designer.extract import extract_code
 from spade.designer.hints import hint_designs
@@ -114,6 +115,10 @@ def new_attempts(
             att.messages = edit_prompt(text, skill, tool_use=tool_use, parent=parent)
             att.strategy, att.parent_id, shown = "edit", parent.env_id, [parent]
         else:
+            if d.strategy == "scaffold":  # the frame is the harness's: see spade.designer.scaffold
+                att.strategy, att.class_name = "scaffold", scaffold.class_name(text)
+                att.prefill = scaffold.header(att.class_name, skill, tool_use)
+                att.stop = list(scaffold.STOP)
             positives, negatives = memory.examples_for(skill, rng, d)
             att.messages = design_prompt(
                 text,
@@ -141,8 +146,15 @@ def open_slots_of(batch: Sequence[DesignAttempt]) -> list[int]:
 async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignConfig) -> None:
     """One completion per attempt, extracted into code (or a parse/inference failure);
     InferenceError past ``designer.max_failed_share`` of failed requests."""
-    completions = await backend.complete([_request(a.messages, a, cfg) for a in batch])
-    for att, comp in zip(batch, completions, strict=True):
+    scaffolded = [a for a in batch if a.strategy == "scaffold"]
+    if scaffolded:
+        d = cfg.designer
+        await scaffold.sample_bodies(backend, scaffolded, d.scaffold_body_tokens, d.temperature)
+        for att in scaffolded:
+            att.env_id = env_id_for(att.code) if att.code is not None else None
+    whole = [a for a in batch if a.strategy != "scaffold"]
+    completions = await backend.complete([_request(a.messages, a, cfg) for a in whole])
+    for att, comp in zip(whole, completions, strict=True):
         att.completion, att.model = comp.text, comp.model
         att.prompt_token_ids, att.token_ids, att.logprobs = (
             comp.prompt_token_ids,
@@ -276,7 +288,7 @@ async def _verify_pending(
 def needs_repair(att: DesignAttempt) -> bool:
     """A design rejected with code, or an answer with text but no usable module (not one that
     failed on our side: it stops there)."""
-    if att.accepted or att.failed:
+    if att.accepted or att.failed or att.strategy == "scaffold":  # a frame, not an answer
         return False
     if att.code is not None:
         return att.verdict is not None

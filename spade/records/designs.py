@@ -143,7 +143,10 @@ class DesignAttempt:
     under the rule-level ``directive``, as the class ``class_name``. ``prefill`` is where the
     harness started the answer (prompt tokens, never trained; ``completion`` continues it) and
     ``stop`` where its sampling stopped. ``sample`` numbers the designs sampled together for
-    one slot and attempt (``designer.samples_per_slot``).
+    one slot and attempt (``designer.samples_per_slot``). A scaffolded design
+    (:mod:`spade.designer.scaffold`) was sampled one body at a time: ``segments`` holds each
+    body's ``prompt_token_ids``, ``token_ids``, ``logprobs`` and ``text`` (each a training
+    sample of its own), and the top-level token fields stay empty.
     ``failure_kind == INFERENCE`` (:attr:`failed`): a design or repair request failed on our
     side; a failed repair keeps the code and verdict it was repairing, for the record.
     """
@@ -182,6 +185,7 @@ class DesignAttempt:
     class_name: str | None = None
     spliced: list[str] = field(default_factory=list)
     sample: int = 0
+    segments: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:

@@ -132,7 +132,8 @@ def samples_from_trajectories(
 def samples_from_design_attempts(
     attempts: Sequence[DesignAttempt], rewards: Sequence[float]
 ) -> list[TrainSample]:
-    """Designer samples: prompt + completion ids, trained on the completion, grouped by skill.
+    """Designer samples: prompt + completion ids, trained on the completion, grouped by skill
+    (a scaffolded design gives one sample per body it sampled, each with the design's reward).
 
     ``rewards[i]`` is the designer reward of ``attempts[i]`` (rejected designs included: they
     are data); attempts that failed on our side (:attr:`DesignAttempt.failed`) must be left out
@@ -147,17 +148,27 @@ def samples_from_design_attempts(
     for attempt, reward in zip(attempts, rewards, strict=True):
         if attempt.failed:  # its reward would be an outage's: the caller's pairing is wrong
             raise ValueError(f"design attempt {attempt.slot}.{attempt.attempt} failed: no data")
-        if not attempt.token_ids:
+        where = f"design attempt {attempt.slot}.{attempt.attempt}"
+        parts = attempt.segments or [
+            {
+                "prompt_token_ids": attempt.prompt_token_ids,
+                "token_ids": attempt.token_ids,
+                "logprobs": attempt.logprobs,
+            }
+        ]
+        if not any(part["token_ids"] for part in parts):
             skipped += 1
             continue
-        prompt = attempt.prompt_token_ids
-        where = f"design attempt {attempt.slot}.{attempt.attempt}"
-        if not prompt:
-            raise ValueError(f"{where} has completion tokens but no prompt token ids")
-        ids = prompt + attempt.token_ids
-        mask = [0] * len(prompt) + [1] * len(attempt.token_ids)
-        lps = [0.0] * len(prompt) + list(attempt.logprobs)
-        out.append(_sample(ids, mask, lps, float(reward), attempt.skill, where))
+        for part in parts:  # a scaffolded design: a sample per body, each with its own prompt
+            prompt, tokens = list(part["prompt_token_ids"]), list(part["token_ids"])
+            if not tokens:  # a body that stopped at once: nothing sampled to train
+                continue
+            if not prompt:
+                raise ValueError(f"{where} has completion tokens but no prompt token ids")
+            ids = prompt + tokens
+            mask = [0] * len(prompt) + [1] * len(tokens)
+            lps = [0.0] * len(prompt) + list(part["logprobs"])
+            out.append(_sample(ids, mask, lps, float(reward), attempt.skill, where))
     if skipped:
         log.warning("%d of %d design attempts have no completion tokens", skipped, len(attempts))
     return out
