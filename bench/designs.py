@@ -20,7 +20,8 @@ seeded documents for every variant), and for each variant of the designer:
 Accepted designs passed every check, ``novelty`` included (no near-verbatim copy and no
 behavioural duplicate of the parent or the examples shown). As a second line of defence the
 table also counts accepted designs whose normalised source is at least ``max_similarity`` to
-ANY bundled example (held-out ones included, shown or not): those are not counted as novel.
+ANY bundled example (held-out ones included, shown or not) or to a design the variant accepted
+before: those are not counted as novel.
 
 The figure the demo's choice rests on is **novel accepted designs per minute** (wall time of
 generation, verification, repair and hints, on this machine). Benchmarks report; they do not
@@ -105,13 +106,16 @@ def variant_config(args: argparse.Namespace, name: str) -> CampaignConfig:
 
 
 def pool_copies(attempts: list[DesignAttempt], threshold: float) -> list[float]:
-    """Each accepted design's highest normalised source similarity to any bundled example."""
+    """Each accepted design's highest normalised source similarity to any bundled example and
+    to every design the variant accepted before it (a second copy of one new game is not a
+    second novel design)."""
     refs = [source_tokens(p.read_text(), 6000) for p in example_paths()]
     out = []
     for a in attempts:
         if a.accepted and a.code:
             mine = source_tokens(a.code, 6000)
             out.append(max((similarity(mine, r) for r in refs), default=0.0))
+            refs.append(mine)
     return out
 
 
