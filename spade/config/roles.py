@@ -141,6 +141,15 @@ class DesignerConfig(Section):
         " most); no repair turns. With edit or splice and no memory.seed_pool, the pool is the"
         " bundled examples minus run.heldout_envs.",
     )
+    solvability_check: bool = Field(
+        False,
+        description="Ask the model, for each accepted design, whether its goal can be derived"
+        " from what the agent is told (spade.designer.solvability); one judged unsolvable is"
+        " rejected. Off by default: one more request per design, and a noisy judge on CPU.",
+    )
+    solvability_lenient: bool = Field(
+        True, description="With solvability_check: an answer without a verdict keeps the design."
+    )
     scaffold_body_tokens: int = Field(
         400, ge=16, le=8192, description="Longest body of one hook (strategy scaffold)."
     )

@@ -45,6 +45,7 @@ from spade.designer.prompts import (
     splice_prompt,
 )
 from spade.designer.skills import active_skills, slot_skills
+from spade.designer.solvability import audit_designs
 from spade.designer.splice import answer_text, class_name_for, draw_directive, plan_splice, splice
 from spade.errors import DesignParseError, InferenceError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
@@ -381,5 +382,6 @@ async def design_batch(
             await _verify_pending(batch, cfg, policy)
         attempts += batch
         open_slots = open_slots_of(batch)
+    await audit_designs([a for a in attempts if a.accepted], backend, cfg)
     await hint_designs([a for a in attempts if a.accepted], backend, cfg)
     return attempts

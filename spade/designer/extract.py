@@ -21,7 +21,7 @@ _OPEN_FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[^\n]*\n")
 _BOXED = "\\boxed{"
 
 
-def _drop_thinking(text: str) -> str:
+def drop_thinking(text: str) -> str:
     """``text`` without its ``<think>...</think>`` blocks (an unclosed one stays)."""
     pieces, pos = [], 0
     for start, end in blocks(text, (_THINK,)):
@@ -54,7 +54,7 @@ def extract_code(completion: str) -> str:
     then an unfenced completion that does; a block left open at the end (the completion ran
     out of tokens) is reported as such.
     """
-    text = _drop_thinking(completion)
+    text = drop_thinking(completion)
     code = [
         body
         for lang, body in fenced_blocks(text)
@@ -77,7 +77,7 @@ def parse_progress(completion: str) -> float:
     for a code block left open (the completion was cut off), the share of it that parses
     (:func:`spade.verify.static.parsed_share`): a whole class followed by a cut-off tail is
     further along than a class cut in the middle. 0 for anything else (no code at all)."""
-    text = _drop_thinking(completion)
+    text = drop_thinking(completion)
     if text.count("```") % 2 == 0:
         return 0.0
     opening = _OPEN_FENCE.match(text, text.rfind("```"))  # the last fence is the open one
@@ -86,7 +86,7 @@ def parse_progress(completion: str) -> float:
 
 def clean_hint(completion: str, max_sentences: int = 3, max_chars: int = 600) -> str:
     """The hint text: no thinking, no quotes or labels, at most ``max_sentences`` sentences."""
-    text = _drop_thinking(completion).strip().strip('"').strip()
+    text = drop_thinking(completion).strip().strip('"').strip()
     text = re.sub(r"^[*_#\s]*(hint|strategy)\s*:?[*_]*\s*:?\s*", "", text, flags=re.IGNORECASE)
     text = text.strip().strip('"').strip()
     text = " ".join(text.split())

@@ -15,6 +15,7 @@ from pathlib import Path
 from spade.config import CampaignConfig
 from spade.curriculum.memory import UNKNOWN_SKILL, read_declarations
 from spade.designer.designer import env_id_for, hint_designs
+from spade.designer.solvability import audit_designs
 from spade.inference.base import Backend
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
@@ -29,9 +30,12 @@ async def hint(
     ctx: RoundContext, attempts: list[DesignAttempt], backend: Backend
 ) -> list[DesignAttempt]:
     """A strategy hint for every accepted design (one that leaks the solution is dropped; one
-    lost to failed requests raises InferenceError: see :mod:`spade.designer.hints`)."""
+    lost to failed requests raises InferenceError: see :mod:`spade.designer.hints`), after the
+    optional solvability audit (``designer.solvability_check``), which may reject designs: the
+    model reads the code here, as for the hint."""
     rec = StageRecord(ctx, "hint")
     attempts = copy.deepcopy(attempts)
+    await audit_designs([a for a in attempts if a.accepted], backend, ctx.config)
     await hint_designs([a for a in attempts if a.accepted], backend, ctx.config)
     rows = [
         {

@@ -38,6 +38,8 @@ class FailureKind(StrEnum):
     TRIVIAL = "trivial"  # empty or random play reaches the goal
     SEED_INDEPENDENT = "seed_independent"  # every seed gives the same instance
     DUPLICATE = "duplicate"  # a near-verbatim copy of a reference, or plays exactly like one
+    UNSOLVABLE = "unsolvable"  # the designer's auditor: the goal cannot be derived from what
+    # the agent is told (spade.designer.solvability; judged by a model, not run)
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,8 @@ class DesignAttempt:
     one slot and attempt (``designer.samples_per_slot``). A scaffolded design
     (:mod:`spade.designer.scaffold`) was sampled one body at a time: ``segments`` holds each
     body's ``prompt_token_ids``, ``token_ids``, ``logprobs`` and ``text`` (each a training
-    sample of its own), and the top-level token fields stay empty.
+    sample of its own), and the top-level token fields stay empty. ``solvability`` is the
+    optional auditor's ``{"solvable": bool | None, "reason"}`` (:mod:`spade.designer.solvability`).
     ``failure_kind == INFERENCE`` (:attr:`failed`): a design or repair request failed on our
     side; a failed repair keeps the code and verdict it was repairing, for the record.
     """
@@ -186,6 +189,7 @@ class DesignAttempt:
     spliced: list[str] = field(default_factory=list)
     sample: int = 0
     segments: list[dict[str, Any]] = field(default_factory=list)
+    solvability: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:

@@ -196,6 +196,7 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
         "nondeterministic",
         "no_termination",
         "seed_independent",
+        "unsolvable",
     ),
 )
 """Failure kinds of rejected designs by how far through the verifier they got, lowest first.

@@ -343,7 +343,7 @@ _PIECES = ["<answer>", "</answer>", "\\boxed{", "{", "}", "```", "\n", " py", "<
 def test_linear_extraction_finds_what_the_regexes_found():
     import random
 
-    from spade.designer.extract import _drop_thinking, fenced_blocks, move_contents
+    from spade.designer.extract import drop_thinking, fenced_blocks, move_contents
 
     fence = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
     moves = re.compile(r"\\boxed\{(.*)\}|<answer>(.*?)</answer>", re.DOTALL)
@@ -353,7 +353,7 @@ def test_linear_extraction_finds_what_the_regexes_found():
         assert fenced_blocks(text) == fence.findall(text), text
         assert move_contents(text) == ["".join(m) for m in moves.findall(text)], text
         thinking = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
-        assert _drop_thinking(text) == thinking, text
+        assert drop_thinking(text) == thinking, text
 
 
 MEGABYTE = 1 << 20
