@@ -141,6 +141,13 @@ class DesignerConfig(Section):
         " most); no repair turns. With edit or splice and no memory.seed_pool, the pool is the"
         " bundled examples minus run.heldout_envs.",
     )
+    static_gate: bool = Field(
+        True,
+        description="Check each design's source statically before the jail (spade.verify.gate:"
+        " it parses, hooks return what the contract says, every self attribute read is"
+        " assigned, no unbound names, no near copy of a reference); a design it rejects gets"
+        " the failure the verifier would give, without starting a jail.",
+    )
     solvability_check: bool = Field(
         False,
         description="Ask the model, for each accepted design, whether its goal can be derived"

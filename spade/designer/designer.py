@@ -229,12 +229,15 @@ def verify_design(
 ) -> Verdict:
     """The verifier's verdict on one design (every check that executes code runs in the jail);
     ``references`` (``{"name", "code"}``) are the designs it must not copy; ``waive``: checks
-    waived beyond the config's ``sandbox.verify.waive`` (an imported pool's)."""
+    waived beyond the config's ``sandbox.verify.waive`` (an imported pool's). With
+    ``designer.static_gate`` a design the static gate rejects never reaches the jail."""
     refs = [Reference(r["name"], r["code"]) for r in references]
     config = cfg.sandbox.verify
     if waive:
         config = config.model_copy(update={"waive": sorted({*config.waive, *waive})})
-    return verify(code, config=config, policy=policy, references=refs)
+    return verify(
+        code, config=config, policy=policy, references=refs, gate=cfg.designer.static_gate
+    )
 
 
 def awaiting_verdict(batch: Sequence[DesignAttempt]) -> list[DesignAttempt]:

@@ -239,8 +239,49 @@ def splice(
     edits += _module_doc_edit(tree, note)
     for start, stop, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         lines[start:stop] = new
-    code = "\n".join(lines) + "\n"
+    code = _drop_dead_helpers("\n".join(lines) + "\n", set(methods))
     return _rename(code, cls.name, class_name), list(methods)
+
+
+def _drop_dead_helpers(code: str, written: set[str]) -> str:
+    """``code`` without the parent's helper methods nothing calls any more (number_hunt's
+    ``end`` reads the ``self.closest`` a new ``setup`` no longer assigns: dead code that
+    describes the parent's game, and an AttributeError waiting for a caller). Hooks, tools,
+    ``__init__``/dunders and the answer's own methods stay; unchanged when it does not parse."""
+    while True:
+        try:
+            tree = parse_module(code)
+        except PARSE_ERRORS:  # the verifier grades the syntax error; nothing is guessed
+            return code
+        cls = env_class(tree)
+        if cls is None:
+            return code
+        used = {
+            n.attr if isinstance(n, ast.Attribute) else n.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute | ast.Name)
+        } | {
+            n.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
+        dead = [
+            m
+            for m in _methods(cls)
+            if m.name not in written
+            and m.name not in _HOOKS
+            and not m.name.startswith(("tool_", "__"))
+            and m.name not in used
+        ]
+        if not dead:
+            return code
+        lines = code.splitlines()
+        for m in reversed(dead):
+            start = min([m.lineno, *(d.lineno for d in m.decorator_list)]) - 1
+            end = m.end_lineno or m.lineno
+            end += end < len(lines) and not lines[end].strip()  # its blank line after
+            del lines[start:end]
+        code = "\n".join(lines) + "\n"
 
 
 _Edit = tuple[int, int, list[str]]

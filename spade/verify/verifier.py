@@ -11,7 +11,8 @@ from spade.records import CheckResult, FailureKind, Verdict
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.verify.checks import CHECKS, Context
-from spade.verify.novelty import Reference
+from spade.verify.gate import GATE_CHECKS, Design
+from spade.verify.novelty import Reference, similarity, source_tokens
 from spade.verify.static import parsed_share
 
 WAIVABLE: dict[str, FailureKind] = {
@@ -28,11 +29,16 @@ def verify(
     config: VerifyConfig | None = None,
     policy: SandboxPolicy,
     references: Sequence[Reference] = (),
+    gate: bool = False,
 ) -> Verdict:
     """Run every check on ``code`` (in the sandbox where it executes anything). The novelty
     check compares it with ``references`` (its parent, the examples its designer was shown).
     A check named in ``config.waive`` that fails by its own judgement (:data:`WAIVABLE`) is
-    recorded failed and ``waived`` and does not stop the run nor reject the design."""
+    recorded failed and ``waived`` and does not stop the run nor reject the design. With
+    ``gate``, the static gate (:mod:`spade.verify.gate`, milliseconds) runs first and a design
+    it rejects never reaches the jail (:func:`gate_verdict`)."""
+    if gate and (gated := gate_verdict(code, config or VerifyConfig(), references)) is not None:
+        return gated
     ctx = Context(
         code=code,
         config=config or VerifyConfig(),
@@ -96,6 +102,36 @@ def _progress(verdict: Verdict, config: VerifyConfig, code: str) -> float:
             return 0.0
         return min(1.0, max(0.0, (1.0 - sim) / (1.0 - config.max_similarity)))
     return sum(c.passed for c in verdict.checks) / len(CHECKS)
+
+
+def gate_verdict(
+    code: str, config: VerifyConfig, references: Sequence[Reference] = ()
+) -> Verdict | None:
+    """The verdict of the static gate on ``code``, or None when it passes: one failed check
+    ``gate_<name>`` with the failure kind the jailed verifier would give. The near-copy test
+    runs against every reference (unless ``novelty`` is waived)."""
+    t0 = time.perf_counter()
+    limits = (config.max_similarity, config.similarity_max_tokens, config.max_code_bytes)
+    designs = [Design(code, None, "parent", *limits)]
+    if "novelty" not in config.waive:
+        designs += [Design(code, r.code, r.name, *limits) for r in references]
+    for name, check in GATE_CHECKS:
+        for design in designs if name == "near_copy" else designs[:1]:
+            failure = check(design)
+            if failure is None:
+                continue
+            verdict = Verdict(failure=failure, seconds=time.perf_counter() - t0)
+            verdict.checks.append(
+                CheckResult(f"gate_{name}", False, failure.reason, str(failure.kind))
+            )
+            if failure.kind == FailureKind.DUPLICATE and design.parent is not None:
+                verdict.similarity = similarity(
+                    source_tokens(code, design.max_tokens),
+                    source_tokens(design.parent, design.max_tokens),
+                )
+            verdict.progress = _progress(verdict, config, code)
+            return verdict
+    return None
 
 
 def verify_file(

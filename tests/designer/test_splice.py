@@ -89,7 +89,8 @@ def test_the_answer_replaces_the_parents_methods_and_renames_the_class():
     methods = {n.name: ast.get_source_segment(code, n) for n in cls.body if hasattr(n, "name")}
     assert "self.word = self.rng.choice(words)" in methods["setup"]
     assert "hits" in methods["play"] and "self.number" not in methods["play"]
-    assert methods["__init__"] and methods["end"]  # what was not rewritten stays
+    assert methods["__init__"]  # what was not rewritten stays
+    assert "end" not in methods  # ... but a helper of the parent nothing calls any more goes
     assert "skill = 'logical_deduction'" in code and "hint =" not in code
     assert "Bisection" not in code and "some words" not in code  # parent's docs, text after
     assert ast.get_docstring(tree) == "number_hunt spliced (hidden_state) on doc '1'."
@@ -110,6 +111,17 @@ def test_a_new_helper_is_added_and_a_method_written_twice_counts_once():
     assert "return 'b'" in code and "return 'a'" not in code
     assert code.index("def helper") > code.index("def solution")  # appended to the class
     ast.parse(code)
+
+
+def test_a_helper_the_answer_still_calls_stays():
+    answer = (
+        "    def setup(self) -> str:\n        self.number, self.closest, self.used = 5, None, 0\n"
+        "        return 'guess'\n\n"
+        "    def play(self, move: str) -> tuple[str, float, bool]:\n"
+        "        return self.end('no', over=True)\n"
+    )
+    code, _ = splice(NUMBER_HUNT, answer, class_name="XEnv", skill="s", note="n")
+    assert "    def end(self, text: str" in code
 
 
 def test_an_answer_that_does_not_parse_is_spliced_as_written_for_the_verifier():

@@ -227,3 +227,30 @@ def test_a_seed_dependent_design_passes_with_the_evidence(policy):
     assert reason == (
         "seeds 1234, 1235, 1236: distinct first observations 1 of 3, distinct solutions 3 of 3"
     )
+
+
+TWO_TUPLE = GOOD.replace('return "numbers only", 0.0, False', 'return "numbers only", 0.0')
+
+
+@pytest.mark.parametrize(
+    ("code", "check", "kind"),
+    [
+        (TWO_TUPLE, "gate_hook_arity", "crash"),
+        (GOOD.replace("self.secret = ", "self.hidden = "), "gate_self_attributes", "crash"),
+    ],
+)
+def test_the_gate_rejects_before_the_jail_with_the_kind_the_jail_gives(policy, code, check, kind):
+    gated = verify(code, policy=policy, gate=True)
+    assert gated.failed_check == check and gated.failure is not None
+    assert str(gated.failure.kind) == kind and len(gated.checks) == 1
+    jailed = verify(code, policy=policy)  # what the jail says of the same design
+    assert jailed.failure is not None and str(jailed.failure.kind) == kind
+
+
+def test_the_gate_catches_a_renamed_copy_and_passes_a_valid_design(policy):
+    ref = Reference("good", GOOD)
+    copy = GOOD.replace("PickEnv", "RenamedPickEnv")
+    gated = verify(copy, policy=policy, references=[ref], gate=True)
+    assert gated.failed_check == "gate_near_copy" and gated.similarity is not None
+    assert gated.progress < 0.5
+    assert verify(GOOD, policy=policy, gate=True).accepted
