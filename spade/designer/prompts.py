@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.skills import SKILL_DESCRIPTIONS
-from spade.designer.splice import Directive, SplicePlan
+from spade.designer.splice import Directive, SplicePlan, parent_frame
 from spade.envs.prelude import PRELUDE_MODULES
 from spade.pysource import PARSE_ERRORS, parse_module
 
@@ -260,8 +260,9 @@ def splice_prompt(
     has = ", ".join([*plan.attributes, "self.rng", "self.turn", "self.max_turns"])
     parts = [
         _ROLE,
-        f"Here is a working environment that passes every check:\n```python\n{parent.code_head}\n```",
-        f"Make a NEW game out of it by rewriting its methods {asked}. The change: {directive.text}"
+        "Here is a working environment without its methods"
+        f" {asked}:\n```python\n{parent_frame(parent.code_head, plan.asked)}```",
+        f"Make a NEW game out of it by writing the methods {asked}. The change: {directive.text}"
         " Also re-theme it on the document below: the task text and the feedback speak of its"
         " entities, names and numbers. Changing only numbers or sizes is not a new game: a"
         " retuned copy is rejected as a duplicate.",

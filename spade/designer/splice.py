@@ -157,6 +157,31 @@ def _init_attributes(init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> tup
     return tuple(dict.fromkeys(names))
 
 
+def parent_frame(parent: str, asked: tuple[str, ...]) -> str:
+    """The parent as a splice prompt shows it: without the methods the answer rewrites (a
+    comment where they were). Shown whole, the 0.5B coder's answers were the parent's methods
+    again, verbatim (14 of 16 duplicates, similarity 0.994-0.996): what it cannot see it cannot
+    copy, and the rest of the class (its constructor, helpers, the docstring telling the game)
+    is still there to build on."""
+    tree = parse_module(parent)
+    cls = env_class(tree)
+    if cls is None:
+        return parent
+    lines = parent.splitlines()
+    spans = [
+        (min([m.lineno, *(d.lineno for d in m.decorator_list)]) - 1, m.end_lineno or m.lineno)
+        for m in _methods(cls)
+        if m.name in asked
+    ]
+    if not spans:
+        return parent
+    for i, (start, end) in enumerate(sorted(spans, reverse=True)):
+        end += end < len(lines) and not lines[end].strip()
+        last = i == len(spans) - 1  # the first method in the file: the comment goes there
+        lines[start:end] = [f"    # {', '.join(asked)}: yours to write", ""] if last else []
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def answer_methods(answer: str) -> list[tuple[str, str]]:
     """``(name, text)`` of each class-level method in an answer (text at the class's 4-space
     indent, decorators and trailing blank lines included), in order. Split on the ``def`` lines,
