@@ -243,6 +243,16 @@ _SPLICE_HOOKS = {
 environment's."""
 
 
+def _needs(plan: SplicePlan) -> str:
+    """What the kept helpers need from the answer's setup, as a sentence (or nothing)."""
+    if not plan.needed:
+        return ""
+    return (
+        f" Its methods {', '.join(plan.helpers)} read {', '.join(plan.needed)}: if you call"
+        " them, setup must assign those."
+    )
+
+
 def splice_prompt(
     document: str,
     skill: str,
@@ -271,8 +281,8 @@ def splice_prompt(
         "what the task text and the feedback tell.",
         f"Ground the environment in this document:\n<document>\n{document}\n</document>",
         f"The contract stays: {_SPLICE_HOOKS['play' in plan.asked]} The class already has"
-        f" {has}; any other attribute your methods read must be assigned in setup. Import"
-        " nothing.",
+        f" {has}; any other attribute your methods read must be assigned in setup."
+        f"{_needs(plan)} Import nothing.",
         f"Answer with the new methods {asked}, in that order, indented as inside the class, in"
         f" one ```python block. The rest of the class ({kept}) stays as it is: do not repeat it.",
     ]

@@ -94,6 +94,7 @@ class SplicePlan:
     asked: tuple[str, ...]
     helpers: tuple[str, ...]
     attributes: tuple[str, ...]
+    needed: tuple[str, ...]
     prefill: str
     stop: tuple[str, ...]
 
@@ -139,9 +140,33 @@ def plan_splice(parent: str) -> SplicePlan | None:
         asked=asked,
         helpers=helpers,
         attributes=_init_attributes(methods.get("__init__")),
+        needed=_helper_needs([methods[n] for n in helpers], methods.get("__init__")),
         prefill=FENCE + "\n".join(signature) + "\n",
         stop=tuple(stop),
     )
+
+
+def _helper_needs(
+    helpers: list[ast.FunctionDef | ast.AsyncFunctionDef],
+    init: ast.FunctionDef | ast.AsyncFunctionDef | None,
+) -> tuple[str, ...]:
+    """``self.<name>`` the helpers read and neither they nor ``__init__`` assign, in order
+    (number_hunt's ``end`` reads ``self.closest``, which the parent's ``setup`` assigned)."""
+    assigned = set(_init_attributes(init))
+    read: list[str] = []
+    for fn in helpers:
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
+                continue
+            if node.value.id == "self":
+                name = f"self.{node.attr}"
+                if isinstance(node.ctx, ast.Store):
+                    assigned.add(name)
+                else:
+                    read.append(name)
+    methods = {f"self.{fn.name}" for fn in helpers}
+    base = {"self.rng", "self.turn", "self.max_turns", "self.done"}
+    return tuple(n for n in dict.fromkeys(read) if n not in assigned | methods | base)
 
 
 def _init_attributes(init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> tuple[str, ...]:

@@ -160,3 +160,10 @@ def test_a_spliced_design_is_verified_in_the_jail_and_accepted():
     verdict = verify_design(code, cfg, policy, [{"name": "number_hunt", "code": NUMBER_HUNT}])
     assert verdict.accepted, verdict.to_dict()
     assert verdict.class_name == "CedarNumberHuntEnv" and verdict.skill == "logical_deduction"
+
+
+def test_what_kept_helpers_read_is_named_for_the_answers_setup():
+    plan = plan_splice(NUMBER_HUNT)
+    assert plan is not None
+    assert plan.helpers == ("end",) and plan.needed == ("self.closest",)
+    assert plan.attributes == ("self.top", "self.guesses")
