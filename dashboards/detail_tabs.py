@@ -123,6 +123,15 @@ def design(detail: EnvDetail) -> None:
         code_col.markdown("**What the model wrote** (no code could be extracted)")
         completion = attempt.get("completion") or "(empty completion)"
         code_col.container(height=600).code(completion, wrap_lines=True)
+    if attempt.get("parent_id"):  # an edit or a splice: what it changed, and how
+        how = f"**{attempt.get('strategy', 'edit')}** of `{attempt['parent_id']}`"
+        if attempt.get("directive"):
+            how += f" · directive `{attempt['directive']}`"
+        if attempt.get("spliced"):
+            how += f" · wrote {', '.join(attempt['spliced'])}"
+        side.markdown(how)
+    if (audit := attempt.get("solvability")) is not None:
+        side.caption(f"solvability audit: {audit.get('solvable')} · {audit.get('reason')}")
     side.markdown(f"**Grounding document** `{attempt.get('doc_id', '-')}`")
     side.container(height=220).markdown(detail.document or "_not found_")
     side.markdown("**Hint**")

@@ -249,6 +249,8 @@ def _design_half(cfg, cid, rnd, n_env, detail, first_code, accept=True) -> list[
             "failure_kind": kind, "failure_reason": reason, "verdict": code and verdict,
             "tool_use": False, "solution": ["forward"] * 3 if ok else [], "hint": None,
             "hint_note": None, "prompt_token_ids": [1] * 50, "token_ids": [2] * 20, "logprobs": [-0.5] * 20,
+            "strategy": "splice", "parent_id": "number_hunt", "directive": "feedback",
+            "spliced": ["setup", "play", "solution"],
         })  # fmt: skip
     design = StageRecord(RoundContext.open(cfg, cid, rnd), "design")
     for k in (0, 1):

@@ -81,6 +81,9 @@ def test_gallery_shows_one_environment(camp, monkeypatch):
     assert at.code[0].value == env["code"].rstrip()
     markdown = "\n".join(m.value for m in at.markdown)
     assert f"Lanterns (article {ROUNDS - 1}." in markdown and env["doc_id"] in markdown
+    assert "**splice** of `number_hunt` · directive `feedback` · wrote setup, play, solution" in (
+        markdown
+    )
     assert env["hint"] in [i.value for i in at.info]
     checks = at.dataframe[0].value
     assert list(checks["check"]) == [c["name"] for c in env["verdict"]["checks"]]
