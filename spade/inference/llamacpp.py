@@ -278,6 +278,8 @@ def parse_completion(data: Any, params: SamplingParams) -> Completion:
     logprobs: list[float] = []
     if params.logprobs:
         probs = data.get("completion_probabilities")
+        if probs is None and stop_type == "word":  # stopped at its first token: no entries
+            probs = []
         # at a stop string llama.cpp leaves out the last tokens' entries (the client asks again)
         shorter = stop_type == "word" and isinstance(probs, list) and len(probs) < len(tokens)
         if not isinstance(probs, list) or (len(probs) != len(tokens) and not shorter):

@@ -156,6 +156,23 @@ def test_a_batch_of_chats_gives_exact_ids_text_and_raw_logprobs(backend, referen
     assert_close_to_reference(model, out)
 
 
+def test_a_prefill_ends_the_prompt_ids_and_the_answer_continues_it(backend, reference) -> None:
+    model, tokenizer = reference
+    prefill = "```python\ndef add(a, b):\n"
+    request = ChatRequest(
+        [{"role": "user", "content": "Write add in Python."}],
+        SamplingParams(max_tokens=16, temperature=0.0, stop=("```",)),
+        prefill=prefill,
+    )
+    (done,) = complete(backend, [request])
+    assert done.ok, done.failure
+    chat = server_prompt_ids(backend.server.root_url, list(request.messages))
+    tail = tokenizer(prefill, add_special_tokens=False)["input_ids"]
+    assert done.prompt_token_ids == chat + tail  # the prefill is prompt: never sampled
+    assert not done.text.startswith(prefill)
+    assert_close_to_reference(model, [done])  # log-probs conditioned on the prefill
+
+
 def test_the_logprobs_are_raw_whatever_the_temperature(backend, reference) -> None:
     # raw log-probs (temperature 1, no top-p), as the trainer's behaviour log-probs: the same
     # tokens scored at temperature 0.3 and top-p 0.5 keep the reference model's values
@@ -258,6 +275,11 @@ def test_answers_that_are_not_completions_are_malformed() -> None:
             parse_completion(body, params)
     word = good | {"stop_type": "word", "completion_probabilities": [{"id": 5, "logprob": -1.0}]}
     assert parse_completion(word, params).logprobs == [-1.0]  # the client asks for the rest
+    # stopped at its first token: llama.cpp sends no completion_probabilities at all
+    first = {"tokens": [7], "content": "", "stop_type": "word"}
+    assert parse_completion(first, params).logprobs == []  # the client asks for it
+    with pytest.raises(Malformed):  # without a stop string the entries are never left out
+        parse_completion(first | {"stop_type": "eos"}, params)
 
 
 def test_the_prompt_is_rendered_by_the_models_own_template(reference) -> None:
