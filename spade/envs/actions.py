@@ -130,6 +130,19 @@ def tool_call_bodies(text: str) -> list[str]:
     return [b.strip() for b in _bodies(text, TOOL_CALL)]
 
 
+def box_moves(solution: Any) -> Any:
+    """A game's ``solution()`` with its bare moves boxed: each string of a list (or a lone
+    string) that holds no ``\\boxed{`` becomes ``\\boxed{move}``, the action an agent sends
+    for it. Small models return the moves themselves (``[self.word]``) where the contract asks
+    for actions; the reference play is the harness's to format, as the prelude's imports are.
+    Anything else is returned as it is (:func:`split_solution` judges it)."""
+    if isinstance(solution, str):
+        return solution if _BOXED in solution else _BOXED + solution + "}"
+    if isinstance(solution, list | tuple) and all(isinstance(a, str) for a in solution):
+        return [a if _BOXED in a else _BOXED + a + "}" for a in solution]
+    return solution
+
+
 def split_solution(solution: Any) -> list[str]:
     """Normalise a ``solution()`` result into a list of action strings.
 

@@ -39,6 +39,8 @@ _MODULE = "design"
 _PID = os.getpid()  # a forked copy of the server must never touch the channel
 
 from spade.envs import reference  # noqa: E402  (found through the path set above)
+from spade.envs.actions import box_moves  # noqa: E402
+from spade.envs.base import TextEnv, ToolUseEnv  # noqa: E402
 from spade.envs.reference import accepts, adapt, env_tools, is_tool_use  # noqa: E402
 
 # The reference's loader also lets a design import its base from this module name.
@@ -233,7 +235,10 @@ class Server:
         return self.env.step(action)
 
     def op_solution(self):
-        return self.env.solution()
+        solution = self.env.solution()
+        if isinstance(self.env, TextEnv) and not isinstance(self.env, ToolUseEnv):
+            return box_moves(solution)  # a game's bare moves, as the actions an agent sends
+        return solution
 
     def op_tools(self):
         return env_tools(self.env)

@@ -116,3 +116,12 @@ def test_splitting_a_megabyte_solution_is_linear(unit):
     assert split_solution(text)
     tool_call_bodies(text)
     extract_answer(text)
+
+
+def test_bare_moves_are_boxed_and_actions_left_alone():
+    from spade.envs.actions import box_moves
+
+    assert box_moves(["12", "\\boxed{13}"]) == ["\\boxed{12}", "\\boxed{13}"]
+    assert box_moves("go") == "\\boxed{go}"
+    assert box_moves("\\boxed{a}\\boxed{b}") == "\\boxed{a}\\boxed{b}"
+    assert box_moves([1, 2]) == [1, 2]  # not strings: split_solution says what is wrong

@@ -254,3 +254,13 @@ def test_the_gate_catches_a_renamed_copy_and_passes_a_valid_design(policy):
     assert gated.failed_check == "gate_near_copy" and gated.similarity is not None
     assert gated.progress < 0.5
     assert verify(GOOD, policy=policy, gate=True).accepted
+
+
+def test_a_games_bare_solution_moves_are_replayed_boxed(policy):
+    """solution() returning the moves themselves ([str(self.secret)]) is the reference play of
+    the actions an agent would send: the jail boxes them (spade.envs.actions.box_moves)."""
+    bare = GOOD.replace('return ["\\\\boxed{%d}" % self.secret]', "return [str(self.secret)]")
+    assert bare != GOOD
+    verdict = verify(bare, policy=policy)
+    assert verdict.accepted, verdict.to_dict()
+    assert all(a.startswith("\\boxed{") for a in verdict.solution)
