@@ -50,6 +50,7 @@ SMALLER = {  # the demo's settings, fewer of each: what keeps the campaign to a 
     "run.rounds": 1,
     "designer.envs_per_round": 1,
     "designer.attempts_per_slot": 1,
+    "designer.samples_per_slot": 1,
     "evaluation.unhinted_plays": 1,
 }
 
