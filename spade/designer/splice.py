@@ -289,8 +289,58 @@ def splice(
     edits += _module_doc_edit(tree, note)
     for start, stop, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         lines[start:stop] = new
-    code = _drop_dead_helpers("\n".join(lines) + "\n", set(methods))
+    code = _alias_module_names(_drop_dead_helpers("\n".join(lines) + "\n", set(methods)))
     return _rename(code, cls.name, class_name), list(methods)
+
+
+def _alias_module_names(code: str) -> str:
+    """``code`` with class-level aliases of the module's own constants and functions that the
+    class reads through ``self`` and never assigns (the 1.5B coder's ``self._QUERY`` for the
+    parent's module-level ``_QUERY`` regex): as :mod:`spade.designer.inherit` carries names
+    over, a binding the model meant, not logic. Unchanged when it does not parse."""
+    try:
+        tree = parse_module(code)
+    except PARSE_ERRORS:  # the verifier grades the syntax error
+        return code
+    cls = env_class(tree)
+    if cls is None:
+        return code
+    own = {
+        n.id
+        for node in cls.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for n in ast.walk(node.targets[0] if isinstance(node, ast.Assign) else node.target)
+        if isinstance(n, ast.Name)
+    } | {m.name for m in _methods(cls)}
+    stored: set[str] = set()
+    loaded: list[str] = []
+    for node in ast.walk(cls):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        if node.value.id != "self":
+            continue
+        if isinstance(node.ctx, ast.Store):
+            stored.add(node.attr)
+        else:
+            loaded.append(node.attr)
+    constants = {
+        t.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    wanted = [n for n in dict.fromkeys(loaded) if n not in stored | own]
+    aliases = [f"    {n} = {n}" for n in wanted if n in constants]
+    aliases += [f"    {n} = staticmethod({n})" for n in wanted if n in functions]
+    if not aliases:
+        return code
+    skill = next((n for n in cls.body if _assigns(n, "skill")), None)  # splice() set it
+    at = (skill.end_lineno or skill.lineno) if skill is not None else cls.body[0].lineno - 1
+    lines = code.splitlines()
+    lines[at:at] = ["    # the module's own names, read through self", *aliases]
+    return "\n".join(lines) + "\n"
 
 
 def _drop_dead_helpers(code: str, written: set[str]) -> str:
@@ -339,7 +389,8 @@ _Edit = tuple[int, int, list[str]]
 
 
 def _class_edits(cls: ast.ClassDef, lines: list[str], skill: str) -> list[_Edit]:
-    """Drop the class's docstring and declared hint, set its skill (added under the header)."""
+    """Drop the class's docstring, empty its declared hint (answers read ``self.hint``), set
+    its skill (added under the header)."""
     edits: list[_Edit] = []
     has_skill = False
     for i, node in enumerate(cls.body):
@@ -347,8 +398,8 @@ def _class_edits(cls: ast.ClassDef, lines: list[str], skill: str) -> list[_Edit]
         if i == 0 and _is_docstring(node):
             blank = span[1] < len(lines) and not lines[span[1]].strip()
             edits.append((span[0], span[1] + blank, []))
-        elif _assigns(node, "hint"):
-            edits.append((*span, []))
+        elif _assigns(node, "hint"):  # the parent's game's; kept as a name (self.hint)
+            edits.append((*span, ['    hint = ""']))
         elif _assigns(node, "skill"):
             edits.append((*span, [f"    skill = {skill!r}"]))
             has_skill = True

@@ -91,8 +91,8 @@ def test_the_answer_replaces_the_parents_methods_and_renames_the_class():
     assert "hits" in methods["play"] and "self.number" not in methods["play"]
     assert methods["__init__"]  # what was not rewritten stays
     assert "end" not in methods  # ... but a helper of the parent nothing calls any more goes
-    assert "skill = 'logical_deduction'" in code and "hint =" not in code
-    assert "Bisection" not in code and "some words" not in code  # parent's docs, text after
+    assert "skill = 'logical_deduction'" in code and '    hint = ""' in code
+    assert "Bisection" not in code and "Guess the middle" not in code and "some words" not in code
     assert ast.get_docstring(tree) == "number_hunt spliced (hidden_state) on doc '1'."
 
 
@@ -167,3 +167,22 @@ def test_what_kept_helpers_read_is_named_for_the_answers_setup():
     assert plan is not None
     assert plan.helpers == ("end",) and plan.needed == ("self.closest",)
     assert plan.attributes == ("self.top", "self.guesses")
+
+
+def test_module_names_read_through_self_get_class_aliases_and_the_hint_stays_a_name():
+    parent = (
+        "import re\n\n_QUERY = re.compile(r'\\\\d+')\n\n\ndef clamp(x):\n    return max(0, x)\n\n\n"
+        "class QEnv(TextEnv):\n    hint = 'old game'\n\n    def setup(self) -> str:\n"
+        "        return 'q'\n\n    def play(self, move):\n        return 'x', 0.0, True\n\n"
+        "    def solution(self):\n        return ['1']\n"
+    )
+    answer = (
+        "    def setup(self) -> str:\n        self.n = self.clamp(3)\n        return self.hint\n\n"
+        "    def play(self, move: str) -> tuple[str, float, bool]:\n"
+        "        ok = self._QUERY.fullmatch(move) is not None\n"
+        "        return 'ok', float(ok), True\n"
+    )
+    code, _ = splice(parent, answer, class_name="XEnv", skill="s", note="n")
+    assert "    _QUERY = _QUERY" in code and "    clamp = staticmethod(clamp)" in code
+    assert '    hint = ""' in code and "old game" not in code
+    ast.parse(code)
