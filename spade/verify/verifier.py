@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -130,8 +131,38 @@ def gate_verdict(
                     source_tokens(design.parent, design.max_tokens),
                 )
             verdict.progress = _progress(verdict, config, code)
+            if failure.kind not in (FailureKind.SYNTAX, FailureKind.DUPLICATE):
+                verdict.progress = _gate_progress(failure.reason, code)
             return verdict
     return None
+
+
+_FIRST_CALLED_BY = {
+    "__init__": "reset_contract",
+    "setup": "reset_contract",
+    "reset": "reset_contract",
+    "solution": "feasibility",
+    "module": "class_found",  # "read at module level"
+}
+"""The verifier check that first runs a method in the jail (any other: ``step_contract``)."""
+_GATE_WHERE = re.compile(r"(?:read (?:in|at) (?P<read>\w+)|^(?P<hook>\w+)\(\) returns)")
+_GATE_LINE = re.compile(r"\(line (\d+)\)")
+
+
+def _gate_progress(reason: str, code: str) -> float:
+    """How far a design the gate rejected would have got in the jail: the share of the
+    verifier's checks before the first one that runs the method it names (a crash in
+    ``solution`` ranks above one in ``setup``, as the jail's own progress does), plus, within
+    that check's step, the share of the code above the offending line. Without a jail run the
+    graded rewards of a round's gate rejections would otherwise all tie at 0 (a demo round of
+    four gate crashes gave the designer equal rewards and no update)."""
+    found = _GATE_WHERE.search(reason)
+    where = (found.group("read") or found.group("hook")) if found else ""
+    check = _FIRST_CALLED_BY.get(where, "step_contract")
+    names = [name for name, _ in CHECKS]
+    line = _GATE_LINE.search(reason)
+    within = int(line.group(1)) / (code.count("\n") + 2) if line else 0.0
+    return (names.index(check) + min(within, 0.99)) / len(CHECKS)
 
 
 def verify_file(

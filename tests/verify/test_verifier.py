@@ -264,3 +264,23 @@ def test_a_games_bare_solution_moves_are_replayed_boxed(policy):
     verdict = verify(bare, policy=policy)
     assert verdict.accepted, verdict.to_dict()
     assert all(a.startswith("\\boxed{") for a in verdict.solution)
+
+
+def test_gate_rejections_rank_by_where_the_jail_would_have_failed(policy):
+    """Without a jail run, a round's gate rejections would all tie at progress 0 (a demo round
+    of four gate crashes gave the designer equal rewards): a crash in solution ranks above one
+    in play, above one in setup, as the jail's own progress does."""
+    in_setup = GOOD.replace("self.tries = 0", "self.tries = self.start")
+    in_play = GOOD.replace("self.tries += 1", "self.tries += self.step_size")
+    in_solution = GOOD.replace("% self.secret]", "% self.answer]")
+    progress = [
+        verify(c, policy=policy, gate=True).progress for c in (in_setup, in_play, in_solution)
+    ]
+    assert 0 < progress[0] < progress[1] < progress[2] < 1
+
+
+def test_gate_rejections_at_the_same_check_rank_by_the_offending_line(policy):
+    early = GOOD.replace("if not move.isdigit():", "if self.strict and not move.isdigit():")
+    late = GOOD.replace('return "yes", 1.0, True', "return self.cheer, 1.0, True")
+    low, high = (verify(c, policy=policy, gate=True).progress for c in (early, late))
+    assert low < high
