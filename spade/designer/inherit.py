@@ -20,7 +20,7 @@ import builtins
 from spade.pysource import PARSE_ERRORS, parse_module
 
 _BUILTINS = frozenset(dir(builtins))
-_ENV_BASES = frozenset({"TextEnv", "ToolUseEnv"})
+ENV_BASES = frozenset({"TextEnv", "ToolUseEnv"})
 
 
 def inherit_missing(code: str, parent: str, parent_name: str = "parent") -> tuple[str, list[str]]:
@@ -80,7 +80,7 @@ def _carryable(node: ast.stmt) -> bool:
     if isinstance(node, ast.ImportFrom):
         return node.module != "__future__"
     if isinstance(node, ast.ClassDef):  # helper classes yes, the environment itself no
-        return not any(isinstance(b, ast.Name) and b.id in _ENV_BASES for b in node.bases)
+        return not any(isinstance(b, ast.Name) and b.id in ENV_BASES for b in node.bases)
     return isinstance(
         node,
         ast.Import | ast.Assign | ast.AnnAssign | ast.FunctionDef | ast.AsyncFunctionDef,

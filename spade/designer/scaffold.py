@@ -16,10 +16,9 @@ before it, tokenized as a prompt), so no sampled token is ever re-tokenized.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from spade.designer.splice import FENCE
+from spade.designer.splice import FENCE, first_word
 from spade.inference.base import Backend, ChatRequest, SamplingParams
 from spade.records import INFERENCE, DesignAttempt
 
@@ -45,8 +44,7 @@ def hooks(tool_use: bool) -> tuple[str, ...]:
 def class_name(document: str) -> str:
     """The scaffolded class's name: the document's first word and ``Env`` (``TaskEnv`` when
     the document gives no word)."""
-    word = re.search(r"[A-Za-z][A-Za-z0-9]*", document)
-    return f"{word.group(0)[:24].capitalize() if word else 'Task'}Env"
+    return f"{first_word(document, 24) or 'Task'}Env"
 
 
 def header(name: str, skill: str, tool_use: bool) -> str:

@@ -28,10 +28,10 @@ import random
 import re
 from dataclasses import dataclass
 
+from spade.designer.inherit import ENV_BASES
 from spade.errors import DesignParseError
 from spade.pysource import PARSE_ERRORS, parse_module
 
-ENV_BASES = frozenset({"TextEnv", "ToolUseEnv"})
 _HOOKS = ("setup", "play", "check_answer", "solution")
 """The contract's hooks, in the order an answer writes them (those the parent has)."""
 _NEVER = ("__init__",)
@@ -155,18 +155,26 @@ def _helper_needs(
     assigned = set(_init_attributes(init))
     read: list[str] = []
     for fn in helpers:
-        for node in ast.walk(fn):
-            if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
-                continue
-            if node.value.id == "self":
-                name = f"self.{node.attr}"
-                if isinstance(node.ctx, ast.Store):
-                    assigned.add(name)
-                else:
-                    read.append(name)
+        stored, loaded = self_attributes(fn)
+        assigned |= {f"self.{n}" for n in stored}
+        read += [f"self.{n}" for n in loaded]
     methods = {f"self.{fn.name}" for fn in helpers}
     base = {"self.rng", "self.turn", "self.max_turns", "self.done"}
     return tuple(n for n in dict.fromkeys(read) if n not in assigned | methods | base)
+
+
+def self_attributes(node: ast.AST) -> tuple[set[str], list[str]]:
+    """The ``self.<name>`` attributes under ``node``: ``(stored, loaded)``, loads in order of
+    the walk with repeats."""
+    stored: set[str] = set()
+    loaded: list[str] = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            if isinstance(n.ctx, ast.Store):
+                stored.add(n.attr)
+            else:
+                loaded.append(n.attr)
+    return stored, loaded
 
 
 def _init_attributes(init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> tuple[str, ...]:
@@ -240,11 +248,17 @@ def answer_text(prefill: str, completion: str) -> str:
     return text.split("```", 1)[0]
 
 
+def first_word(document: str, limit: int) -> str:
+    """The document's first word (letters and digits, at most ``limit``), capitalized; empty
+    when it has none: what names a designed class."""
+    word = re.search(r"[A-Za-z][A-Za-z0-9]*", document)
+    return word.group(0)[:limit].capitalize() if word else ""
+
+
 def class_name_for(document: str, parent_class: str) -> str:
     """The spliced class's name: the document's first word, then the parent's (e.g.
     ``AspirinNumberHuntEnv``); the parent's name alone when the document gives no word."""
-    word = re.search(r"[A-Za-z][A-Za-z0-9]*", document)
-    theme = word.group(0)[:20].capitalize() if word else ""
+    theme = first_word(document, 20)
     if not theme or parent_class.startswith(theme):
         return parent_class
     return f"{theme}{parent_class}"
@@ -312,17 +326,7 @@ def _alias_module_names(code: str) -> str:
         for n in ast.walk(node.targets[0] if isinstance(node, ast.Assign) else node.target)
         if isinstance(n, ast.Name)
     } | {m.name for m in _methods(cls)}
-    stored: set[str] = set()
-    loaded: list[str] = []
-    for node in ast.walk(cls):
-        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
-            continue
-        if node.value.id != "self":
-            continue
-        if isinstance(node.ctx, ast.Store):
-            stored.add(node.attr)
-        else:
-            loaded.append(node.attr)
+    stored, loaded = self_attributes(cls)
     constants = {
         t.id
         for node in tree.body
