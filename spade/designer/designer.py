@@ -217,7 +217,7 @@ def _take_code(att: DesignAttempt, comp: Completion) -> None:
 
 def _failure_text(comp: Completion) -> str:
     failure = comp.failure
-    return f"{failure.kind}: {failure.reason}" if failure is not None else ""
+    return failure.summary if failure is not None else ""
 
 
 def verify_design(

@@ -50,7 +50,7 @@ async def hint_designs(
                     "empty hint" if comp.ok else f"hint generation failed: {comp.failure}"
                 )
                 if comp.failure is not None:
-                    lost[id(att)] = f"{comp.failure.kind}: {comp.failure.reason}"
+                    lost[id(att)] = comp.failure.summary
                 retry.append(att)
             elif leaks_solution(hint, solution):
                 att.hint_note = "hint revealed the solution"

@@ -104,7 +104,7 @@ async def sample_bodies(
             att.model = comp.model
             if comp.failure is not None:
                 att.failure_kind = INFERENCE
-                att.failure_reason = f"{comp.failure.kind}: {comp.failure.reason}"
+                att.failure_reason = comp.failure.summary
                 continue
             bodies[id(att)].append(comp.text)
             att.segments.append(

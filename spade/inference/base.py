@@ -62,6 +62,11 @@ class InferenceFailure:
     reason: str
     attempts: int = 1
 
+    @property
+    def summary(self) -> str:
+        """``"<kind>: <reason>"``, as attempts and notes record it."""
+        return f"{self.kind}: {self.reason}"
+
 
 @dataclass
 class Completion:
