@@ -158,7 +158,20 @@ class DesignerConfig(Section):
         True, description="With solvability_check: an answer without a verdict keeps the design."
     )
     scaffold_body_tokens: int = Field(
-        400, ge=16, le=8192, description="Longest body of one hook (strategy scaffold)."
+        400,
+        ge=16,
+        le=8192,
+        description="Longest body of one method sampled on its own (strategy scaffold, and each"
+        " follow-up of a splice).",
+    )
+    followups: int = Field(
+        2,
+        ge=0,
+        le=8,
+        description="Follow-up requests per splice answer that completes what it left"
+        " unwritten (spade.designer.followup): an asked hook it did not write, then a method"
+        " it calls on self that nothing defines; one method per request, prefilled with the"
+        " answer so far and the method's signature. 0: none.",
     )
     max_example_chars: int = Field(
         4000,

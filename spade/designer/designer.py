@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import hashlib
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +34,7 @@ from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_la
 from spade.designer import scaffold
 from spade.designer.corpus import Corpus, Document
 from spade.designer.extract import extract_code
+from spade.designer.followup import complete_splices, parent_code, splice_answer
 from spade.designer.hints import hint_designs
 from spade.designer.inherit import inherit_missing
 from spade.designer.prompts import (
@@ -46,10 +46,10 @@ from spade.designer.prompts import (
 )
 from spade.designer.skills import active_skills, slot_skills
 from spade.designer.solvability import audit_designs
-from spade.designer.splice import answer_text, class_name_for, draw_directive, plan_splice, splice
+from spade.designer.splice import class_name_for, draw_directive, plan_splice
 from spade.errors import DesignParseError, InferenceError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
-from spade.records import INFERENCE, DesignAttempt, Verdict
+from spade.records import INFERENCE, DesignAttempt, Verdict, env_id_for
 from spade.sandbox.policy import SandboxPolicy
 from spade.verify import Reference, verify
 
@@ -57,11 +57,6 @@ TRACEBACK_LINES = 6
 """Last lines of a failed check's traceback kept in the verdict and told to a repair turn."""
 REASON_CHARS = 500
 """Longest failure reason told to a repair turn."""
-
-
-def env_id_for(code: str) -> str:
-    """Content address of a design: the same code is the same environment."""
-    return "env-" + hashlib.sha256(code.encode("utf-8")).hexdigest()[:16]
 
 
 def round_documents(corpus: Corpus, cfg: CampaignConfig, regeneration: int) -> list[Document]:
@@ -163,6 +158,7 @@ async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignCo
             comp.logprobs,
         )
         _take_code(att, comp)
+    await complete_splices(backend, [a for a in whole if a.strategy == "splice"], cfg)
     check_failed_share(batch, cfg.designer.max_failed_share, "design")
 
 
@@ -195,18 +191,12 @@ def _take_code(att: DesignAttempt, comp: Completion) -> None:
     if comp.failure is not None:
         att.failure_kind, att.failure_reason = INFERENCE, _failure_text(comp)
         return
-    parent = next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
+    parent = parent_code(att)
+    if att.strategy == "splice" and parent is not None:
+        splice_answer(att, parent)
+        return
     try:
-        if att.strategy == "splice" and parent is not None:
-            att.code, att.spliced = splice(
-                parent,
-                answer_text(att.prefill, comp.text),
-                class_name=att.class_name or "SplicedEnv",
-                skill=att.skill,
-                note=f"{att.parent_id} spliced ({att.directive}) on document {att.doc_id}.",
-            )
-        else:
-            att.code = extract_code(comp.text)
+        att.code = extract_code(comp.text)
     except DesignParseError as exc:  # the model wrote no usable module: data
         att.failure_kind, att.failure_reason = "parse", str(exc)
         return

@@ -28,12 +28,18 @@ import random
 import re
 from dataclasses import dataclass
 
-from spade.designer.inherit import ENV_BASES
+from spade.designer.tidy import (
+    HOOKS,
+    alias_module_names,
+    assigns,
+    drop_dead_helpers,
+    env_class,
+    methods_of,
+    self_attributes,
+)
 from spade.errors import DesignParseError
 from spade.pysource import PARSE_ERRORS, parse_module
 
-_HOOKS = ("setup", "play", "check_answer", "solution")
-"""The contract's hooks, in the order an answer writes them (those the parent has)."""
 _NEVER = ("__init__",)
 """Methods an answer may not rewrite (a constructor changed by a small model breaks the
 contract's ``max_turns``; sampling stops at its ``def``)."""
@@ -99,20 +105,6 @@ class SplicePlan:
     stop: tuple[str, ...]
 
 
-def env_class(tree: ast.Module) -> ast.ClassDef | None:
-    """The module's environment class: the first class on TextEnv/ToolUseEnv named ``*Env``."""
-    for node in tree.body:
-        if not (isinstance(node, ast.ClassDef) and node.name.endswith("Env")):
-            continue
-        if any(isinstance(b, ast.Name) and b.id in ENV_BASES for b in node.bases):
-            return node
-    return None
-
-
-def _methods(cls: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    return [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-
-
 def plan_splice(parent: str) -> SplicePlan | None:
     """How to splice ``parent``; None when it has no environment class with a ``setup`` hook
     (the slot is then written, as an edit slot without a parent is)."""
@@ -123,14 +115,12 @@ def plan_splice(parent: str) -> SplicePlan | None:
     cls = env_class(tree)
     if cls is None:
         return None
-    methods = {m.name: m for m in _methods(cls)}
-    asked = tuple(h for h in _HOOKS if h in methods)
+    methods = {m.name: m for m in methods_of(cls)}
+    asked = tuple(h for h in HOOKS if h in methods)
     if not asked or asked[0] != "setup":
         return None
-    lines = parent.splitlines()
-    first = methods[asked[0]]
-    signature = lines[first.lineno - 1 : first.body[0].lineno - 1]
-    if not signature or not signature[0].startswith("    def "):
+    signature = signature_of(parent, methods[asked[0]])
+    if signature is None:
         return None  # a decorated or oddly indented hook: not a shape the answer can continue
     stop = ["```", "\nclass ", "\ndef ", "\nif __name__"]
     stop += [f"\n    def {name}(" for name in _NEVER if name in methods]
@@ -141,9 +131,29 @@ def plan_splice(parent: str) -> SplicePlan | None:
         helpers=helpers,
         attributes=_init_attributes(methods.get("__init__")),
         needed=_helper_needs([methods[n] for n in helpers], methods.get("__init__")),
-        prefill=FENCE + "\n".join(signature) + "\n",
+        prefill=FENCE + signature + "\n",
         stop=tuple(stop),
     )
+
+
+def signature_of(source: str, method: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The ``def`` line(s) of ``method`` as written in ``source`` (up to its body), at the
+    class's 4-space indent; None for a decorated or otherwise indented method."""
+    lines = source.splitlines()[method.lineno - 1 : method.body[0].lineno - 1]
+    if not lines or not lines[0].startswith("    def ") or method.decorator_list:
+        return None
+    return "\n".join(lines)
+
+
+def hook_signature(parent: str, name: str) -> str | None:
+    """The signature of the parent's method ``name`` (see :func:`signature_of`); None when the
+    parent does not parse or has no such method."""
+    try:
+        cls = env_class(parse_module(parent))
+    except PARSE_ERRORS:  # nothing to take a signature from
+        return None
+    method = next((m for m in methods_of(cls) if m.name == name), None) if cls else None
+    return signature_of(parent, method) if method is not None else None
 
 
 def _helper_needs(
@@ -161,20 +171,6 @@ def _helper_needs(
     methods = {f"self.{fn.name}" for fn in helpers}
     base = {"self.rng", "self.turn", "self.max_turns", "self.done"}
     return tuple(n for n in dict.fromkeys(read) if n not in assigned | methods | base)
-
-
-def self_attributes(node: ast.AST) -> tuple[set[str], list[str]]:
-    """The ``self.<name>`` attributes under ``node``: ``(stored, loaded)``, loads in order of
-    the walk with repeats."""
-    stored: set[str] = set()
-    loaded: list[str] = []
-    for n in ast.walk(node):
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
-            if isinstance(n.ctx, ast.Store):
-                stored.add(n.attr)
-            else:
-                loaded.append(n.attr)
-    return stored, loaded
 
 
 def _init_attributes(init: ast.FunctionDef | ast.AsyncFunctionDef | None) -> tuple[str, ...]:
@@ -203,7 +199,7 @@ def parent_frame(parent: str, asked: tuple[str, ...]) -> str:
     lines = parent.splitlines()
     spans = [
         (min([m.lineno, *(d.lineno for d in m.decorator_list)]) - 1, m.end_lineno or m.lineno)
-        for m in _methods(cls)
+        for m in methods_of(cls)
         if m.name in asked
     ]
     if not spans:
@@ -289,7 +285,7 @@ def splice(
         raise ValueError("the parent has no environment class")  # plan_splice said it had
     lines = parent.splitlines()
     edits: list[_Edit] = []
-    own = {m.name: m for m in _methods(cls)}
+    own = {m.name: m for m in methods_of(cls)}
     for name, text in methods.items():
         if name in own:
             node = own[name]
@@ -303,89 +299,8 @@ def splice(
     edits += _module_doc_edit(tree, note)
     for start, stop, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         lines[start:stop] = new
-    code = _alias_module_names(_drop_dead_helpers("\n".join(lines) + "\n", set(methods)))
+    code = alias_module_names(drop_dead_helpers("\n".join(lines) + "\n", set(methods)))
     return _rename(code, cls.name, class_name), list(methods)
-
-
-def _alias_module_names(code: str) -> str:
-    """``code`` with class-level aliases of the module's own constants and functions that the
-    class reads through ``self`` and never assigns (the 1.5B coder's ``self._QUERY`` for the
-    parent's module-level ``_QUERY`` regex): as :mod:`spade.designer.inherit` carries names
-    over, a binding the model meant, not logic. Unchanged when it does not parse."""
-    try:
-        tree = parse_module(code)
-    except PARSE_ERRORS:  # the verifier grades the syntax error
-        return code
-    cls = env_class(tree)
-    if cls is None:
-        return code
-    own = {
-        n.id
-        for node in cls.body
-        if isinstance(node, ast.Assign | ast.AnnAssign)
-        for n in ast.walk(node.targets[0] if isinstance(node, ast.Assign) else node.target)
-        if isinstance(n, ast.Name)
-    } | {m.name for m in _methods(cls)}
-    stored, loaded = self_attributes(cls)
-    constants = {
-        t.id
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        for t in node.targets
-        if isinstance(t, ast.Name)
-    }
-    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    wanted = [n for n in dict.fromkeys(loaded) if n not in stored | own]
-    aliases = [f"    {n} = {n}" for n in wanted if n in constants]
-    aliases += [f"    {n} = staticmethod({n})" for n in wanted if n in functions]
-    if not aliases:
-        return code
-    skill = next((n for n in cls.body if _assigns(n, "skill")), None)  # splice() set it
-    at = (skill.end_lineno or skill.lineno) if skill is not None else cls.body[0].lineno - 1
-    lines = code.splitlines()
-    lines[at:at] = ["    # the module's own names, read through self", *aliases]
-    return "\n".join(lines) + "\n"
-
-
-def _drop_dead_helpers(code: str, written: set[str]) -> str:
-    """``code`` without the parent's helper methods nothing calls any more (number_hunt's
-    ``end`` reads the ``self.closest`` a new ``setup`` no longer assigns: dead code that
-    describes the parent's game, and an AttributeError waiting for a caller). Hooks, tools,
-    ``__init__``/dunders and the answer's own methods stay; unchanged when it does not parse."""
-    while True:
-        try:
-            tree = parse_module(code)
-        except PARSE_ERRORS:  # the verifier grades the syntax error; nothing is guessed
-            return code
-        cls = env_class(tree)
-        if cls is None:
-            return code
-        used = {
-            n.attr if isinstance(n, ast.Attribute) else n.id
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Attribute | ast.Name)
-        } | {
-            n.value
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str)
-        }
-        dead = [
-            m
-            for m in _methods(cls)
-            if m.name not in written
-            and m.name not in _HOOKS
-            and not m.name.startswith(("tool_", "__"))
-            and m.name not in used
-        ]
-        if not dead:
-            return code
-        lines = code.splitlines()
-        for m in reversed(dead):
-            start = min([m.lineno, *(d.lineno for d in m.decorator_list)]) - 1
-            end = m.end_lineno or m.lineno
-            end += end < len(lines) and not lines[end].strip()  # its blank line after
-            del lines[start:end]
-        code = "\n".join(lines) + "\n"
 
 
 _Edit = tuple[int, int, list[str]]
@@ -402,9 +317,9 @@ def _class_edits(cls: ast.ClassDef, lines: list[str], skill: str) -> list[_Edit]
         if i == 0 and _is_docstring(node):
             blank = span[1] < len(lines) and not lines[span[1]].strip()
             edits.append((span[0], span[1] + blank, []))
-        elif _assigns(node, "hint"):  # the parent's game's; kept as a name (self.hint)
+        elif assigns(node, "hint"):  # the parent's game's; kept as a name (self.hint)
             edits.append((*span, ['    hint = ""']))
-        elif _assigns(node, "skill"):
+        elif assigns(node, "skill"):
             edits.append((*span, [f"    skill = {skill!r}"]))
             has_skill = True
     if not has_skill:
@@ -429,13 +344,6 @@ def _is_docstring(node: ast.stmt) -> bool:
         and isinstance(node.value, ast.Constant)
         and isinstance(node.value.value, str)
     )
-
-
-def _assigns(node: ast.stmt, name: str) -> bool:
-    targets = node.targets if isinstance(node, ast.Assign) else []
-    if isinstance(node, ast.AnnAssign):
-        targets = [node.target]
-    return any(isinstance(t, ast.Name) and t.id == name for t in targets)
 
 
 def _rename(code: str, old: str, new: str) -> str:

@@ -20,6 +20,7 @@ from spade.records.designs import (
     Failure,
     FailureKind,
     Verdict,
+    env_id_for,
 )
 from spade.records.plays import EnvEvaluation, EnvSource, EnvSpec, Status, Trajectory, Turn
 from spade.records.weights import BASE, WeightsRef
@@ -39,4 +40,5 @@ __all__ = [
     "Turn",
     "Verdict",
     "WeightsRef",
+    "env_id_for",
 ]

@@ -7,9 +7,16 @@ reports); :mod:`spade.sandbox.failures` classifies what a jailed process did int
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
+
+
+def env_id_for(code: str) -> str:
+    """Content address of a design: the same code is the same environment."""
+    return "env-" + hashlib.sha256(code.encode("utf-8")).hexdigest()[:16]
+
 
 INFERENCE = "inference"
 """Failure kind of an attempt whose design or repair request failed on our side."""

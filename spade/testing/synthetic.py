@@ -15,7 +15,6 @@ suites of :data:`SUITES` (items, transcripts, scores in ``summary.json``) as
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 from spade.config import CampaignConfig
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
+from spade.records import env_id_for
 from spade.stats import mean
 
 SKILLS = ("planning", "arithmetic", "spatial", "deduction")
@@ -48,11 +48,6 @@ STAGE_SECONDS = {
     "score": 0.125, "memory": 0.125, "train_agent": 30.0, "train_designer": 18.0,
     "publish": 1.5, "heldout": 22.0,
 }  # fmt: skip
-
-
-def env_id_for(code: str) -> str:
-    """Same as :func:`spade.designer.designer.env_id_for` (the content address of a design)."""
-    return "env-" + hashlib.sha256(code.encode("utf-8")).hexdigest()[:16]
 
 
 def env_code(rnd: int, slot: int, attempt: int, skill: str) -> str:

@@ -240,22 +240,45 @@ def check_self_attributes(d: Design) -> Failure | None:
     in the class body or provided by the base; else the read raises AttributeError (a crash).
     ``tool_`` methods are exempt (call_tool answers their AttributeError with an error text),
     and so are reads named in ``hasattr``/``getattr`` or inside a ``try`` that catches it."""
+    for fn, read in _unknown_reads(d):
+        return Failure(
+            FailureKind.CRASH,
+            f"self.{read.attr} is read in {fn.name} (line {read.lineno}) but never "
+            "assigned (AttributeError when it runs)",
+        )
+    return None
+
+
+def _unknown_reads(d: Design) -> Iterator[tuple[Method, ast.Attribute]]:
+    """The env class's unguarded ``self.<name>`` reads of names nothing binds, in order of the
+    methods (none when the class sets attributes where a syntax tree cannot follow them)."""
     env, guarded = d.env, _named_attributes(d.nodes)
     if env is None or guarded is None or {"__getattr__", "__getattribute__"} & env.methods.keys():
-        return None
+        return
     selves = [(fn, me) for fn in env.methods.values() if (me := _self_name(fn))]
     known = guarded | _class_level_names(env.node) | _base_attributes(env.tool_use)
     known |= {n.attr for fn, me in selves for n in ast.walk(fn) if _is_attribute(n, me, ast.Store)}
     for fn, me in selves:
         reads = [] if env.tool_use and fn.name.startswith("tool_") else _unguarded_reads(fn, me)
-        for read in reads:
-            if read.attr not in known:
-                return Failure(
-                    FailureKind.CRASH,
-                    f"self.{read.attr} is read in {fn.name} (line {read.lineno}) but never "
-                    "assigned (AttributeError when it runs)",
-                )
-    return None
+        yield from ((fn, read) for read in reads if read.attr not in known)
+
+
+def unwritten_methods(code: str) -> list[str]:
+    """Methods the env class calls on ``self`` (``self.score(...)``) that nothing defines or
+    assigns, in order of first call: what a follow-up request can ask the model to write.
+    Empty when the code does not parse or its class is out of sight."""
+    try:
+        tree = ast.parse(code)
+    except PARSE_ERRORS:  # the gate's parses check grades it
+        return []
+    d = Design(code, tree=tree)
+    reads = {id(read) for _, read in _unknown_reads(d)}
+    called = [
+        n.func.attr
+        for n in d.nodes
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and id(n.func) in reads
+    ]
+    return list(dict.fromkeys(called))
 
 
 def _symbols(top: symtable.SymbolTable) -> Iterator[tuple[symtable.SymbolTable, symtable.Symbol]]:

@@ -177,7 +177,8 @@ def test_module_names_read_through_self_get_class_aliases_and_the_hint_stays_a_n
         "    def solution(self):\n        return ['1']\n"
     )
     answer = (
-        "    def setup(self) -> str:\n        self.n = self.clamp(3)\n        return self.hint\n\n"
+        "    def setup(self) -> str:\n        self.n = self.clamp(self.random.randint(1, 3))\n"
+        "        return self.hint\n\n"
         "    def play(self, move: str) -> tuple[str, float, bool]:\n"
         "        ok = self._QUERY.fullmatch(move) is not None\n"
         "        return 'ok', float(ok), True\n"
@@ -185,4 +186,5 @@ def test_module_names_read_through_self_get_class_aliases_and_the_hint_stays_a_n
     code, _ = splice(parent, answer, class_name="XEnv", skill="s", note="n")
     assert "    _QUERY = _QUERY" in code and "    clamp = staticmethod(clamp)" in code
     assert '    hint = ""' in code and "old game" not in code
+    assert "    random = property(lambda self: self.rng)" in code  # the seeded generator
     ast.parse(code)
