@@ -13,7 +13,9 @@ seeded documents for every variant), and for each variant of the designer:
 - ``edit-repair``: ``edit`` with one repair turn;
 - ``splice``: method-level mutation of a whole parent from the same pool under one seeded
   rule-level directive (the answer prefilled with ``setup``'s signature, stopped at anything
-  else; the harness splices the methods into the parent);
+  else; the harness splices the methods into the parent; up to two follow-up requests ask for
+  an asked hook it left unwritten or a method it calls and never wrote);
+- ``splice-once``: ``splice`` without follow-ups (the answer as first sampled);
 - ``scaffold``: as ``write-examples``, but the harness writes the frame (fence, class header,
   skill, hook signatures) and each hook's body is sampled on its own.
 
@@ -58,11 +60,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 EXAMPLES = str(Path(example_paths()[0]).parent)
 
 
-def _variant(strategy: str, examples: bool, repair: int) -> dict[str, Any]:
+def _variant(strategy: str, examples: bool, repair: int, followups: int = 2) -> dict[str, Any]:
     return {
         "designer.strategy": strategy,
         "memory.seed_pool": EXAMPLES if examples else None,
         "designer.repair_turns": repair,
+        "designer.followups": followups,
     }
 
 
@@ -73,6 +76,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "edit": _variant("edit", True, 0),
     "edit-repair": _variant("edit", True, 1),
     "splice": _variant("splice", True, 0),
+    "splice-once": _variant("splice", True, 0, followups=0),  # no follow-up requests
     "scaffold": _variant("scaffold", True, 0),
 }
 # the demo's held-out environments (absolute: the bench runs from bench/), never shown

@@ -22,11 +22,14 @@ from spade.sandbox.replies import SessionInfo
 from spade.sandbox.session import JailedSession
 from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
 from spade.verify.novelty import (
+    Comparison,
+    Plan,
     Reference,
     open_reference,
     plans,
     play_side_by_side,
     rank_references,
+    reference_sizes,
 )
 from spade.verify.static import import_violations, module_table, name_violations, parse_source
 
@@ -49,11 +52,13 @@ class Context:
     seed_solutions: dict[int, list[str]] = field(default_factory=dict)  # seed -> solution()
     similarity: float | None = None  # source similarity of the closest reference
 
-    def new_session(self) -> JailedSession:
+    def new_session(self, **env_kwargs: Any) -> JailedSession:
+        """A started session of the design (``env_kwargs`` beyond the verifier's max_turns go
+        to its constructor); closed with the others when the verifier is done."""
         session = JailedSession(
             self.code,
             policy=self.policy,
-            env_kwargs={"max_turns": self.config.max_turns},
+            env_kwargs={"max_turns": self.config.max_turns, **env_kwargs},
             reward_range=(self.config.reward_min, self.config.reward_max),
         )
         self.sessions.append(session)
@@ -325,26 +330,21 @@ def check_novelty(ctx: Context) -> str:
         if session is None:
             notes.append(note)
             continue
-        plan_list = plans(
-            cfg.probe_seeds,
-            ctx.seed_solutions,
-            cfg.garbage_actions + bad_tool_calls(ctx.tools),
-            ctx.tool_names,
-            cfg.behaviour_random_episodes,
-            cfg.max_turns,
-        )
+        sizes = reference_sizes(ctx.code, ref.code)
         try:
-            outcome = play_side_by_side(ctx.session, session, list(plan_list))
+            outcome = play_side_by_side(ctx.session, session, _plans(ctx, ctx.seed_solutions))
+            resized = _at_sizes(ctx, session, sizes) if not outcome.identical and sizes else None
         finally:
             session.close()
-        if outcome.identical:
-            opening = "; only its opening is worded differently" if outcome.where else ""
-            raise _fail(
-                FailureKind.DUPLICATE,
-                f"plays exactly like {ref.name!r}: identical transcripts over {outcome.seeds}"
-                f" seeds x {outcome.actions} actions (source similarity {scored.similarity:.3f})"
-                + opening,
-            )
+        for result, at in ((outcome, ""), (resized, f" at its own sizes ({_kwargs(sizes)})")):
+            if result is not None and result.identical:
+                opening = "; only its opening is worded differently" if result.where else ""
+                raise _fail(
+                    FailureKind.DUPLICATE,
+                    f"plays exactly like {ref.name!r}{at}: identical transcripts over"
+                    f" {result.seeds} seeds x {result.actions} actions (source similarity"
+                    f" {scored.similarity:.3f})" + opening,
+                )
         differs.append(f"{ref.name!r} ({outcome.where})")
     parts = ["no reference could be compared"]
     if ranking.top:
@@ -356,6 +356,42 @@ def check_novelty(ctx: Context) -> str:
     if differs:
         parts.append("plays differently from " + ", ".join(differs))
     return "; ".join(parts + notes)
+
+
+def _plans(ctx: Context, solutions: dict[int, list[str]]) -> list[Plan]:
+    cfg = ctx.config
+    garbage = cfg.garbage_actions + bad_tool_calls(ctx.tools)
+    return list(
+        plans(
+            cfg.probe_seeds,
+            solutions,
+            garbage,
+            ctx.tool_names,
+            cfg.behaviour_random_episodes,
+            cfg.max_turns,
+        )
+    )
+
+
+def _at_sizes(
+    ctx: Context, reference: JailedSession, sizes: dict[str, object]
+) -> Comparison | None:
+    """The design played at the reference's constructor sizes against the reference (a retuned
+    copy plays exactly like it there); None when the design does not run at those sizes (it
+    is then not that game: a crash there is no failure of the design at its own)."""
+    try:
+        resized = ctx.new_session(**sizes)
+        solutions = {}
+        for seed in ctx.config.probe_seeds:
+            resized.reset(seed)
+            solutions[seed] = resized.solution()
+        return play_side_by_side(resized, reference, _plans(ctx, solutions))
+    except EnvFailure:  # the design broke at sizes it never promised: not the same game
+        return None
+
+
+def _kwargs(sizes: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in sizes.items())
 
 
 CHECKS: list[tuple[str, Callable[[Context], str]]] = [

@@ -178,6 +178,55 @@ class _ReferenceFailed(Exception):
         self.why = f"{exc.failure.kind}: {exc.failure.reason}"
 
 
+def constructor_defaults(code: str) -> dict[str, object]:
+    """The keyword parameters of the last ``*Env`` class's ``__init__`` whose defaults are
+    literals (``max_turns`` aside: the verifier sets it), from the source alone; empty when it
+    does not parse or has none."""
+    try:
+        tree = parse_module(code)
+    except PARSE_ERRORS:  # nothing to compare: the verifier's parse check judges it
+        return {}
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Env")]
+    init = (
+        next(
+            (
+                f
+                for f in classes[-1].body
+                if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+            ),
+            None,
+        )
+        if classes
+        else None
+    )
+    if init is None:
+        return {}
+    args = init.args.posonlyargs + init.args.args
+    defaults = init.args.defaults
+    pairs = list(zip(args[len(args) - len(defaults) :], defaults, strict=True))
+    keyword = zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True)
+    pairs += [(a, d) for a, d in keyword if d is not None]
+    out: dict[str, object] = {}
+    for arg, default in pairs:
+        try:
+            value = ast.literal_eval(default)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue  # not a literal: not a size this comparison can set
+        if arg.arg != "max_turns":
+            out[arg.arg] = value
+    return out
+
+
+def reference_sizes(design: str, reference: str) -> dict[str, object]:
+    """The reference's defaults for the constructor parameters the design shares with it, when
+    at least one differs from the design's own: the keyword arguments that play the design at
+    the reference's sizes (cargo_knapsack with 16 crates is the 8-crate game at 8); empty when
+    there is nothing to resize."""
+    mine, theirs = constructor_defaults(design), constructor_defaults(reference)
+    shared = {k: v for k, v in theirs.items() if k in mine}
+    return shared if any(mine[k] != v for k, v in shared.items()) else {}
+
+
 def _cycle(actions: Sequence[str]) -> Policy:
     return lambda turn, _obs: actions[turn % len(actions)]
 

@@ -186,3 +186,30 @@ def test_source_too_deep_for_the_unparser_is_compared_as_written():
     assert tokens.count("+") == 999
     ranking = rank_references(deep, [Reference("itself", deep)], keep=1, max_tokens=5000)
     assert ranking.top[0].similarity == 1.0
+
+
+NUMBER_HUNT = EXAMPLES["number_hunt"]
+# number_hunt retuned: another range and number of guesses by its constructor's defaults, the
+# same rules (the 1.5B coder's one accepted edit was cargo_knapsack with 16 crates, not 8)
+RETUNED = NUMBER_HUNT.replace("top: int = 999, guesses: int = 10", "top: int = 5000, guesses: int = 13")
+
+
+def test_reference_sizes_are_the_references_defaults_for_shared_parameters():
+    from spade.verify.novelty import constructor_defaults, reference_sizes
+
+    assert constructor_defaults(NUMBER_HUNT) == {"top": 999, "guesses": 10}
+    assert reference_sizes(RETUNED, NUMBER_HUNT) == {"top": 999, "guesses": 10}
+    assert reference_sizes(NUMBER_HUNT, NUMBER_HUNT) == {}  # nothing to resize
+    assert reference_sizes(CODE_BREAKER, NUMBER_HUNT) == {}  # no shared parameter
+    assert constructor_defaults("def broken(:") == {}
+
+
+@pytest.mark.sandbox
+def test_the_same_game_at_other_sizes_is_a_duplicate(policy):
+    references = [Reference("number_hunt", NUMBER_HUNT)]
+    config = VerifyConfig(max_similarity=1.0)  # the source check aside: behaviour alone
+    verdict = verify(RETUNED, references=references, config=config, policy=policy)
+    assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
+    assert verdict.failure.reason.startswith(
+        "plays exactly like 'number_hunt' at its own sizes (top=999, guesses=10): identical"
+    )
