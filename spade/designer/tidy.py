@@ -55,10 +55,10 @@ def assigns(node: ast.stmt, name: str) -> bool:
 def alias_module_names(code: str) -> str:
     """``code`` with class-level aliases of the module's own constants and functions that the
     class reads through ``self`` and never assigns (the 1.5B coder's ``self._QUERY`` for the
-    parent's module-level ``_QUERY`` regex), and ``self.random`` as the base's seeded
-    ``self.rng`` (2 of 16 crashes of the 1.5B's splices): as :mod:`spade.designer.inherit`
-    carries names over, a binding the model meant, not logic. Unchanged when it does not
-    parse."""
+    parent's module-level ``_QUERY`` regex; also spelled without its case or underscore), and
+    ``self.random`` as the base's seeded ``self.rng`` (2 of 16 crashes of the 1.5B's
+    splices): as :mod:`spade.designer.inherit` carries names over, a binding the model meant,
+    not logic. Unchanged when it does not parse."""
     try:
         tree = parse_module(code)
     except PARSE_ERRORS:  # the verifier grades the syntax error
@@ -83,8 +83,10 @@ def alias_module_names(code: str) -> str:
     }
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     wanted = [n for n in dict.fromkeys(loaded) if n not in stored | own]
-    aliases = [f"    {n} = {n}" for n in wanted if n in constants]
-    aliases += [f"    {n} = staticmethod({n})" for n in wanted if n in functions]
+    spelled = {_spelling(n): n for n in sorted(constants | functions)}
+    meant = {n: n if n in constants | functions else spelled.get(_spelling(n)) for n in wanted}
+    aliases = [f"    {n} = {m}" for n, m in meant.items() if m in constants]
+    aliases += [f"    {n} = staticmethod({m})" for n, m in meant.items() if m in functions]
     if "random" in wanted and "random" not in constants | functions:
         # self.random.randint(...): the generator the base seeds per episode (self.rng, a
         # random.Random) is what was meant; the module's random would not be seeded
@@ -96,6 +98,12 @@ def alias_module_names(code: str) -> str:
     lines = code.splitlines()
     lines[at:at] = ["    # names read through self that the module or the base binds", *aliases]
     return "\n".join(lines) + "\n"
+
+
+def _spelling(name: str) -> str:
+    """A name without case and leading underscores: ``self.query`` and ``self.INT`` for the
+    module's ``_QUERY`` and ``_INT`` (the 0.5B coder's spellings of its parent's regexes)."""
+    return name.lstrip("_").lower()
 
 
 def drop_dead_helpers(code: str, written: set[str]) -> str:

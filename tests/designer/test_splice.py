@@ -180,11 +180,12 @@ def test_module_names_read_through_self_get_class_aliases_and_the_hint_stays_a_n
         "    def setup(self) -> str:\n        self.n = self.clamp(self.random.randint(1, 3))\n"
         "        return self.hint\n\n"
         "    def play(self, move: str) -> tuple[str, float, bool]:\n"
-        "        ok = self._QUERY.fullmatch(move) is not None\n"
+        "        ok = self._QUERY.fullmatch(move) is not None and self.query is self._QUERY\n"
         "        return 'ok', float(ok), True\n"
     )
     code, _ = splice(parent, answer, class_name="XEnv", skill="s", note="n")
     assert "    _QUERY = _QUERY" in code and "    clamp = staticmethod(clamp)" in code
+    assert "    query = _QUERY" in code  # the same name without its case and underscore
     assert '    hint = ""' in code and "old game" not in code
     assert "    random = property(lambda self: self.rng)" in code  # the seeded generator
     ast.parse(code)
