@@ -99,10 +99,10 @@ def new_attempts(
         rng = random.Random(f"{cfg.seed}:{d.seed}:{regeneration}:{attempt}:{slot}")
         att = DesignAttempt(slot=slot, attempt=attempt, skill=skill, doc_id=doc.doc_id, messages=[])
         parent = memory.parent_for(skill, rng, d) if d.strategy in ("edit", "splice") else None
-        plan = plan_splice(parent.code_head) if parent and d.strategy == "splice" else None
+        directive = draw_directive(rng) if parent and d.strategy == "splice" else None
+        plan = plan_splice(parent.code_head, directive) if parent and directive else None
         shown: list[MemoryRecord]
-        if parent is not None and plan is not None:
-            directive = draw_directive(rng)
+        if parent is not None and plan is not None and directive is not None:
             att.messages = splice_prompt(text, skill, parent=parent, directive=directive, plan=plan)
             att.strategy, att.parent_id, shown = "splice", parent.env_id, [parent]
             att.directive, att.prefill, att.stop = directive.name, plan.prefill, list(plan.stop)

@@ -24,6 +24,7 @@ from spade.designer.splice import (
     FENCE,
     answer_methods,
     answer_text,
+    directive_named,
     hook_signature,
     plan_splice,
     splice,
@@ -128,7 +129,8 @@ async def complete_splices(
         pending = []
         for att in batch:
             parent = parent_code(att)
-            plan = plan_splice(parent) if parent is not None and not att.failed else None
+            directive = directive_named(att.directive)
+            plan = plan_splice(parent, directive) if parent and not att.failed else None
             signature = next_signature(att, parent, plan.asked) if parent and plan else None
             if signature is not None:
                 params = SamplingParams(

@@ -253,6 +253,16 @@ def _needs(plan: SplicePlan) -> str:
     )
 
 
+def _assigned_where(plan: SplicePlan) -> str:
+    """Where the attributes an answer reads come from: its own setup, or the parent's."""
+    if "setup" in plan.asked:
+        return "; any other attribute your methods read must be assigned in setup."
+    return (
+        ", and what the setup above assigns; an attribute it does not assign must be assigned"
+        " in your methods before it is read."
+    )
+
+
 def splice_prompt(
     document: str,
     skill: str,
@@ -280,9 +290,8 @@ def splice_prompt(
         "are hard enough that the agent often fails without help, yet clearly solvable from "
         "what the task text and the feedback tell.",
         f"Ground the environment in this document:\n<document>\n{document}\n</document>",
-        f"The contract stays: {_SPLICE_HOOKS['play' in plan.asked]} The class already has"
-        f" {has}; any other attribute your methods read must be assigned in setup."
-        f"{_needs(plan)} Import nothing.",
+        f"The contract stays: {_SPLICE_HOOKS['check_answer' not in plan.asked]} The class"
+        f" already has {has}{_assigned_where(plan)}{_needs(plan)} Import nothing.",
         f"Answer with the new methods {asked}, in that order, indented as inside the class, in"
         f" one ```python block. The rest of the class ({kept}) stays as it is: do not repeat it.",
     ]

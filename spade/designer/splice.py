@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spade.designer.tidy import (
@@ -49,10 +50,15 @@ _METHOD = re.compile(r"^    (?:async\s+)?def\s+(\w+)\s*\(", re.MULTILINE)
 
 @dataclass(frozen=True)
 class Directive:
-    """One rule-level change asked of a splice: a name for the records, the words for the model."""
+    """One rule-level change asked of a splice: a name for the records, the words for the
+    model, and the hooks it rewrites (``move`` is the parent's ``play`` or ``check_answer``):
+    no more than the change needs, since the smaller the answer the likelier a small model
+    gets it right (SWE-smith rewrites one function at a time). A change of the feedback or of
+    the scoring keeps the parent's hidden state and its ``solution``."""
 
     name: str
     text: str
+    hooks: tuple[str, ...] = ("setup", "move", "solution")
 
 
 DIRECTIVES: tuple[Directive, ...] = (
@@ -61,6 +67,7 @@ DIRECTIVES: tuple[Directive, ...] = (
         "Change what the feedback after a move reveals: give a different kind of clue than the"
         " parent does (for example a count, a distance, a yes/no answer to a question, or which"
         " parts are right), so that the player needs a different way of reasoning.",
+        ("move",),
     ),
     Directive(
         "hidden_state",
@@ -72,12 +79,14 @@ DIRECTIVES: tuple[Directive, ...] = (
         "win_rule",
         "Change the win condition and the partial-credit rule: what counts as solving the task"
         " and how an episode that ends partly right is scored (reward between 0 and 1).",
+        ("move",),
     ),
     Directive(
         "legal_moves",
         "Change which moves are legal and what a move is: a different kind of action than the"
         " parent's (for example naming an item, asking about a property, or choosing between"
         " options), with a helpful message for a move that is not legal.",
+        ("move", "solution"),
     ),
 )
 
@@ -85,6 +94,19 @@ DIRECTIVES: tuple[Directive, ...] = (
 def draw_directive(rng: random.Random) -> Directive:
     """One directive of the menu, chosen with ``rng`` (seeded per slot by the caller)."""
     return rng.choice(DIRECTIVES)
+
+
+def directive_named(name: str | None) -> Directive | None:
+    """The directive of the menu called ``name`` (an attempt's record); None for another."""
+    return next((d for d in DIRECTIVES if d.name == name), None)
+
+
+def _asked_hooks(methods: Sequence[str], directive: Directive | None) -> tuple[str, ...]:
+    """The parent's hooks a directive rewrites, in the contract's order (all without one)."""
+    roles = directive.hooks if directive is not None else ("setup", "move", "solution")
+    wanted = {"play" if r == "move" else r for r in roles}
+    wanted |= {"check_answer"} if "move" in roles else set()
+    return tuple(h for h in HOOKS if h in methods and h in wanted)
 
 
 @dataclass(frozen=True)
@@ -105,8 +127,9 @@ class SplicePlan:
     stop: tuple[str, ...]
 
 
-def plan_splice(parent: str) -> SplicePlan | None:
-    """How to splice ``parent``; None when it has no environment class with a ``setup`` hook
+def plan_splice(parent: str, directive: Directive | None = None) -> SplicePlan | None:
+    """How to splice ``parent`` under ``directive`` (which hooks it rewrites; None: all of
+    them); None when it has no environment class with a ``setup`` hook and the hooks asked for
     (the slot is then written, as an edit slot without a parent is)."""
     try:
         tree = parse_module(parent)
@@ -116,8 +139,8 @@ def plan_splice(parent: str) -> SplicePlan | None:
     if cls is None:
         return None
     methods = {m.name: m for m in methods_of(cls)}
-    asked = tuple(h for h in HOOKS if h in methods)
-    if not asked or asked[0] != "setup":
+    asked = _asked_hooks(list(methods), directive)
+    if not asked or "setup" not in methods:
         return None
     signature = signature_of(parent, methods[asked[0]])
     if signature is None:
@@ -130,7 +153,9 @@ def plan_splice(parent: str) -> SplicePlan | None:
         asked=asked,
         helpers=helpers,
         attributes=_init_attributes(methods.get("__init__")),
-        needed=_helper_needs([methods[n] for n in helpers], methods.get("__init__")),
+        needed=_helper_needs([methods[n] for n in helpers], methods.get("__init__"))
+        if "setup" in asked
+        else (),  # the parent's setup stays and assigns what its helpers read
         prefill=FENCE + signature + "\n",
         stop=tuple(stop),
     )

@@ -189,3 +189,44 @@ def test_module_names_read_through_self_get_class_aliases_and_the_hint_stays_a_n
     assert '    hint = ""' in code and "old game" not in code
     assert "    random = property(lambda self: self.rng)" in code  # the seeded generator
     ast.parse(code)
+
+
+@pytest.mark.parametrize(
+    ("name", "asked"),
+    [
+        ("feedback", ("play",)),
+        ("win_rule", ("play",)),
+        ("legal_moves", ("play", "solution")),
+        ("hidden_state", ("setup", "play", "solution")),
+    ],
+)
+def test_a_directive_asks_only_for_the_hooks_its_change_needs(name, asked):
+    directive = next(d for d in DIRECTIVES if d.name == name)
+    plan = plan_splice(NUMBER_HUNT, directive)
+    assert plan is not None and plan.asked == asked
+    first = {"play": "    def play(self, move: str) -> tuple[str, float, bool]:\n"}
+    assert plan.prefill == FENCE + first.get(asked[0], "    def setup(self) -> str:\n")
+    # the parent's setup stays when it is not asked for, and with it what it assigns
+    assert plan.needed == (("self.closest",) if "setup" in asked else ())
+    assert ("setup" in plan.helpers) == ("setup" not in asked)
+
+
+def test_a_tool_use_parent_is_asked_for_check_answer_as_its_move():
+    parent = next(p for p in example_paths() if "check_answer" in p.read_text()).read_text()
+    plan = plan_splice(parent, next(d for d in DIRECTIVES if d.name == "feedback"))
+    assert plan is not None and plan.asked == ("check_answer",)
+
+
+def test_the_prompt_says_where_the_attributes_come_from():
+    from spade.designer.prompts import splice_prompt
+
+    class Parent:
+        env_id, code_head = "number_hunt", NUMBER_HUNT
+
+    for name, where in (("feedback", "what the setup above assigns"), ("hidden_state", "in setup")):
+        directive = next(d for d in DIRECTIVES if d.name == name)
+        plan = plan_splice(NUMBER_HUNT, directive)
+        assert plan is not None
+        text = splice_prompt("doc", "s", parent=Parent(), directive=directive, plan=plan)[-1]
+        assert where in text["content"] and directive.text in text["content"]
+        assert f"without its methods {', '.join(plan.asked)}:" in text["content"]

@@ -191,7 +191,9 @@ def test_source_too_deep_for_the_unparser_is_compared_as_written():
 NUMBER_HUNT = EXAMPLES["number_hunt"]
 # number_hunt retuned: another range and number of guesses by its constructor's defaults, the
 # same rules (the 1.5B coder's one accepted edit was cargo_knapsack with 16 crates, not 8)
-RETUNED = NUMBER_HUNT.replace("top: int = 999, guesses: int = 10", "top: int = 5000, guesses: int = 13")
+RETUNED = NUMBER_HUNT.replace(
+    "top: int = 999, guesses: int = 10", "top: int = 5000, guesses: int = 13"
+)
 
 
 def test_reference_sizes_are_the_references_defaults_for_shared_parameters():
