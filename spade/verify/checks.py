@@ -293,11 +293,33 @@ def check_seed_dependence(ctx: Context) -> str:
             f"seeds {seeds} all give the same first observation "
             f"{_clip(firsts[cfg.seed])} and the same solution {_clip(ctx.solution)}",
         )
+    others = [seed for seed in firsts if seed != cfg.seed]
+    if ctx.solution and others and all(_solution_wins(ctx, seed) for seed in others):
+        raise _fail(
+            FailureKind.SEED_INDEPENDENT,
+            f"the solution of seed {cfg.seed} {_clip(ctx.solution)} wins seeds"
+            f" {', '.join(map(str, others))} too: what an instance hides does not decide it",
+        )
     n = len(firsts)
     return (
         f"seeds {seeds}: distinct first observations {observations} of {n}, "
-        f"distinct solutions {solutions} of {n}"
+        f"distinct solutions {solutions} of {n}; seed {cfg.seed}'s solution does not win them all"
     )
+
+
+def _solution_wins(ctx: Context, seed: int) -> bool:
+    """Whether the solution of ``config.seed`` played on ``seed`` reaches the goal (a game
+    whose win does not depend on its hidden state: the 0.5B coder's ``play`` that wins on
+    ``f(2)`` whatever the polynomial, with a seed-dependent ``solution()`` that ends with it)."""
+    cfg = ctx.config
+    episode = play(
+        ctx.session,
+        seed,
+        scripted(ctx.solution),
+        max_steps=len(ctx.solution),
+        reward_range=(cfg.reward_min, cfg.reward_max),
+    )
+    return episode.terminated and episode.succeeded(cfg.success_threshold)
 
 
 def check_novelty(ctx: Context) -> str:

@@ -225,7 +225,25 @@ def test_seed_dependence_can_be_turned_off_but_not_probed_with_one_seed(policy):
 def test_a_seed_dependent_design_passes_with_the_evidence(policy):
     reason = verify(GOOD, policy=policy).checks[CHECK_NAMES.index("seed_dependence")].reason
     assert reason == (
-        "seeds 1234, 1235, 1236: distinct first observations 1 of 3, distinct solutions 3 of 3"
+        "seeds 1234, 1235, 1236: distinct first observations 1 of 3, distinct solutions 3 of 3;"
+        " seed 1234's solution does not win them all"
+    )
+
+
+# The 0.5B coder's one accepted splice of a bench run, in small: the hidden number is drawn and
+# solution() names it, but play() wins on one fixed move whatever the number is.
+HOLLOW = GOOD.replace("        if n == self.secret:\n", "        if n == 500:\n").replace(
+    'return ["\\\\boxed{%d}" % self.secret]', 'return ["%d" % self.secret, "500"]'
+)
+
+
+def test_a_game_whose_win_ignores_what_it_hides_is_seed_independent(policy):
+    assert HOLLOW != GOOD and "n == 500" in HOLLOW and '"500"]' in HOLLOW
+    verdict = verify(HOLLOW, policy=policy)
+    assert verdict.failure is not None and verdict.failure.kind == "seed_independent"
+    assert verdict.failed_check == "seed_dependence"
+    assert verdict.failure.reason.endswith(
+        "wins seeds 1235, 1236 too: what an instance hides does not decide it"
     )
 
 
