@@ -116,6 +116,14 @@ class Engine(ABC):
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`optimizer_state` (after the weights were loaded)."""
 
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next updates (an optimizer state loaded from the other
+        role's checkpoint carries that role's rate: each role keeps its own)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    optimizer: Any
+
     def weights_loaded(self) -> None:  # noqa: B027 - optional hook
         """Called after weights were copied into ``module`` outside the optimizer."""
 

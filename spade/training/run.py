@@ -149,20 +149,20 @@ def trainer_from_parent(
     """The trainer at the weights of checkpoint ``parent`` (None: the configured base model),
     and (full fine-tuning) the model files its checkpoints carry to be loadable model folders.
 
-    The parent's optimizer state and step come along when the same role wrote it; a parent the
-    other role wrote gives its weights, a fresh optimizer and its step count. Collective under
-    several DeepSpeed ranks (every rank loads the parent)."""
+    One model, one optimizer (as the reference trains both roles): the parent's optimizer
+    state (AdamW's moments and step), step count and RNG come along whichever role wrote it, so
+    an agent update after a designer update continues the optimizer the chain has carried
+    since its first update; only the learning rate is the role's own. Before, the chain
+    alternated roles and every update was a fresh AdamW's first step (about ``lr * sign(g)``
+    per weight, whatever the advantages' size). Collective under several DeepSpeed ranks
+    (every rank loads the parent)."""
     from spade.inference.checkpoints import load_checkpoint
 
     trainer, files = build_trainer(cfg, role)
     if parent is None:
         return trainer, files
     loaded = load_checkpoint(parent, storage_options=cfg.storage.storage_options)
-    if (loaded.trainer_state or {}).get("role") == role:  # this role's previous update
-        trainer.load_checkpoint(loaded)  # its weights, optimizer state and step
-    else:  # the other role wrote it: its weights, a fresh optimizer, the step count goes on
-        trainer.load_weights(loaded)
-        trainer.global_step = loaded.step
+    trainer.load_checkpoint(loaded)  # weights, the shared optimizer's state, step; own lr
     return trainer, files
 
 

@@ -146,9 +146,8 @@ class GRPOTrainer(TrainerState):
         if config.kl_coef > 0 and ref_model is None and not self.lora:
             raise ConfigError("training.kl_coef > 0 needs a ref_model for a full fine-tune")
         self.model = model
-        self.engine = make_engine(
-            model, config, config.lr if role == "agent" else config.designer_lr
-        )
+        self.lr = config.lr if role == "agent" else config.designer_lr
+        self.engine = make_engine(model, config, self.lr)
         self.ref_model = ref_model
         if ref_model is not None:
             ref_model.to(self.engine.device).eval().requires_grad_(False)

@@ -39,6 +39,7 @@ class TrainerState:
     model: nn.Module
     engine: Engine
     global_step: int
+    lr: float  # this role's learning rate
 
     @property
     def kind(self) -> Literal["full", "lora"]:
@@ -56,7 +57,9 @@ class TrainerState:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (weights are loaded separately, before this)."""
+        """Restore :meth:`state_dict` (weights are loaded separately, before this). The
+        optimizer's moments and step go on whichever role saved them (one optimizer for the
+        shared model); the learning rate stays this role's own."""
         if state.get("world_size", 1) != self.engine.world_size:
             raise CheckpointError(
                 f"state saved by {state.get('world_size')} ranks, this run has"
@@ -68,6 +71,7 @@ class TrainerState:
             restore_rng_state(rngs[self.engine.rank])
         if state.get("optimizer"):
             self.engine.load_optimizer_state(state["optimizer"])
+            self.engine.set_lr(self.lr)
 
     def export_weights(self, *, merged: bool = True) -> dict[str, torch.Tensor]:
         """Weights to publish, CPU copies (collective under ZeRO-3).

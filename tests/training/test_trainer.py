@@ -381,3 +381,35 @@ def test_lora_export_merged_and_as_an_adapter_folder(tmp_path):
     trainer.save_pretrained(tmp_path / "adapter")
     again = PeftModel.from_pretrained(tiny_llama(), str(tmp_path / "adapter"))
     torch.testing.assert_close(_logits(again), _logits(trainer.model))
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_agent_designer_agent_continue_one_optimizer_each_at_its_own_rate(tmp_path, lora):
+    """The round's chain alternates roles; each update loads the other role's checkpoint and
+    continues its optimizer (moments, step) at its own learning rate: the same weights as one
+    optimizer stepping three times with the rate switched in between."""
+    config = TrainingConfig(
+        lr=1e-2, designer_lr=3e-3, micro_batch_tokens=40, lora=LORA if lora else {}
+    )
+    samples = varied_samples()
+    parent = None
+    rates = []
+    for i, role in enumerate(("agent", "designer", "agent")):
+        base = tiny_llama(seed=0 if lora or i == 0 else 7 + i)  # later: overwritten by the load
+        trainer = GRPOTrainer(base, PAD, config, role=role)
+        if parent is not None:
+            trainer.load_checkpoint(load_checkpoint(parent))
+        rates.append(trainer.step(samples).lr)
+        parent = trainer.save(str(tmp_path / f"{i}-{role}"), parent=parent)
+    chained = trainer.export_weights(merged=False)
+    state = load_checkpoint(parent).optimizer_state
+    assert trainer.global_step == 3 and rates == [1e-2, 3e-3, 1e-2]
+    assert state is not None and {int(s["step"]) for s in state["state"].values()} == {3}
+
+    one = GRPOTrainer(tiny_llama(), PAD, config)
+    for lr in (1e-2, 3e-3, 1e-2):
+        one.engine.set_lr(lr)
+        one.step(samples)
+    expected = one.export_weights(merged=False)
+    assert chained.keys() == expected.keys()
+    assert all(torch.equal(chained[k], expected[k]) for k in expected)
