@@ -57,7 +57,17 @@ class _Entry:
     def __init__(self, backend: Any) -> None:
         self.backend = backend
         self.version = BASE.version
+        self.checkpoint: str | None = None  # what is served: the base model
         self.lock = threading.Lock()  # one weight swap at a time
+
+    def serves(self, weights: WeightsRef) -> bool:
+        """Whether these weights are what the entry serves: the same version label *and* the
+        same checkpoint (two campaigns of one config in one process both publish
+        ``r0000-agent``; a label alone would serve one the other's adapter)."""
+        return (self.version, self.checkpoint) == (weights.version, weights.checkpoint)
+
+    def now_serves(self, weights: WeightsRef) -> None:
+        self.version, self.checkpoint = weights.version, weights.checkpoint
 
 
 _entries: dict[str, _Entry] = {}
@@ -108,12 +118,12 @@ def _shared_transformers(cfg: CampaignConfig, weights: WeightsRef) -> Backend:
         if entry is None:
             entry = _entries[key] = _Entry(TransformersBackend(cfg.model, cfg.inference))
     with entry.lock:
-        if entry.version != weights.version:
+        if not entry.serves(weights):
             if weights.checkpoint is None:  # back to the base model: load it afresh
                 entry.backend = TransformersBackend(cfg.model, cfg.inference)
             else:
                 entry.backend.reload(_load_tensors(cfg, weights), weights.version)
-            entry.version = weights.version
+            entry.now_serves(weights)
             log.info("in-process model now serves weights %s", weights.version)
     backend: Backend = entry.backend
     return backend
@@ -156,7 +166,7 @@ def _serve_on_vllm(cfg: CampaignConfig, entry: _Entry, weights: WeightsRef) -> s
     model name requests for them use."""
     managed = entry.backend
     with entry.lock:
-        if entry.version != weights.version:
+        if not entry.serves(weights):
             if weights.checkpoint is not None and weights.kind != "lora":
                 managed.serve_checkpoint(serving_folder(cfg, weights), weights.version)
             else:
@@ -167,7 +177,7 @@ def _serve_on_vllm(cfg: CampaignConfig, entry: _Entry, weights: WeightsRef) -> s
                 copy = cfg.inference.vllm.container is not None  # it sees only its mounts
                 folder = serving_folder(cfg, weights, copy=copy)
                 asyncio.run(managed.publish_adapter(weights.version, folder))  # worker thread
-            entry.version = weights.version
+            entry.now_serves(weights)
             log.info("managed vLLM server now serves weights %s", weights.version)
         return str(managed.model_name)
 
@@ -209,13 +219,13 @@ def _serve_on_llamacpp(cfg: CampaignConfig, entry: _Entry, weights: WeightsRef) 
     already serves them; a server that died is restarted too."""
     managed = entry.backend
     with entry.lock:
-        if entry.version == weights.version and managed.server.running:
+        if entry.serves(weights) and managed.server.running:
             return
         if weights.checkpoint is None:
             managed.serve([], managed.base_name)
         else:
             managed.serve([llamacpp_adapter(cfg, weights, managed.files)], weights.version)
-        entry.version = weights.version
+        entry.now_serves(weights)
         log.info("managed llama.cpp server now serves weights %s", weights.version)
 
 

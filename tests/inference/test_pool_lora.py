@@ -66,3 +66,32 @@ def test_a_lora_checkpoint_is_served_merged_into_the_base_weights(tmp_path: Path
     assert after.token_ids == expected.token_ids
     assert torch.allclose(torch.tensor(after.logprobs), torch.tensor(expected.logprobs), atol=1e-5)
     assert (before.token_ids, before.logprobs) != (after.token_ids, after.logprobs)
+
+
+def test_two_checkpoints_under_one_label_are_each_served(tmp_path: Path) -> None:
+    """Two campaigns of one config in one process both publish ``r0000-agent``: the pool keys
+    what it serves by the checkpoint too, so the second label's weights replace the first's."""
+    policy = write_tiny_policy(tmp_path / "policy")
+    model_cfg = ModelConfig(name_or_path=str(policy), device="cpu")
+    model, tokenizer = load_model_and_tokenizer(resolve_model(model_cfg), "float32", "cpu")
+    trainer = GRPOTrainer(model, tokenizer.pad_token_id, TrainingConfig(lr=5e-2, lora=LORA))
+    uris, merged = [], []
+    for name in ("one", "two"):
+        for _ in range(2):
+            trainer.step(task_samples(trainer.model))
+        uris.append(trainer.save(str(tmp_path / name)))
+        merged.append(trainer.export_weights(merged=True))
+    cfg = load_config(overrides={"model.name_or_path": str(policy), "model.device": "cpu"})
+    try:
+
+        async def state(uri: str) -> dict[str, torch.Tensor]:
+            async with shared_backend(cfg, WeightsRef("r0000-agent", uri, "lora")) as backend:
+                return dict(backend.model.state_dict())  # type: ignore[attr-defined]
+
+        for uri, expected in zip(uris, merged, strict=True):
+            served = asyncio.run(state(uri))
+            for key, value in expected.items():
+                assert torch.allclose(served[key], value, atol=1e-6, rtol=0), key
+    finally:
+        asyncio.run(close_shared_backends())
+    assert any(not torch.equal(merged[0][k], merged[1][k]) for k in merged[0])
