@@ -294,7 +294,10 @@ def check_seed_dependence(ctx: Context) -> str:
             f"{_clip(firsts[cfg.seed])} and the same solution {_clip(ctx.solution)}",
         )
     others = [seed for seed in firsts if seed != cfg.seed]
-    if ctx.solution and others and all(_solution_wins(ctx, seed) for seed in others):
+    # solutions that differ by instance, yet one instance's wins them all: the difference is
+    # decoration (a fixed answer with a varied first observation is judged above, and passes)
+    hollow = solutions > 1 and others and all(_solution_wins(ctx, seed) for seed in others)
+    if ctx.solution and hollow:
         raise _fail(
             FailureKind.SEED_INDEPENDENT,
             f"the solution of seed {cfg.seed} {_clip(ctx.solution)} wins seeds"
@@ -310,7 +313,8 @@ def check_seed_dependence(ctx: Context) -> str:
 def _solution_wins(ctx: Context, seed: int) -> bool:
     """Whether the solution of ``config.seed`` played on ``seed`` reaches the goal (a game
     whose win does not depend on its hidden state: the 0.5B coder's ``play`` that wins on
-    ``f(2)`` whatever the polynomial, with a seed-dependent ``solution()`` that ends with it)."""
+    ``f(2)`` whatever the polynomial, with a ``solution()`` that names the coefficients and
+    ends with it)."""
     cfg = ctx.config
     episode = play(
         ctx.session,
