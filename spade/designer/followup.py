@@ -57,16 +57,6 @@ def followup_prefill(att: DesignAttempt, signature: str) -> str:
     return f"{FENCE}{so_far}\n\n{signature}"
 
 
-def first_segment(att: DesignAttempt) -> dict[str, object]:
-    """The attempt's first answer as a training segment (before a follow-up adds another)."""
-    return {
-        "prompt_token_ids": att.prompt_token_ids,
-        "token_ids": att.token_ids,
-        "logprobs": att.logprobs,
-        "text": att.completion,
-    }
-
-
 async def ask_followups(
     backend: Backend, pending: Sequence[tuple[DesignAttempt, ChatRequest]]
 ) -> list[tuple[DesignAttempt, bool]]:
@@ -80,16 +70,9 @@ async def ask_followups(
         if comp.failure is not None:
             out.append((att, False))
             continue
-        if not att.segments:
-            att.segments.append(first_segment(att))
-        att.segments.append(
-            {
-                "prompt_token_ids": comp.prompt_token_ids,
-                "token_ids": comp.token_ids,
-                "logprobs": comp.logprobs,
-                "text": comp.text,
-            }
-        )
+        if not att.segments:  # the first answer becomes a segment too
+            att.add_segment(att.prompt_token_ids, att.token_ids, att.logprobs, att.completion)
+        att.add_segment(comp.prompt_token_ids, comp.token_ids, comp.logprobs, comp.text)
         att.completion = (request.prefill + comp.text).removeprefix(att.prefill)
         out.append((att, True))
     return out
@@ -125,13 +108,17 @@ async def complete_splices(
     """Up to ``designer.followups`` rounds of follow-up requests for the splices that left a
     method unwritten (:mod:`spade.designer.followup`), each answer spliced again after its."""
     d = cfg.designer
+    asked = {}  # id(attempt) -> (its parent, the hooks its directive asks for): parsed once
+    for att in batch:
+        parent = parent_code(att)
+        plan = plan_splice(parent, directive_named(att.directive)) if parent else None
+        if parent and plan and not att.failed:
+            asked[id(att)] = (parent, plan.asked)
     for _ in range(d.followups):
         pending = []
         for att in batch:
-            parent = parent_code(att)
-            directive = directive_named(att.directive)
-            plan = plan_splice(parent, directive) if parent and not att.failed else None
-            signature = next_signature(att, parent, plan.asked) if parent and plan else None
+            parent, hooks = asked.get(id(att), ("", ()))
+            signature = next_signature(att, parent, hooks) if parent else None
             if signature is not None:
                 params = SamplingParams(
                     max_tokens=d.scaffold_body_tokens,
@@ -144,4 +131,4 @@ async def complete_splices(
             return
         for att, ok in await ask_followups(backend, pending):
             if ok:
-                splice_answer(att, str(parent_code(att)))
+                splice_answer(att, asked[id(att)][0])

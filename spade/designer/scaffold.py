@@ -107,14 +107,7 @@ async def sample_bodies(
                 att.failure_reason = comp.failure.summary
                 continue
             bodies[id(att)].append(comp.text)
-            att.segments.append(
-                {
-                    "prompt_token_ids": comp.prompt_token_ids,
-                    "token_ids": comp.token_ids,
-                    "logprobs": comp.logprobs,
-                    "text": comp.text,
-                }
-            )
+            att.add_segment(comp.prompt_token_ids, comp.token_ids, comp.logprobs, comp.text)
     for att in batch:
         if not att.failed:
             att.code = module(att.prefill, bodies[id(att)], _hooks_of(att))

@@ -198,6 +198,20 @@ class DesignAttempt:
     segments: list[dict[str, Any]] = field(default_factory=list)
     solvability: dict[str, Any] | None = None
 
+    def add_segment(
+        self, prompt_token_ids: list[int], token_ids: list[int], logprobs: list[float], text: str
+    ) -> None:
+        """One separately sampled part of the answer (a scaffold's body, a splice's follow-up),
+        trained as a sample of its own with the design's reward."""
+        self.segments.append(
+            {
+                "prompt_token_ids": prompt_token_ids,
+                "token_ids": token_ids,
+                "logprobs": logprobs,
+                "text": text,
+            }
+        )
+
     @property
     def failed(self) -> bool:
         """A request of this attempt failed on our side: it measures nothing about the designer."""
