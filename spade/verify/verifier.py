@@ -130,8 +130,9 @@ def gate_verdict(
                     source_tokens(code, design.max_tokens),
                     source_tokens(design.parent, design.max_tokens),
                 )
-            verdict.progress = _progress(verdict, config, code)
-            if failure.kind not in (FailureKind.SYNTAX, FailureKind.DUPLICATE):
+            if failure.kind in (FailureKind.SYNTAX, FailureKind.DUPLICATE):
+                verdict.progress = _progress(verdict, config, code)
+            else:  # no check ran: graded by where the jail would have failed
                 verdict.progress = _gate_progress(failure.reason, code)
             return verdict
     return None
