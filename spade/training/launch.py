@@ -9,11 +9,13 @@ shard of the batch (metrics summed over the ranks), the checkpoint is saved coll
 written by rank 0, which then writes ``result.json``.
 A rank that raises leaves its traceback in its log, and when it failed in
 ``logs/rank-<RANK>.failed``, and exits 1: the launcher stops the other ranks and the stage
-reports the log of the rank that failed first.
+reports the log of the rank that failed first. A rank killed by a fatal signal leaves the
+Python stacks of its threads in its log (``faulthandler``).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
@@ -75,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args[0])
     rank = int(os.environ.get("RANK", "0"))
     _log_to(rank_log(folder, rank))
+    # a rank killed by a fatal signal (an abort in C++, a segfault) raises nothing: the
+    # Python stacks of its threads in its log are then the only trace of where it was
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     try:
         run_rank(folder)
     except BaseException:  # any failure of this rank: its traceback is what the stage reports

@@ -55,6 +55,7 @@ LAUNCH_VARS = (
     "CROSS_SIZE",
 )
 TAIL_CHARS = 4000
+RANK_TAIL_CHARS = 2500
 
 
 def launch_command(config: TrainingConfig, folder: Path, port: int) -> list[str]:
@@ -81,12 +82,12 @@ def _environment(config: TrainingConfig) -> dict[str, str]:
     return env
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, chars: int = TAIL_CHARS) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:  # the process never got as far as opening it
         return "(no log)"
-    return text[-TAIL_CHARS:]
+    return text[-chars:]
 
 
 def _failed_at(marker: Path) -> int:
@@ -111,8 +112,16 @@ def _failure(folder: Path, ranks: int, code: int) -> TrainingError:
         )
     path = folder / LOGS / "launcher.log"
     what = f"exited {code}" if code else "exited 0 but rank 0 wrote no result"
+    # no marker: a rank died by a signal (its log ends with faulthandler's stacks) or never
+    # started; every rank's log tail goes with the launcher's, the cause is in one of them
+    ranks_said = "".join(
+        f"\n{rank_log(folder, r)} ends:\n{_tail(rank_log(folder, r), RANK_TAIL_CHARS)}"
+        for r in range(ranks)
+    )
     return TrainingError(
-        f"training launcher {what}, no rank reported a failure; {path} ends:\n" + _tail(path)
+        f"training launcher {what}, no rank reported a failure; {path} ends:\n"
+        + _tail(path)
+        + ranks_said
     )
 
 

@@ -90,7 +90,30 @@ def test_the_error_is_the_rank_that_failed_first_with_its_log_tail(tmp_path):
     (tmp_path / "logs" / "launcher.log").write_text("torchrun: no such module\n")
     error = str(_failure(tmp_path, 3, 0))
     assert "exited 0 but rank 0 wrote no result" in error
-    assert error.endswith("torchrun: no such module\n")
+    assert "torchrun: no such module\n" in error  # the launcher's tail, then each rank's
+    assert "peer closed" in error and "IndexError: out of range" in error
+    assert error.endswith(f"{rank_log(tmp_path, 2)} ends:\n(no log)")
+    assert len(error) < 4000 + 3 * 2600  # tails again
+
+
+def test_a_rank_killed_by_a_signal_leaves_its_python_stack_in_its_log(tmp_path):
+    """An abort in C++ raises nothing in Python: faulthandler writes where the rank was."""
+    script = (
+        "import os, sys\n"
+        "import spade.training.launch as launch\n"
+        "def aborts_here(folder):\n"
+        "    os.abort()\n"
+        "launch.run_rank = aborts_here\n"
+        "sys.exit(launch.main([sys.argv[1]]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS} | {"RANK": "1"}
+    env["PYTHONPATH"] = str(ROOT)
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, timeout=120)
+    assert run.returncode < 0  # killed by the signal, no exit code of its own
+    text = rank_log(tmp_path, 1).read_text()
+    assert "Fatal Python error: Aborted" in text and "aborts_here" in text
+    assert not failure_marker(tmp_path, 1).exists()
+    assert "aborts_here" in str(_failure(tmp_path, 2, 1))  # the stage's error shows it
 
 
 def _attempts(path: Path, n: int) -> Path:
