@@ -74,8 +74,9 @@ _GAME_RULES = f"""\
 Rules: all randomness from self.rng (each seed a different instance); the task must need
 several turns of interaction (hidden state revealed by feedback); the episode must end within
 25 turns whatever is played (limit guesses or actions); reward 1.0 only for full success,
-partial credit in (0, 1) when the episode ends partly right, 0 otherwise; invalid moves get a
-helpful message, never an exception; no file, network, os or sys access, no printing.
+partial credit in (0, 1) when the episode ends partly right, 0 otherwise; a move play cannot
+use gets a helpful message (return it, or raise ValueError("why"): the agent is shown why);
+no file, network, os or sys access, no printing.
 {_prelude(("TextEnv",))}
 {_NEAR_MISSES.format(returns="play returning anything but (feedback, reward, done)")}"""
 

@@ -133,14 +133,26 @@ def tool_call_bodies(text: str) -> list[str]:
 def box_moves(solution: Any) -> Any:
     """A game's ``solution()`` with its bare moves boxed: each string of a list (or a lone
     string) that holds no ``\\boxed{`` becomes ``\\boxed{move}``, the action an agent sends
-    for it. Small models return the moves themselves (``[self.word]``) where the contract asks
-    for actions; the reference play is the harness's to format, as the prelude's imports are.
+    for it, and a number (``[self.secret]``) is first written out. Small models return the
+    moves themselves where the contract asks for actions; the reference play is the harness's
+    to format, as the prelude's imports are.
     Anything else is returned as it is (:func:`split_solution` judges it)."""
+    if _is_number(solution):
+        solution = str(solution)
     if isinstance(solution, str):
         return solution if _BOXED in solution else _BOXED + solution + "}"
-    if isinstance(solution, list | tuple) and all(isinstance(a, str) for a in solution):
-        return [a if _BOXED in a else _BOXED + a + "}" for a in solution]
+    if isinstance(solution, list | tuple) and all(
+        isinstance(a, str) or _is_number(a) for a in solution
+    ):
+        moves = [a if isinstance(a, str) else str(a) for a in solution]
+        return [a if _BOXED in a else _BOXED + a + "}" for a in moves]
     return solution
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float move (``[self.secret]``): written as an agent writes it, ``str()``.
+    A bool is not one (``True`` as a move is a mistake to report, not to spell)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def split_solution(solution: Any) -> list[str]:

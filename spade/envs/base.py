@@ -28,8 +28,9 @@ class TextEnv:
 
     Subclasses implement ``setup()`` (build the hidden state from ``self.rng``; return the
     task text), ``play(move)`` (apply the content of one ``\\boxed{}``; return
-    ``(observation, reward, terminated)``) and ``solution()``. The base seeds ``self.rng``,
-    counts turns, truncates at ``max_turns`` and answers actions without a ``\\boxed{}``.
+    ``(observation, reward, terminated)``; a ``ValueError`` it raises refuses the move, with its
+    message shown to the agent) and ``solution()``. The base seeds ``self.rng``, counts turns,
+    truncates at ``max_turns`` and answers actions without a ``\\boxed{}``.
     """
 
     invalid_format_message = "Write your move inside \\boxed{...}."
@@ -73,7 +74,12 @@ class TextEnv:
         move = extract_boxed(action)
         if move is None:
             return self.invalid_format_message, 0.0, False
-        return self.play(move)
+        try:
+            return self.play(move)
+        except ValueError as exc:
+            # the contract's way to refuse a move play cannot read (``int("?")`` included, as
+            # a tool's bad argument is an error reply): the agent is told why, the turn counts
+            return f"That move cannot be played: {str(exc)[:200]}", 0.0, False
 
 
 class ToolError(Exception):

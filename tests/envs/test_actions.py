@@ -124,4 +124,7 @@ def test_bare_moves_are_boxed_and_actions_left_alone():
     assert box_moves(["12", "\\boxed{13}"]) == ["\\boxed{12}", "\\boxed{13}"]
     assert box_moves("go") == "\\boxed{go}"
     assert box_moves("\\boxed{a}\\boxed{b}") == "\\boxed{a}\\boxed{b}"
-    assert box_moves([1, 2]) == [1, 2]  # not strings: split_solution says what is wrong
+    assert box_moves([1, 2.5]) == ["\\boxed{1}", "\\boxed{2.5}"]  # numbers written out
+    assert box_moves(7) == "\\boxed{7}"
+    assert box_moves([True]) == [True]  # not moves: split_solution says what is wrong
+    assert box_moves([["a"]]) == [["a"]]

@@ -60,6 +60,27 @@ def test_text_env_seeding_turns_and_truncation():
     assert env.step(env.solution()[0])[1:4] == (1.0, True, False)
 
 
+class Reader(TextEnv):
+    def setup(self):
+        self.target = 4
+        return "guess"
+
+    def play(self, move):
+        return ("yes", 1.0, True) if int(move) == self.target else ("no", 0.0, False)
+
+    def solution(self):
+        return [self.target]
+
+
+def test_a_value_error_in_play_refuses_the_move_and_the_turn_counts():
+    env = Reader(max_turns=2)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("\\boxed{four}")
+    assert obs.startswith("That move cannot be played: invalid literal for int()")
+    assert (reward, terminated, truncated, info["turn"]) == (0.0, False, False, 1)
+    assert env.step("\\boxed{4}")[1:3] == (1.0, True)
+
+
 def test_tool_schemas_from_signatures_and_docstrings():
     schemas = {s["function"]["name"]: s["function"] for s in Shop().tools()}
     assert set(schemas) == {"count", "crash"}  # base helpers are not tools

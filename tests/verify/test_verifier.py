@@ -284,6 +284,23 @@ def test_a_games_bare_solution_moves_are_replayed_boxed(policy):
     assert all(a.startswith("\\boxed{") for a in verdict.solution)
 
 
+def test_a_game_that_refuses_unreadable_moves_with_value_error_is_accepted(policy):
+    """play reading the move with int() and no check first (small models' habit): the
+    ValueError refuses the move (spade.envs.TextEnv.act), the agent is told why, and the
+    design passes; a number as solution() is written out and boxed."""
+    raw = GOOD.replace(
+        '        if not move.isdigit():\n            return "numbers only", 0.0, False\n', ""
+    )
+    raw = raw.replace('return ["\\\\boxed{%d}" % self.secret]', "return [self.secret]")
+    assert "isdigit" not in raw and "[self.secret]" in raw
+    verdict = verify(raw, policy=policy)
+    assert verdict.accepted, verdict.to_dict()
+    assert verdict.solution[0].startswith("\\boxed{") and verdict.solution[0][7:-1].isdigit()
+    broken = raw.replace("n = int(move)", "n = int(move) + len(self.missing)")
+    rejected = verify(broken, policy=policy)  # an AttributeError is a bug, still a crash
+    assert rejected.failure is not None and str(rejected.failure.kind) == "crash"
+
+
 def test_gate_rejections_rank_by_where_the_jail_would_have_failed(policy):
     """Without a jail run, a round's gate rejections would all tie at progress 0 (a demo round
     of four gate crashes gave the designer equal rewards): a crash in solution ranks above one
