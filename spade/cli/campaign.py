@@ -96,7 +96,7 @@ def show_status(store: ObjectStore, campaign_id: str, *, as_json: bool = False) 
     console.print(round_table(rows, columns, f"campaign {campaign_id}"))
     for line in (*LEGEND, *skip_notes(rows)):
         console.print(line, style="dim")
-    for line in design_lines(rows):
+    for line in (*design_lines(rows), *health_lines(rows)):
         console.print(line, markup=False, highlight=False)
     console.print(f"artifacts: {info['store']}")
     if info["last_completed"]:
@@ -170,6 +170,27 @@ def design_lines(rows: list[dict[str, Any]]) -> list[str]:
             )
             lines.append(f"round {row['round']}: design {d['env_id']} ({how}): {numbers}")
             lines.append(f"  hint: {d.get('hint') or '(none)'}")
+    return lines
+
+
+def health_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per training update: how far the sampler's log-probs were from the trainer's
+    (k3 KL, share of ratios outside [0.5, 2]) and the share of groups without a gradient."""
+    lines = []
+    for row in rows:
+        for role, h in (row.get("training_health") or {}).items():
+            parts = [
+                f"sampler KL {h['mismatch_kl']:.4f}" if "mismatch_kl" in h else None,
+                f"ratios outside [0.5, 2] {h['mismatch_outside']:.1%}"
+                if "mismatch_outside" in h
+                else None,
+                f"groups without gradient {h['zero_variance_groups']:.0%}"
+                if "zero_variance_groups" in h
+                else None,
+            ]
+            said = ", ".join(p for p in parts if p)
+            if said:
+                lines.append(f"round {row['round']}: {role} update: {said}")
     return lines
 
 

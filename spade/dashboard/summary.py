@@ -16,7 +16,16 @@ from typing import Any
 from spade.stats import mean
 from spade.storage import STAGES, StageManifest
 
-TRAIN_METRICS = ("loss", "kl", "clip_fraction", "grad_norm", "entropy")
+TRAIN_METRICS = (
+    "loss",
+    "kl",
+    "clip_fraction",
+    "grad_norm",
+    "entropy",
+    "mismatch_kl",
+    "mismatch_outside",
+    "zero_variance_groups",
+)
 ROUND_FILES = {
     "scored": ("score", "scored.jsonl"),
     "agent": ("train_agent", "outcome.json"),

@@ -52,6 +52,9 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 - ``train_loss``, ``designer_loss``: the agent's and the designer's GRPO loss (None: skipped,
   see ``agent_skipped`` / ``designer_skipped``);
 - ``weights``: the version the round published (what the next round serves).
+
+``summarize_round`` also gives ``training_health`` (role -> :data:`HEALTH_METRICS`), printed
+under ``spade status``'s table.
 """
 
 
@@ -97,8 +100,21 @@ def _failed(row: dict[str, Any]) -> bool:
     return bool(row.get("failed")) or row.get("failure") == "inference"
 
 
+HEALTH_METRICS = ("mismatch_kl", "mismatch_outside", "zero_variance_groups", "is_weight_mean")
+"""An update's health (``training_health``): the sampler/trainer mismatch (k3 KL and share of
+ratios outside [0.5, 2], :func:`spade.training.loss.mismatch_metrics`), the share of groups
+with no gradient, and the mean truncated importance weight."""
+
+
 def _training(outcome: dict[str, Any]) -> tuple[float | None, str | None]:
     return (outcome.get("metrics") or {}).get("loss"), outcome.get("skipped")
+
+
+def _health(outcome: dict[str, Any]) -> dict[str, float] | None:
+    """The :data:`HEALTH_METRICS` an update recorded (None: no update, or none recorded)."""
+    metrics = outcome.get("metrics") or {}
+    found = {k: round(float(metrics[k]), 6) for k in HEALTH_METRICS if k in metrics}
+    return found or None
 
 
 def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
@@ -112,10 +128,12 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
     played = accepted + pool
     plan = _json(cs, round, "sample_documents", PLAN_FILE) or {}
     designed = designs if plan.get("replay_of") is None else []  # a replay round designed none
-    agent_loss, agent_skipped = _training(_json(cs, round, "train_agent", "outcome.json") or {})
-    designer_loss, designer_skipped = _training(
-        _json(cs, round, "train_designer", "outcome.json") or {}
-    )
+    outcomes = {
+        role: _json(cs, round, f"train_{role}", "outcome.json") or {}
+        for role in ("agent", "designer")
+    }
+    agent_loss, agent_skipped = _training(outcomes["agent"])
+    designer_loss, designer_skipped = _training(outcomes["designer"])
     episodes = Counter[str]()
     failed_plays = 0
     for e in _rows(cs, round, "evaluate", "evaluations.jsonl"):
@@ -157,6 +175,9 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "agent_skipped": agent_skipped,
         "designer_loss": designer_loss,
         "designer_skipped": designer_skipped,
+        "training_health": {
+            role: health for role, o in outcomes.items() if (health := _health(o)) is not None
+        },
         "heldout_win_rate": heldout.get("win_rate"),
         "heldout_mean_return": heldout.get("mean_return"),
         "heldout_suites": heldout.get("suites") or {},

@@ -378,4 +378,5 @@ def _metrics(rnd: int, role: str, rng: random.Random) -> dict[str, float | int]:
         "entropy": round(2 - rnd / 10, 4), "ratio_mean": 1.0, "is_weight_mean": 1.0,
         "tokens": 4096, "trained_tokens": 1024, "samples": 16, "micro_batches": 4,
         "tokens_per_s": 900.0, "seconds": 3.5, "lr": 1e-5,
+        "mismatch_kl": 0.002, "mismatch_outside": 0.001, "zero_variance_groups": 0.25,
     }  # fmt: skip

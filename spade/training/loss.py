@@ -27,6 +27,7 @@ from spade.registry import lookup
 __all__ = [
     "AGGREGATIONS",
     "KL_ESTIMATORS",
+    "MISMATCH_BAND",
     "Aggregation",
     "KLEstimator",
     "LossOutput",
@@ -38,6 +39,7 @@ __all__ = [
     "kl_k2",
     "kl_k3",
     "kl_penalty",
+    "mismatch_metrics",
     "policy_loss",
     "sequence_mean",
     "token_mean",
@@ -331,6 +333,7 @@ def policy_loss(
         weights = importance_weights(old, beh, is_cap)  # (B, T); 1 on masked positions
         per_token = per_token * weights
     else:
+        beh = old  # no sampler's log-probs: no mismatch to report
         weights = torch.ones_like(per_token)
 
     if ref_logprobs is not None:
@@ -355,6 +358,36 @@ def policy_loss(
             "kl": _masked_mean(kl.detach(), m),
             "ratio_mean": _masked_mean(ratio.detach(), m),
             "is_weight_mean": _masked_mean(weights.detach(), m),
+            **mismatch_metrics(old, beh, m),
             "tokens": float(tokens),
         }
     return LossOutput(loss=loss, metrics=metrics)
+
+
+MISMATCH_BAND = (0.5, 2.0)
+"""Sampler/trainer ratios outside this band are counted (``mismatch_outside``)."""
+
+
+def mismatch_metrics(train_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor) -> dict:
+    """How far the sampler's policy is from the trainer's on the trained tokens.
+
+    With ``r = exp(train - behaviour)`` per token (tokens sampled from the behaviour policy):
+    ``mismatch_kl`` is the mean of the k3 estimator ``r - 1 - log r`` (>= 0 per token, an
+    unbiased estimate of KL(behaviour || train)), ``mismatch_outside`` the share of tokens with
+    ``r`` outside :data:`MISMATCH_BAND`. Both 0 when the two agree.
+
+    Args:
+        train_logprobs: ``(B, T)``, pi_old's log-probs (the trainer's weights before the update).
+        behaviour_logprobs: ``(B, T)``, the sampler's.
+        mask: ``(B, T)`` bool, the trained tokens.
+    """
+    gap = torch.where(mask, train_logprobs - behaviour_logprobs, torch.zeros_like(train_logprobs))
+    gap = gap.double()  # exp of a few nats in float32 loses the k3's small differences
+    ratio = torch.exp(gap)
+    low, high = MISMATCH_BAND
+    outside = mask & ((ratio < low) | (ratio > high))
+    denom = max(int(mask.sum().item()), 1)
+    return {
+        "mismatch_kl": _masked_mean((ratio - 1.0 - gap).float(), mask),
+        "mismatch_outside": int(outside.sum().item()) / denom,
+    }

@@ -220,13 +220,18 @@ def update_from_parent(
 ) -> JobResult:
     """One GRPO update of ``role`` from checkpoint ``parent`` (None: the base model) on this
     rank's contiguous shard of ``samples`` (all of them in a single process), saved under
-    ``root`` with ``parent`` named in its manifest. Collective under several DeepSpeed ranks:
-    each loads the parent and steps on its shard, rank 0 writes the one checkpoint."""
+    ``root`` with ``parent`` named in its manifest. Its metrics are the step's and
+    ``zero_variance_groups``, the share of the batch's groups with no gradient. Collective
+    under several DeepSpeed ranks: each loads the parent and steps on its shard, rank 0 writes
+    the one checkpoint."""
     from spade.training.job import shard
+    from spade.training.samples import flat_group_share
 
     trainer, files = trainer_from_parent(cfg, role, parent)
     rank, world = trainer.engine.rank, trainer.engine.world_size
     metrics = trainer.step(shard(samples, rank, world)).to_dict()
+    # of the whole batch, not a rank's shard: a group split across ranks is still one group
+    metrics["zero_variance_groups"] = flat_group_share(samples)
     uri = trainer.save(
         root, storage_options=cfg.storage.storage_options, parent=parent, model_files=files
     )

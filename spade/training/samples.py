@@ -36,6 +36,7 @@ __all__ = [
     "TrainSample",
     "assign_advantages",
     "collate",
+    "flat_group_share",
     "micro_batches",
     "samples_from_design_attempts",
     "samples_from_trajectories",
@@ -208,6 +209,18 @@ def assign_advantages(
     for sample, a in zip(samples, adv.tolist(), strict=True):
         sample.advantage = float(a)
     return samples
+
+
+def flat_group_share(samples: Sequence[TrainSample]) -> float:
+    """The share of ``samples``' groups that give GRPO no gradient: every sample's advantage
+    exactly 0 (rewards all equal, or a group of one; see :mod:`spade.training.advantages`).
+    0.0 for no samples. Advantages must be assigned."""
+    flat: dict[str, bool] = {}
+    for sample in samples:
+        if sample.advantage is None:
+            raise ValueError(f"sample of group {sample.group!r} has no advantage assigned")
+        flat[sample.group] = flat.get(sample.group, True) and sample.advantage == 0.0
+    return sum(flat.values()) / len(flat) if flat else 0.0
 
 
 # ---------------------------------------------------------------------------------- batching

@@ -62,7 +62,9 @@ from spade.training.weights import wrap_lora
 __all__ = ["GRPOTrainer", "StepMetrics"]
 
 log = logging.getLogger(__name__)
-_TOKEN_METRICS = ("kl", "clip_fraction", "ratio_mean", "is_weight_mean", "entropy")
+_MEANS = ("kl", "clip_fraction", "ratio_mean", "is_weight_mean", "mismatch_kl", "mismatch_outside")
+"""The loss's metrics that are means over the trained tokens (summed token-weighted)."""
+_TOKEN_METRICS = (*_MEANS, "entropy")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class StepMetrics:
     tokens run through the model (padding excluded), ``trained_tokens`` those the loss is taken
     on; ``tokens_per_s`` is ``tokens`` over the wall time (the pi_old/reference pass included
     in a batch's figure); ``grad_norm`` is before clipping; ``lr`` is the rate the update used.
+    ``mismatch_kl`` and ``mismatch_outside`` say how far the sampler's log-probs are from the
+    trainer's before the update (:func:`spade.training.loss.mismatch_metrics`), token means.
     For a batch of several updates: ``step`` is the last one's, ``loss`` and ``grad_norm`` are
     means over the updates, counts are sums, token means are over all their trained tokens.
     """
@@ -94,6 +98,8 @@ class StepMetrics:
     seconds: float
     lr: float
     updates: int = 1
+    mismatch_kl: float = 0.0
+    mismatch_outside: float = 0.0
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -260,6 +266,8 @@ class GRPOTrainer(TrainerState):
             seconds=seconds,
             lr=updates[-1].lr,
             updates=len(updates),
+            mismatch_kl=token_mean("mismatch_kl"),
+            mismatch_outside=token_mean("mismatch_outside"),
         )
 
     def _loss(
@@ -324,7 +332,7 @@ class GRPOTrainer(TrainerState):
         sums["loss"] += metrics["loss"] * share
         sums["trained"] += trained
         sums["tokens"] += float(batch["attention_mask"].sum().item())
-        for key in ("kl", "clip_fraction", "ratio_mean", "is_weight_mean"):
+        for key in _MEANS:
             sums[key] += metrics[key] * trained  # token means -> token-weighted sums
         if entropy is not None:
             sums["entropy"] += float((entropy * mask).sum().item())
@@ -353,6 +361,8 @@ class GRPOTrainer(TrainerState):
             entropy=totals["entropy"] / n,
             ratio_mean=totals["ratio_mean"] / n,
             is_weight_mean=totals["is_weight_mean"] / n,
+            mismatch_kl=totals["mismatch_kl"] / n,
+            mismatch_outside=totals["mismatch_outside"] / n,
         )
 
     def _to_device(self, batch: Batch) -> Batch:

@@ -127,3 +127,27 @@ def test_each_accepted_design_is_shown_with_its_numbers_and_hint(tmp_path):
         " regret 0.40, designer reward 0.35",
         "  hint: Count what each clue rules out.",
     ]
+
+
+def test_each_update_reports_the_sampler_mismatch_and_the_groups_without_gradient(tmp_path):
+    """training_health from the training stages' outcomes (a skipped stage has none), and the
+    line spade status prints per update."""
+    import json
+
+    from spade.cli.campaign import health_lines
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    cs = campaign_store(cfg, "c")
+    metrics = {"loss": 0.1, "mismatch_kl": 0.0123, "mismatch_outside": 0.015,
+               "zero_variance_groups": 0.5, "is_weight_mean": 0.99}  # fmt: skip
+    agent = {"metrics": metrics}
+    designer = {"metrics": None, "skipped": "no designs this round"}
+    for role, outcome in (("agent", agent), ("designer", designer)):
+        key = cs.layout.stage_key(0, f"train_{role}", "outcome.json")
+        cs.store.write_bytes(key, json.dumps(outcome).encode())
+    row = summarize_round(campaign_store(cfg, "c"), 0)
+    assert row["training_health"] == {"agent": {k: v for k, v in metrics.items() if k != "loss"}}
+    assert health_lines([row]) == [
+        "round 0: agent update: sampler KL 0.0123, ratios outside [0.5, 2] 1.5%,"
+        " groups without gradient 50%"
+    ]

@@ -233,8 +233,11 @@ def test_ratio_one_gives_minus_mean_advantage_over_masked_tokens():
         "kl",
         "ratio_mean",
         "is_weight_mean",
+        "mismatch_kl",
+        "mismatch_outside",
         "tokens",
     }
+    assert m["mismatch_kl"] == m["mismatch_outside"] == 0.0  # no sampler's log-probs given
 
 
 @pytest.mark.parametrize(
@@ -368,6 +371,26 @@ def test_importance_weights_scale_the_per_token_loss():
     off = policy_loss(lp, old, t([1.0]), torch.ones(1, 3), behaviour_logprobs=beh, is_cap=0.0)
     assert_close(off.loss, scalar(-1.0))
     assert off.metrics["is_weight_mean"] == 1.0
+
+
+def test_mismatch_is_the_k3_kl_and_the_share_of_ratios_outside_the_band():
+    """r = exp(train - behaviour) = 1, 1.5, 3 and (masked) 100: k3 = r - 1 - log r per token,
+    so mean(0, 0.5 - log 1.5, 2 - log 3); outside [0.5, 2]: the 3 only, 1 of 3 trained tokens.
+    A cap at 0 (correction off) still reports the mismatch: it is the sampler's, not the cap's."""
+    from spade.training.loss import mismatch_metrics
+
+    train = torch.zeros(1, 4, dtype=F64)
+    beh = t([[0.0, -math.log(1.5), -math.log(3.0), -math.log(100.0)]])
+    mask = torch.tensor([[True, True, True, False]])
+    got = mismatch_metrics(train, beh, mask)
+    want = (0.5 - math.log(1.5) + 2.0 - math.log(3.0)) / 3
+    assert got["mismatch_kl"] == pytest.approx(want, rel=1e-6)
+    assert got["mismatch_outside"] == pytest.approx(1 / 3)
+    assert mismatch_metrics(train, train, mask) == {"mismatch_kl": 0.0, "mismatch_outside": 0.0}
+    below = mismatch_metrics(train, t([[math.log(2.5), 0.0, 0.0, 0.0]]), mask)
+    assert below["mismatch_outside"] == pytest.approx(1 / 3)  # r = 0.4 < 0.5
+    out = policy_loss(train, train, t([1.0]), mask.double(), behaviour_logprobs=beh, is_cap=0.0)
+    assert out.metrics["mismatch_kl"] == pytest.approx(want, rel=1e-6)
 
 
 def test_gradients_flow_to_logprobs_only():

@@ -188,3 +188,23 @@ def test_model_logprobs_at_the_shifted_positions_match_prefix_by_prefix_logprobs
     assert bool((entropy[m] > 0).all()) and bool(
         (entropy[m] <= torch.log(torch.tensor(64.0)) + 1e-4).all()
     )
+
+
+def test_flat_groups_are_those_whose_advantages_are_all_zero():
+    from spade.training.samples import TrainSample, assign_advantages, flat_group_share
+
+    def sample(reward: float, group: str) -> TrainSample:
+        return TrainSample([1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0], reward, group)
+
+    batch = [
+        sample(1.0, "a"),
+        sample(0.0, "a"),
+        sample(0.5, "b"),
+        sample(0.5, "b"),
+        sample(1.0, "c"),
+    ]  # fmt: skip  (a: signal; b: rewards equal; c: alone)
+    assign_advantages(batch)
+    assert flat_group_share(batch) == 2 / 3
+    assert flat_group_share([]) == 0.0
+    with pytest.raises(ValueError, match="no advantage"):
+        flat_group_share([sample(1.0, "a")])

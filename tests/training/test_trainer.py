@@ -3,6 +3,8 @@ checkpoint round trips and weight export (tiny random Llama on CPU)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from peft import PeftModel
@@ -213,7 +215,17 @@ def test_importance_weights_use_the_behaviour_logprobs():
         s.behaviour_logprobs = [
             lp - 5.0 if m else 0.0 for lp, m in zip(s.behaviour_logprobs, s.loss_mask, strict=True)
         ]
-    assert trainer.step(samples).is_weight_mean == pytest.approx(2.0)
+    m = trainer.step(samples)
+    assert m.is_weight_mean == pytest.approx(2.0)
+    # r = exp(5) on every trained token: k3 = e^5 - 1 - 5, every ratio outside [0.5, 2]
+    assert m.mismatch_outside == 1.0
+    assert m.mismatch_kl == pytest.approx(math.exp(5.0) - 6.0, rel=1e-3)
+
+
+def test_a_sampler_on_the_trainers_weights_shows_no_mismatch():
+    trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig())
+    m = trainer.step(task_samples(trainer.model))  # behaviour = the same weights' log-probs
+    assert m.mismatch_outside == 0.0 and 0.0 <= m.mismatch_kl < 1e-6
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean", "token_sum"])
