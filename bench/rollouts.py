@@ -165,13 +165,17 @@ async def run_transformers(
     startup = time.perf_counter() - started
     try:  # the model is released whatever happens
         figures, _ = await measure(backend, s, load_policy(cfg.sandbox.policy_path))
-        ratios = behaviour_ratios(backend, sampled, cfg.training.is_cap)
+        ratios = behaviour_ratios(backend, sampled, cfg.training.is_cap, s.design_temperature)
     finally:
         await backend.aclose()
     return figures | {"startup_seconds": startup}, ratios
 
 
-def behaviour_ratios(backend: Any, sampled: list[Completion], is_cap: float) -> dict[str, Any]:
+def behaviour_ratios(
+    backend: Any, sampled: list[Completion], is_cap: float, temperature: float
+) -> dict[str, Any]:
+    """llama.cpp's log-probs of its ``sampled`` designs (at ``temperature``) against the
+    trainer's model's at the same temperature."""
     from spade.training.behaviour import samples_ratio_stats
     from spade.training.samples import TrainSample
 
@@ -187,7 +191,9 @@ def behaviour_ratios(backend: Any, sampled: list[Completion], is_cap: float) -> 
         if c.ok and c.token_ids
     ]
     pad = backend.tokenizer.pad_token_id or 0
-    stats = samples_ratio_stats(backend.model, samples, pad_id=pad, is_cap=is_cap)
+    stats = samples_ratio_stats(
+        backend.model, samples, pad_id=pad, is_cap=is_cap, temperature=temperature
+    )
     return stats.to_dict()
 
 

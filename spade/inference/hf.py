@@ -20,10 +20,12 @@ How requests become completions:
   OpenAI API, the text is cut just before the first stop string; the token ids (and log-probs)
   are cut just after the token that completes it. ``finish_reason`` is ``"stop"`` for either,
   ``"length"`` when ``max_tokens`` ran out.
-- **Log-probs** are those of the sampled tokens under the model's *raw* distribution
-  (``log_softmax`` of the logits at temperature 1, no top-p): what vLLM returns by default
-  (``logprobs_mode="raw_logprobs"``), so both backends give the trainer the same quantity; a
-  trainer wanting the tempered behaviour policy applies the temperature itself. They are gathered
+- **Log-probs** are those of the sampled tokens under the distribution they were sampled from,
+  the request's temperature applied (``log_softmax(logits / T)``; greedy: ``T = 1``): what the
+  managed llama.cpp and vLLM servers report too (llama.cpp's post-sampling probabilities, vLLM's
+  ``processed_logprobs``), and what the trainer computes at the role's sampling temperature, so
+  the importance ratios compare one distribution. Top-p is not applied here (no role samples
+  with it; the servers would renormalise over the nucleus). They are gathered
   step by step by a logits processor, not with ``output_logits=True``, which keeps every step's
   (batch, vocab) logits: 6,144 design tokens x 8 x 49,152 x 4 bytes is ~9.7 GB.
 - **Failures**: a chat-template error fails its request, a ``generate`` error its batch, both as
@@ -85,22 +87,24 @@ def _settle(future: asyncio.Future[Completion], result: Completion | BaseExcepti
 
 
 class _LogprobRecorder(LogitsProcessor):
-    """Raw log-probs of the sampled tokens, one step at a time.
+    """Log-probs of the sampled tokens at ``temperature``, one step at a time.
 
     ``generate`` calls it once per step with ``input_ids`` (B, prompt + t) and that step's raw
     float32 logits (B, V): custom processors run before the temperature/top-p warpers, and the
-    backend's generation config enables no other processor. The token of step t is known only at
-    step t + 1 (last column of ``input_ids``), so one (B, V) log-softmax is kept until then.
+    backend's generation config enables no other processor, so the temperature is applied here.
+    The token of step t is known only at step t + 1 (last column of ``input_ids``), so one
+    (B, V) log-softmax is kept until then.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, temperature: float = 1.0) -> None:
+        self._temperature = temperature
         self._steps: list[torch.Tensor] = []  # (B,) per step whose token is known
         self._last: torch.Tensor | None = None  # (B, V) log-softmax of the latest step
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._last is not None:
             self._steps.append(self._last.gather(-1, input_ids[:, -1:]).squeeze(-1))
-        self._last = torch.log_softmax(scores.float(), dim=-1)
+        self._last = torch.log_softmax(scores.float() / self._temperature, dim=-1)
         return scores
 
     def logprobs(self, new_tokens: torch.Tensor) -> torch.Tensor:
@@ -316,7 +320,8 @@ class TransformersBackend:
     def _generate(
         self, prompts: list[list[int]], params: SamplingParams
     ) -> tuple[list[list[int]], list[list[float]]]:
-        """Token ids and raw log-probs (both B lists of max_tokens or fewer, padding included)."""
+        """Token ids and their log-probs at the request's temperature (both B lists of
+        max_tokens or fewer, padding included)."""
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long)  # (B, L)
         attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, L)
@@ -334,7 +339,7 @@ class TransformersBackend:
             eos_token_id=self._eos_ids,
             pad_token_id=self._pad_id,
         )
-        recorder = _LogprobRecorder()
+        recorder = _LogprobRecorder(params.temperature if sample else 1.0)
         with torch.inference_mode(), _seeded(params.seed if sample else None, self._device):
             output = self._model.generate(
                 input_ids=input_ids.to(self._device),

@@ -49,6 +49,7 @@ from spade.inference.managed import ManagedServer, healthy, temp_path
 from spade.inference.openai import OpenAIBackend
 
 _SERVED_NAME = "--served-model-name"
+_LOGPROBS_MODE = "--logprobs-mode"
 
 
 def staging_root() -> Path:
@@ -106,10 +107,16 @@ class VllmServer(ManagedServer):
         return self.model
 
     def serve_args(self) -> list[str]:
-        """``serve MODEL --host H --port P [LoRA flags] [extra args] [--served-model-name N]``."""
+        """``serve MODEL --host H --port P [--logprobs-mode processed_logprobs] [LoRA flags]
+        [extra args] [--served-model-name N]``."""
         cfg = self.config
         host = "0.0.0.0" if cfg.container is not None else cfg.host  # published on cfg.host
         cmd = ["serve", self.model_arg, "--host", host, "--port", str(cfg.port)]
+        if not any(a.split("=", 1)[0] == _LOGPROBS_MODE for a in cfg.extra_args):
+            # the sampled tokens' log-probs under the distribution sampled from (temperature
+            # applied), as the trainer computes them at the role's temperature; vLLM's default
+            # is the raw model's. A configured --logprobs-mode is the user's to keep.
+            cmd += [_LOGPROBS_MODE, "processed_logprobs"]
         if cfg.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank)]
         if self.served_name is None:

@@ -89,9 +89,11 @@ def samples_ratio_stats(
     pad_id: int,
     is_cap: float,
     token_budget: int = 8192,
+    temperature: float = 1.0,
 ) -> RatioStats:
     """:func:`ratio_stats` of ``samples`` (their behaviour log-probs) against ``model``'s
-    log-probs of the same tokens, scored without gradient in micro-batches of ``token_budget``."""
+    log-probs of the same tokens at the ``temperature`` they were sampled at, scored without
+    gradient in micro-batches of ``token_budget``."""
     scored = [dataclasses.replace(s, advantage=0.0) for s in samples]  # collate wants one
     train, behaviour, masks = [], [], []
     model.eval()
@@ -100,7 +102,7 @@ def samples_ratio_stats(
         for indices in micro_batches(scored, token_budget):
             batch = collate([scored[i] for i in indices], pad_id)
             on_device = {k: v.to(device) for k, v in batch.items()}
-            logprobs, _ = token_logprobs(model, on_device)  # [B, T]
+            logprobs, _ = token_logprobs(model, on_device, temperature=temperature)  # [B, T]
             keep = batch["loss_mask"] > 0  # [B, T]
             train.append(logprobs.cpu()[keep])
             behaviour.append(batch["behaviour_logprobs"][keep])

@@ -140,7 +140,17 @@ def build_trainer(cfg: CampaignConfig, role: Role) -> tuple[Any, dict[str, bytes
     if cfg.training.kl_coef > 0 and not lora:
         ref = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)[0]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return GRPOTrainer(model, pad, cfg.training, role=role, ref_model=ref), files
+    temperature = sampling_temperature(cfg, role)
+    trainer = GRPOTrainer(
+        model, pad, cfg.training, role=role, ref_model=ref, temperature=temperature
+    )
+    return trainer, files
+
+
+def sampling_temperature(cfg: CampaignConfig, role: Role) -> float:
+    """The temperature ``role``'s trained samples are drawn at: the agent's unhinted plays
+    (``evaluation.temperature``), the designer's answers (``designer.temperature``)."""
+    return cfg.evaluation.temperature if role == "agent" else cfg.designer.temperature
 
 
 def trainer_from_parent(

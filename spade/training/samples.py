@@ -301,7 +301,7 @@ def collate(samples: Sequence[TrainSample], pad_id: int) -> Batch:
 
 
 def token_logprobs(
-    module: nn.Module, batch: Batch, *, entropy: bool = False
+    module: nn.Module, batch: Batch, *, entropy: bool = False, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``[B, T]`` of ``batch["target_ids"]`` and, optionally, the entropy ``[B, T]``.
 
@@ -312,6 +312,7 @@ def token_logprobs(
     of a small model's compute with a 150k vocabulary. ``logits[n]`` (float32) scores its target;
     the log-prob is ``logit[target] - logsumexp(logits)`` (no ``[N, V]`` log-softmax kept). The
     entropy of the next-token distribution is a diagnostic, computed without gradient. Both are
+    of ``logits / temperature`` (the distribution a sampler at that temperature draws from) and
     scattered back to ``[B, T]``; values at untrained positions are 0 and mean nothing (the loss
     and every metric mask them).
     """
@@ -323,6 +324,8 @@ def token_logprobs(
         logits_to_keep=keep,
     )
     logits = out.logits.float()  # [N, V]
+    if temperature != 1.0:
+        logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)  # [N]
     picked = logits.gather(-1, batch["target_ids"][keep].unsqueeze(-1)).squeeze(-1)  # [N]
     lp = torch.zeros(keep.shape, dtype=logits.dtype, device=logits.device)

@@ -130,6 +130,10 @@ class GRPOTrainer(TrainerState):
         ref_model: the reference policy of the KL penalty, moved to the training device. Without
             it a LoRA model uses its base (adapters off); a full fine-tune with ``kl_coef > 0``
             needs one.
+        temperature: the temperature the role's samples were drawn at: every log-prob (the
+            policy's, pi_old's, the reference's) is of ``logits / temperature``, the
+            distribution the behaviour log-probs are of (the backends report them tempered).
+            0 (greedy) counts as 1.
     """
 
     def __init__(
@@ -140,9 +144,13 @@ class GRPOTrainer(TrainerState):
         *,
         role: Literal["agent", "designer"] = "agent",
         ref_model: nn.Module | None = None,
+        temperature: float = 1.0,
     ) -> None:
         if role not in ("agent", "designer"):
             raise ValueError(f"role must be 'agent' or 'designer', not {role!r}")
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.temperature = float(temperature) if temperature > 0 else 1.0
         self.config, self.role, self.pad_id = config, role, int(tokenizer_pad_id)
         self.lora = config.lora.enabled
         if self.lora:
@@ -227,7 +235,9 @@ class GRPOTrainer(TrainerState):
         for i, batch in enumerate(plan.batches):
             share = plan.denoms[i] / plan.total
             with self.engine.autocast():
-                lp, entropy = token_logprobs(self.engine.module, batch, entropy=True)
+                lp, entropy = token_logprobs(
+                    self.engine.module, batch, entropy=True, temperature=self.temperature
+                )
             pi_old = lp.detach() if old is None else old[i]
             out = self._loss(lp, pi_old, ref[i] if ref is not None else None, batch)
             self.engine.backward(out.loss * (share * self.engine.world_size))
@@ -302,13 +312,16 @@ class GRPOTrainer(TrainerState):
         module.eval()  # pi_old without dropout noise
         use_ref = self.ref_model is not None or (self.lora and self.config.kl_coef > 0)
         with torch.no_grad(), self.engine.autocast():
-            old = None if on_policy else [token_logprobs(module, b)[0] for b in batches]
+            t = self.temperature
+            old = None
+            if not on_policy:
+                old = [token_logprobs(module, b, temperature=t)[0] for b in batches]
             if not use_ref:
                 return old, None
             if self.ref_model is not None:
-                return old, [token_logprobs(self.ref_model, b)[0] for b in batches]
+                return old, [token_logprobs(self.ref_model, b, temperature=t)[0] for b in batches]
             with self.model.disable_adapter():  # type: ignore[operator]
-                return old, [token_logprobs(module, b)[0] for b in batches]
+                return old, [token_logprobs(module, b, temperature=t)[0] for b in batches]
 
     def _denominator(self, batch: Batch) -> float:
         """What this micro-batch's aggregation divides by (see the module docstring)."""

@@ -108,15 +108,21 @@ def test_is_a_backend(backend, tiny_dir):
     assert backend.model_name == f"{tiny_dir.name}@v0"
 
 
-@pytest.mark.parametrize("params", [{}, {"temperature": 1.3, "top_p": 0.9, "seed": 1}])
-def test_logprobs_are_the_raw_model_distribution(backend, params):
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"temperature": 1.3, "seed": 1}, {"temperature": 0.6, "top_p": 0.9, "seed": 2}],
+)
+def test_logprobs_are_the_models_distribution_at_the_sampling_temperature(backend, params):
+    """What the trainer computes at the role's temperature (greedy: the raw distribution);
+    top-p is not applied to them."""
     (done,) = _complete(backend, [_chat("what is up?", **params)])
     assert done.ok and done.token_ids and len(done.logprobs) == len(done.token_ids)
     ids = torch.tensor([done.prompt_token_ids + done.token_ids])  # (1, P + T)
     with torch.no_grad():
         logits = backend.model(input_ids=ids).logits[0]  # (P + T, V)
     positions = torch.arange(len(done.prompt_token_ids) - 1, ids.shape[1] - 1)  # predict each token
-    expected = torch.log_softmax(logits[positions].float(), -1).gather(
+    temperature = params.get("temperature") or 1.0
+    expected = torch.log_softmax(logits[positions].float() / temperature, -1).gather(
         -1, torch.tensor(done.token_ids)[:, None]
     )[:, 0]
     assert torch.allclose(torch.tensor(done.logprobs), expected, atol=1e-4)

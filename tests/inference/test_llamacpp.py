@@ -98,26 +98,30 @@ def ask(text: str, **params: Any) -> ChatRequest:
     return ChatRequest([{"role": "user", "content": text}], SamplingParams(**params))
 
 
-def reference_logprobs(model: Any, completion: Completion) -> list[float]:
-    """The reference model's log-probs of the completion's tokens after its prompt."""
+def reference_logprobs(model: Any, completion: Completion, temperature: float = 1.0) -> list[float]:
+    """The reference model's log-probs of the completion's tokens after its prompt, at
+    ``temperature`` (what a sampled completion reports; greedy: 1)."""
     ids = torch.tensor([completion.prompt_token_ids + completion.token_ids])  # (1, L)
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float()  # (L, V)
     start = len(completion.prompt_token_ids) - 1
-    steps = torch.log_softmax(logits[start : start + len(completion.token_ids)], dim=-1)  # (T, V)
+    scaled = logits[start : start + len(completion.token_ids)] / temperature  # (T, V)
+    steps = torch.log_softmax(scaled, dim=-1)
     return steps.gather(-1, torch.tensor(completion.token_ids)[:, None]).squeeze(-1).tolist()
 
 
-def deviations(model: Any, completions: list[Completion]) -> list[float]:
+def deviations(model: Any, completions: list[Completion], temperature: float) -> list[float]:
     return [
         abs(ours - ref)
         for c in completions
-        for ours, ref in zip(c.logprobs, reference_logprobs(model, c), strict=True)
+        for ours, ref in zip(c.logprobs, reference_logprobs(model, c, temperature), strict=True)
     ]
 
 
-def assert_close_to_reference(model: Any, completions: list[Completion]) -> None:
-    gaps = deviations(model, completions)
+def assert_close_to_reference(
+    model: Any, completions: list[Completion], temperature: float = 1.0
+) -> None:
+    gaps = deviations(model, completions, temperature)
     assert gaps and sum(gaps) / len(gaps) <= MEAN_TOLERANCE, sum(gaps) / len(gaps)
     assert max(gaps) <= MAX_TOLERANCE, max(gaps)
 
@@ -131,7 +135,7 @@ def server_prompt_ids(root: str, messages: list[dict[str, str]]) -> list[int]:
     return tokens
 
 
-def test_a_batch_of_chats_gives_exact_ids_text_and_raw_logprobs(backend, reference) -> None:
+def test_a_batch_of_chats_gives_exact_ids_text_and_tempered_logprobs(backend, reference) -> None:
     model, tokenizer = reference
     prompts = ["Write a haiku about rivers.", "What is 17 times 3?", "Name three colours.", "Hi!"]
     requests = [ask(p, max_tokens=48, temperature=0.7, seed=i) for i, p in enumerate(prompts)]
@@ -153,7 +157,7 @@ def test_a_batch_of_chats_gives_exact_ids_text_and_raw_logprobs(backend, referen
             assert c.finish_reason == "length" and len(c.token_ids) == 48
         assert tokenizer.decode(body, skip_special_tokens=True) == c.text
     assert any(c.finish_reason == "stop" for c in out)  # the short answers end on eos
-    assert_close_to_reference(model, out)
+    assert_close_to_reference(model, out, temperature=0.7)
 
 
 def test_a_prefill_ends_the_prompt_ids_and_the_answer_continues_it(backend, reference) -> None:
@@ -173,13 +177,15 @@ def test_a_prefill_ends_the_prompt_ids_and_the_answer_continues_it(backend, refe
     assert_close_to_reference(model, [done])  # log-probs conditioned on the prefill
 
 
-def test_the_logprobs_are_raw_whatever_the_temperature(backend, reference) -> None:
-    # raw log-probs (temperature 1, no top-p), as the trainer's behaviour log-probs: the same
-    # tokens scored at temperature 0.3 and top-p 0.5 keep the reference model's values
+def test_the_logprobs_are_at_the_sampling_temperature(backend, reference) -> None:
+    """The distribution sampled from, as the trainer computes it at the role's temperature:
+    at 0.3 the reference's tempered values, far from its raw ones."""
     cold = complete(backend, [ask("Tell me about foxes.", max_tokens=32, temperature=0.3,
-                                  top_p=0.5, seed=3)])  # fmt: skip
+                                  seed=3)])  # fmt: skip
     assert cold[0].ok
-    assert_close_to_reference(reference[0], cold)
+    assert_close_to_reference(reference[0], cold, temperature=0.3)
+    raw = deviations(reference[0], cold, 1.0)
+    assert sum(raw) / len(raw) > MEAN_TOLERANCE  # the test can tell the two apart
 
 
 def test_greedy_is_the_reference_models_argmax_and_repeats(backend, reference) -> None:

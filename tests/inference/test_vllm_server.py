@@ -122,8 +122,11 @@ def test_command_line_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     server = VllmServer(config, "org/model")
     assert server.command() == [
         "vllm", "serve", "org/model", "--host", "127.0.0.1", "--port", "9001",
+        "--logprobs-mode", "processed_logprobs",
         "--enable-lora", "--max-lora-rank", "32", "--dtype", "bfloat16",
     ]  # fmt: skip
+    kept = config.model_copy(update={"extra_args": ["--logprobs-mode=raw_logprobs"]})
+    assert VllmServer(kept, "m").command().count("processed_logprobs") == 0  # the user's choice
     assert server.environment()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert server.base_url == "http://127.0.0.1:9001/v1"
 
@@ -271,7 +274,7 @@ def test_container_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "-v", f"{folder}:{folder}:ro", "-v", f"{staged}:{staged}:ro",
         "--ipc=host", "--entrypoint", "vllm", "vllm/vllm-openai:v0.11.0",
         "serve", str(folder), "--host", "0.0.0.0", "--port", "9001",
-        "--enable-lora", "--max-lora-rank", "32",
+        "--logprobs-mode", "processed_logprobs", "--enable-lora", "--max-lora-rank", "32",
         "--dtype", "bfloat16", "--served-model-name", "r0001-agent",
     ]  # fmt: skip
 
@@ -290,7 +293,7 @@ def test_container_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "podman", "run", "--rm", "--name", f"spade-vllm-9001-{os.getpid()}",
         "-p", "[::1]:9001:9001", "--shm-size=8g", "--entrypoint", "vllm",
         "vllm/vllm-openai:v0.11.0", "serve", "org/model", "--host", "0.0.0.0", "--port", "9001",
-        "--served-model-name=alias",
+        "--logprobs-mode", "processed_logprobs", "--served-model-name=alias",
     ]  # fmt: skip
     hub.served_name = "v2"
     assert hub.command()[-2:] == ["--served-model-name", "v2"]

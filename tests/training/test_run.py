@@ -48,3 +48,13 @@ def test_attempts_that_failed_on_our_side_are_no_samples(tmp_path):
         f.write(json.dumps(failed.to_dict() | {"reward": None}) + "\n")
     samples = load_samples(CampaignConfig(), "designer", path)
     assert [s.advantage for s in samples] == pytest.approx([-1.0, 1.0, -5.0, 5.0])
+
+
+def test_each_role_trains_at_the_temperature_its_samples_were_drawn_at():
+    from spade.training.run import sampling_temperature
+
+    cfg = CampaignConfig.model_validate(
+        {"evaluation": {"temperature": 0.8}, "designer": {"temperature": 0.6}}
+    )
+    assert sampling_temperature(cfg, "agent") == 0.8
+    assert sampling_temperature(cfg, "designer") == 0.6

@@ -3,6 +3,7 @@ checkpoint round trips and weight export (tiny random Llama on CPU)."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -226,6 +227,20 @@ def test_a_sampler_on_the_trainers_weights_shows_no_mismatch():
     trainer = GRPOTrainer(tiny_llama(), PAD, TrainingConfig())
     m = trainer.step(task_samples(trainer.model))  # behaviour = the same weights' log-probs
     assert m.mismatch_outside == 0.0 and 0.0 <= m.mismatch_kl < 1e-6
+
+
+def test_the_trainer_scores_at_the_temperature_the_samples_were_drawn_at():
+    """Samples drawn at 0.5 (their behaviour log-probs tempered, as the backends report them):
+    a trainer at 0.5 agrees with the sampler, one at 1 sees a mismatch it should not."""
+    base = tiny_llama()
+    at_half = task_samples(base, temperature=0.5)
+    matched = GRPOTrainer(copy.deepcopy(base), PAD, TrainingConfig(), temperature=0.5)
+    assert matched.step(at_half).mismatch_kl < 1e-6
+    unmatched = GRPOTrainer(copy.deepcopy(base), PAD, TrainingConfig())
+    assert unmatched.step(task_samples(base, temperature=0.5)).mismatch_kl > 1e-3
+    assert GRPOTrainer(tiny_llama(), PAD, TrainingConfig(), temperature=0.0).temperature == 1.0
+    with pytest.raises(ValueError, match="temperature"):
+        GRPOTrainer(tiny_llama(), PAD, TrainingConfig(), temperature=-1.0)
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean", "token_sum"])

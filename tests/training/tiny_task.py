@@ -55,23 +55,28 @@ def sequence_logprob(model: torch.nn.Module, prompt: list[int], completion: list
     return sum(float(lp[len(prompt) - 1 + i, tok]) for i, tok in enumerate(completion))
 
 
-def own_logprobs(model: torch.nn.Module, ids: list[int], start: int) -> list[float]:
-    """Per-token log-probs of ``ids`` under ``model`` (0.0 before ``start``): behaviour log-probs
-    as an inference engine running these weights would report them."""
+def own_logprobs(
+    model: torch.nn.Module, ids: list[int], start: int, temperature: float = 1.0
+) -> list[float]:
+    """Per-token log-probs of ``ids`` under ``model`` (0.0 before ``start``) at ``temperature``:
+    behaviour log-probs as an inference engine running these weights would report them."""
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0].float()
-    lp = torch.log_softmax(logits, dim=-1)
+    lp = torch.log_softmax(logits / temperature, dim=-1)
     return [0.0] * start + [float(lp[t - 1, ids[t]]) for t in range(start, len(ids))]
 
 
-def task_samples(model: torch.nn.Module, groups: int = 4) -> list[TrainSample]:
-    """``groups`` groups of (GOOD, reward 1) and (BAD, reward 0), advantages assigned."""
+def task_samples(
+    model: torch.nn.Module, groups: int = 4, temperature: float = 1.0
+) -> list[TrainSample]:
+    """``groups`` groups of (GOOD, reward 1) and (BAD, reward 0), advantages assigned; their
+    behaviour log-probs are ``model``'s at ``temperature``."""
     samples = []
     for g in range(groups):
         for completion, reward in ((GOOD, 1.0), (BAD, 0.0)):
             ids = PROMPT + completion
             mask = [0] * len(PROMPT) + [1] * len(completion)
-            beh = own_logprobs(model, ids, len(PROMPT))
+            beh = own_logprobs(model, ids, len(PROMPT), temperature)
             samples.append(TrainSample(ids, mask, beh, reward, f"env-{g}"))
     assign_advantages(samples, "zscore")
     return samples
