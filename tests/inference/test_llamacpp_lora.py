@@ -44,10 +44,11 @@ LORA = LoraConfig(
     alpha=32,
     target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
 )
+TEMPERATURE = 0.8  # the served log-probs are at the sampling temperature
 REQUESTS = [
     ChatRequest(
         [{"role": "user", "content": text}],
-        SamplingParams(max_tokens=24, temperature=0.8, seed=i),
+        SamplingParams(max_tokens=24, temperature=TEMPERATURE, seed=i),
     )
     for i, text in enumerate(["Tell me about rivers.", "What is a prime number?"])
 ]
@@ -105,7 +106,8 @@ def _logprobs(model: Any, completion: Completion) -> torch.Tensor:
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float()  # (L, V)
     start = len(completion.prompt_token_ids) - 1
-    steps = torch.log_softmax(logits[start : start + len(completion.token_ids)], dim=-1)  # (T, V)
+    scaled = logits[start : start + len(completion.token_ids)] / TEMPERATURE  # (T, V)
+    steps = torch.log_softmax(scaled, dim=-1)
     return steps.gather(-1, torch.tensor(completion.token_ids)[:, None]).squeeze(-1)  # (T,)
 
 
