@@ -187,6 +187,9 @@ def health_lines(rows: list[dict[str, Any]]) -> list[str]:
                 f"groups without gradient {h['zero_variance_groups']:.0%}"
                 if "zero_variance_groups" in h
                 else None,
+                f"{h['dropped_samples']:.0f} replies dropped (no token ids)"
+                if h.get("dropped_samples")
+                else None,
             ]
             said = ", ".join(p for p in parts if p)
             if said:

@@ -25,6 +25,7 @@ TRAIN_METRICS = (
     "mismatch_kl",
     "mismatch_outside",
     "zero_variance_groups",
+    "dropped_samples",
 )
 ROUND_FILES = {
     "scored": ("score", "scored.jsonl"),

@@ -100,10 +100,17 @@ def _failed(row: dict[str, Any]) -> bool:
     return bool(row.get("failed")) or row.get("failure") == "inference"
 
 
-HEALTH_METRICS = ("mismatch_kl", "mismatch_outside", "zero_variance_groups", "is_weight_mean")
+HEALTH_METRICS = (
+    "mismatch_kl",
+    "mismatch_outside",
+    "zero_variance_groups",
+    "is_weight_mean",
+    "dropped_samples",
+)
 """An update's health (``training_health``): the sampler/trainer mismatch (k3 KL and share of
 ratios outside [0.5, 2], :func:`spade.training.loss.mismatch_metrics`), the share of groups
-with no gradient, and the mean truncated importance weight."""
+with no gradient, the mean truncated importance weight, and the replies dropped for want of
+token ids."""
 
 
 def _training(outcome: dict[str, Any]) -> tuple[float | None, str | None]:

@@ -63,12 +63,16 @@ class TrainOutcome:
     skipped: str = ""  # why nothing was trained
 
 
-def _samples(cfg: CampaignConfig, data: TrainData) -> list[Any]:
+def _samples(cfg: CampaignConfig, data: TrainData) -> tuple[list[Any], int]:
+    """The role's samples, and how many replies were dropped for want of token ids."""
     from spade.training.run import agent_samples, designer_samples
+    from spade.training.samples import missing_token_ids
 
     if isinstance(data, AgentData):
-        return agent_samples(cfg, [t for e in data.evaluations for t in e.trajectories])
-    return designer_samples(cfg, data.attempts, data.rewards)
+        plays = [t for e in data.evaluations for t in e.trajectories]
+        return agent_samples(cfg, plays), missing_token_ids(trajectories=plays)
+    samples = designer_samples(cfg, data.attempts, data.rewards)
+    return samples, missing_token_ids(attempts=data.attempts)
 
 
 def _update(
@@ -101,19 +105,21 @@ def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> TrainOutcom
     """
     cfg, round, role = ctx.config, ctx.round, data.role
     rec = StageRecord(ctx, f"train_{role}", {"parent": parent.version})
-    samples = _samples(cfg, data)
+    samples, dropped = _samples(cfg, data)
     reason = ""
     if not samples:
         reason = "no trainable samples"
     elif all(s.advantage == 0 for s in samples):
         reason = "every advantage is zero (equal rewards within each group)"
     if reason:
-        rec.write_json("outcome.json", {"skipped": reason, "samples": len(samples)})
+        rec.write_json(
+            "outcome.json", {"skipped": reason, "samples": len(samples), "dropped": dropped}
+        )
         rec.commit("skipped", reason)
         return TrainOutcome(parent, {}, len(samples), reason)
     root = rec.cs.store.url(rec.key("checkpoint"))
     update = _update(cfg, rec, role, parent, samples, root)
-    metrics, uri = update.metrics, update.checkpoint
+    metrics, uri = update.metrics | {"dropped_samples": dropped}, update.checkpoint
     weights = WeightsRef(f"r{round:04d}-{role}", uri, update.kind)
     rec.outputs["checkpoint"] = uri
     rec.write_json(

@@ -38,6 +38,7 @@ __all__ = [
     "collate",
     "flat_group_share",
     "micro_batches",
+    "missing_token_ids",
     "samples_from_design_attempts",
     "samples_from_trajectories",
     "token_logprobs",
@@ -209,6 +210,30 @@ def assign_advantages(
     for sample, a in zip(samples, adv.tolist(), strict=True):
         sample.advantage = float(a)
     return samples
+
+
+def missing_token_ids(
+    trajectories: Iterable[Trajectory] = (), attempts: Iterable[DesignAttempt] = ()
+) -> int:
+    """What the builders above drop for want of token ids: unhinted, not failed agent turns
+    that wrote text but carry no completion ids, and design attempts (not failed) that wrote
+    an answer but carry no token ids in any part (a server that returns no ids, with no
+    tokenizer to re-derive them). An empty reply is not counted: nothing was sampled."""
+    turns = sum(
+        1
+        for t in trajectories
+        if not t.hinted and not t.failed
+        for turn in t.turns
+        if turn.text and not turn.completion_token_ids
+    )
+    designs = sum(
+        1
+        for a in attempts
+        if not a.failed
+        and a.completion
+        and not any(part["token_ids"] for part in (a.segments or [{"token_ids": a.token_ids}]))
+    )
+    return turns + designs
 
 
 def flat_group_share(samples: Sequence[TrainSample]) -> float:

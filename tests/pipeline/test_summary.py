@@ -139,7 +139,8 @@ def test_each_update_reports_the_sampler_mismatch_and_the_groups_without_gradien
     cfg = load_config(overrides={"storage.root": str(tmp_path)})
     cs = campaign_store(cfg, "c")
     metrics = {"loss": 0.1, "mismatch_kl": 0.0123, "mismatch_outside": 0.015,
-               "zero_variance_groups": 0.5, "is_weight_mean": 0.99}  # fmt: skip
+               "zero_variance_groups": 0.5, "is_weight_mean": 0.99,
+               "dropped_samples": 2}  # fmt: skip
     agent = {"metrics": metrics}
     designer = {"metrics": None, "skipped": "no designs this round"}
     for role, outcome in (("agent", agent), ("designer", designer)):
@@ -149,5 +150,5 @@ def test_each_update_reports_the_sampler_mismatch_and_the_groups_without_gradien
     assert row["training_health"] == {"agent": {k: v for k, v in metrics.items() if k != "loss"}}
     assert health_lines([row]) == [
         "round 0: agent update: sampler KL 0.0123, ratios outside [0.5, 2] 1.5%,"
-        " groups without gradient 50%"
+        " groups without gradient 50%, 2 replies dropped (no token ids)"
     ]

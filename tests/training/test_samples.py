@@ -208,3 +208,19 @@ def test_flat_groups_are_those_whose_advantages_are_all_zero():
     assert flat_group_share([]) == 0.0
     with pytest.raises(ValueError, match="no advantage"):
         flat_group_share([sample(1.0, "a")])
+
+
+def test_replies_without_token_ids_are_counted_as_dropped():
+    from spade.training.samples import missing_token_ids
+
+    def turn(text: str, ids: list[int]) -> Turn:
+        return Turn([1, 2], ids, [-1.0] * len(ids), text, text, "obs", 0.0, False, False,
+                    "stop", 0.0, 0.0)  # fmt: skip
+
+    play = Trajectory("env", 0, False, turns=[turn("a", []), turn("", []), turn("b", [5])])
+    hinted = Trajectory("env", 0, True, turns=[turn("a", [])])  # never trained: not dropped
+    assert missing_token_ids(trajectories=[play, hinted]) == 1
+    bare = DesignAttempt(slot=0, attempt=0, skill="s", doc_id="d", messages=[], completion="x")
+    kept = DesignAttempt(slot=1, attempt=0, skill="s", doc_id="d", messages=[], completion="y",
+                         prompt_token_ids=[1], token_ids=[2], logprobs=[-1.0])  # fmt: skip
+    assert missing_token_ids(attempts=[bare, kept]) == 1
