@@ -40,6 +40,12 @@ from spade.storage import STAGES, ObjectStore
 
 REFRESH_S = 30.0
 TABS = ("Rounds", "Environments", "Held-out", "Memory")
+TRAIN_CHARTS = (
+    ("loss", "kl", "clip_fraction"),
+    ("mismatch_kl", "mismatch_outside", "zero_variance_groups"),
+)
+"""The training charts, a row of three each: the update, then the sampler/trainer mismatch
+(k3 KL, share of ratios outside [0.5, 2]) and the share of groups without a gradient."""
 
 
 def settings() -> tuple[str, str | None, dict[str, Any]]:
@@ -77,6 +83,7 @@ def headline(ov: Overview) -> None:
     items = [
         ("Win rate (hinted)", "hinted_win_rate"),
         ("Win rate (unhinted)", "win_rate"),
+        ("Mean return (unhinted)", "mean_return"),
         ("Regret", "regret"),
         ("Designer reward", "designer_reward"),
         ("Acceptance", "acceptance_rate"),
@@ -98,9 +105,11 @@ def per_round(ov: Overview, **fields: str) -> Any:
 def rounds_tab(data: CampaignData, ov: Overview) -> None:
     rs = ov.rounds
     left, right = st.columns(2)
-    left.markdown("**Win rate: hinted vs unhinted, and held-out**")
-    wins = {"hinted": "hinted_win_rate", "unhinted": "win_rate", "held-out": "heldout_win_rate"}
-    show(left, charts.lines(per_round(ov, **wins), unit_range=True))
+    left.markdown("**Win rate (solid) and mean return (dashed): hinted, unhinted, held-out**")
+    wins = {"hinted win": "hinted_win_rate", "unhinted win": "win_rate",
+            "held-out win": "heldout_win_rate", "hinted return": "hinted_mean_return",
+            "unhinted return": "mean_return", "held-out return": "heldout_mean_return"}  # fmt: skip
+    show(left, charts.lines(per_round(ov, **wins), unit_range=True, dashed="return"))
     right.markdown("**Regret and designer reward**")
     show(right, charts.lines(per_round(ov, regret="regret", designer_reward="designer_reward")))
     left, right = st.columns(2)
@@ -117,13 +126,14 @@ def rounds_tab(data: CampaignData, ov: Overview) -> None:
     suites = {r.round: {n: s.get("score") for n, s in r.heldout_suites.items()} for r in rs}
     show(st.container(), charts.lines(charts.per_round(suites), unit_range=True), "no suites")
     st.markdown("**Training (agent and designer updates)**")
-    for col, metric in zip(st.columns(3), ("loss", "kl", "clip_fraction"), strict=True):
-        col.caption(metric)
-        train = {
-            r.round: {f"{role}_{metric}": r.train.get(role, {}).get(metric) for role in r.train}
-            for r in rs
-        }
-        show(col, charts.lines(charts.per_round(train), height=180))
+    for row in TRAIN_CHARTS:
+        for col, metric in zip(st.columns(len(row)), row, strict=True):
+            col.caption(metric)
+            train = {
+                r.round: {f"{role}_{metric}": r.train.get(role, {}).get(metric) for role in r.train}
+                for r in rs
+            }
+            show(col, charts.lines(charts.per_round(train), height=180))
     st.markdown("**Stage durations (s)**")
     stages = charts.per_round({r.round: r.stage_seconds for r in rs})
     show(st.container(), charts.stacked_bars(stages))

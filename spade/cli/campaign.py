@@ -22,8 +22,9 @@ console = Console(soft_wrap=True)  # sys.stdout as it is when printing (tests sw
 StoreOpt = Annotated[
     str, typer.Option("--store", "-s", help="Object store root of the campaign (storage.root).")
 ]
-STATUS_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c != "designer_reward")
-"""The columns of ``spade status`` (the rest of ``SUMMARY_COLUMNS`` is in ``--json``)."""
+STATUS_COLUMNS = tuple(c for c in SUMMARY_COLUMNS if c not in ("designer_reward", "repaired"))
+"""The columns of ``spade status`` (the rest of ``SUMMARY_COLUMNS`` is in ``--json``; repairs,
+off by default and measured to rescue nothing, gave their column to the mean return)."""
 # Two-line headers and short numbers keep the table within a terminal's 80 columns.
 HEADERS = {
     "round": "rnd",
@@ -35,6 +36,7 @@ HEADERS = {
     "repaired": "\nrep",
     "pool_envs": "\npool",
     "win_rate": "\nwin",
+    "mean_return": "\nret",
     "hinted_win_rate": "\nhint",
     "regret": "re-\ngret",
     "designer_spread": "adv\nsprd",
@@ -45,13 +47,21 @@ HEADERS = {
 }
 LEGEND = (
     "rnd: round (* not complete); re-of: the round it replays; design/ok: designs",
-    "tried/accepted; nov: novel; dup: rejected as copies; rep: accepted after a",
-    "repair turn; pool: pool environments played; win/hint/regret: unhinted and",
-    "hinted win rates, regret, over every environment played; adv sprd: max - min of",
-    "the designer's rewards (0: no signal); wts rNa/rNd: what round N published",
+    "tried/accepted; nov: novel; dup: rejected as copies (accepted after a repair",
+    "turn: --json); pool: pool environments played; win/hint/regret: unhinted and",
+    "hinted win rates, regret, over every environment played; ret: unhinted mean",
+    "return (partial credit counts; a win only at full credit); adv sprd: max - min",
+    "of the designer's rewards (0: no signal); wts rNa/rNd: what round N published",
     "(after its agent/designer update), served by the next round",
 )
-RATES = ("win_rate", "hinted_win_rate", "regret", "designer_spread", "heldout_win_rate")
+RATES = (
+    "win_rate",
+    "mean_return",
+    "hinted_win_rate",
+    "regret",
+    "designer_spread",
+    "heldout_win_rate",
+)
 
 
 def _with_campaigns(store: ObjectStore) -> ObjectStore:
@@ -123,7 +133,8 @@ def round_table(rows: list[dict[str, Any]], columns: list[str], title: str) -> T
 
 
 def cell(column: str, row: dict[str, Any]) -> str:
-    """One short cell: rates with 2 decimals, losses with 3, weights as ``rNa``/``rNd``."""
+    """One short cell: rates with 2 decimals, losses with 3 (1 from 10 up: the table keeps to
+    80 columns), weights as ``rNa``/``rNd``."""
     value = row.get(column)
     if column == "round":
         return f"{value}" if row.get("complete") else f"{value}*"
@@ -134,7 +145,9 @@ def cell(column: str, row: dict[str, Any]) -> str:
     if isinstance(value, float):
         if column == "designer_spread" and 0 < value < 0.005:
             return "<.01"  # a signal, however small: "0.00" would read as none
-        return f"{value:.2f}" if column in RATES else f"{value:.3f}"
+        if column in RATES:
+            return f"{value:.2f}"
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3f}"
     return str(value)
 
 

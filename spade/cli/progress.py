@@ -150,7 +150,12 @@ _DETAIL: dict[str, tuple[tuple[str, str], ...]] = {
     # what a committed stage adds to its line: (row field, label)
     "verify": (("designs_accepted", "accepted"), ("designs_rejected", "rejected")),
     "pool": (("pool_envs", "pool environments"),),
-    "evaluate": (("plays", "plays"), ("win_rate", "win"), ("hinted_win_rate", "hinted")),
+    "evaluate": (
+        ("plays", "plays"),
+        ("win_rate", "win"),
+        ("mean_return", "mean return"),
+        ("hinted_win_rate", "hinted"),
+    ),
     "score": (("regret", "regret"), ("designer_spread", "reward spread")),
     "train_agent": (("train_loss", "loss"),),
     "train_designer": (("designer_loss", "loss"),),

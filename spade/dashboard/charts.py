@@ -83,19 +83,26 @@ def _round_axis() -> Spec:
     }
 
 
-def lines(table: pa.Table, *, unit_range: bool = False, height: int = 220) -> Spec:
+def lines(
+    table: pa.Table, *, unit_range: bool = False, height: int = 220, dashed: str | None = None
+) -> Spec:
     """Lines over rounds, one per series, points marked (up to :data:`DENSE_ROUNDS` rounds);
-    ``unit_range``: a fixed 0..1 axis (a rate that stays flat then looks flat)."""
-    y: Spec = {"field": "value", "type": "quantitative", "title": None}
+    ``unit_range``: a fixed 0..1 axis (a rate that stays flat then looks flat); ``dashed``:
+    series whose name contains it are drawn dashed (returns beside the win rates). The value
+    axis is labelled in d3's trimmed general format (``~g``): a KL of 2e-4 reads ``0.0002``,
+    not ``0.000000``."""
+    y: Spec = {"field": "value", "type": "quantitative", "title": None, "axis": {"format": "~g"}}
     if unit_range:
         y["scale"] = {"domain": [0, 1]}
+    encoding: Spec = {"x": _round_axis(), "y": y, "color": _color(table)}
+    if dashed is not None:
+        encoding["strokeDash"] = {
+            "condition": {"test": f"indexof(datum.series, '{dashed}') >= 0", "value": [4, 3]},
+            "value": [1, 0],
+        }
     return _base(table, height) | {
         "mark": {"type": "line", "point": _rounds(table) <= DENSE_ROUNDS, "tooltip": True},
-        "encoding": {
-            "x": _round_axis(),
-            "y": y,
-            "color": _color(table),
-        },
+        "encoding": encoding,
     }
 
 

@@ -44,9 +44,12 @@ ROW_FIELDS = (
     "acceptance_rate",
     "win_rate",
     "hinted_win_rate",
+    "mean_return",
+    "hinted_mean_return",
     "regret",
     "designer_reward",
     "heldout_win_rate",
+    "heldout_mean_return",
     "memory_size",
     "weights",
 )
@@ -71,12 +74,15 @@ class RoundSummary:
     acceptance_rate: float | None = None
     win_rate: float | None = None
     hinted_win_rate: float | None = None
+    mean_return: float | None = None  # partial credit counted (a win rate counts full wins)
+    hinted_mean_return: float | None = None
     regret: float | None = None
     designer_reward: float | None = None
     rejections: dict[str, int] = field(default_factory=dict)  # failure kind -> count
     skills: dict[str, int] = field(default_factory=dict)  # accepted designs per skill
     train: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> metrics
     heldout_win_rate: float | None = None
+    heldout_mean_return: float | None = None
     heldout_suites: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
     weights: str | None = None
     memory_size: int | None = None
@@ -143,6 +149,8 @@ def summarize(
         acceptance_rate=len(accepted) / len(designed) if designed else None,
         win_rate=mean(s.get("win_rate") for s in accepted + pool),
         hinted_win_rate=mean(s.get("hinted_win_rate") for s in accepted + pool),
+        mean_return=mean(s.get("mean_return") for s in accepted + pool),
+        hinted_mean_return=mean(s.get("hinted_mean_return") for s in accepted + pool),
         regret=mean(s.get("regret") for s in accepted + pool),
         designer_reward=mean(s.get("raw_reward", s.get("reward")) for s in designed),
         rejections=dict(
@@ -151,6 +159,7 @@ def summarize(
         skills=dict(Counter(s.get("skill") or "unknown" for s in accepted)),
         train=train,
         heldout_win_rate=objs.get("heldout", {}).get("win_rate"),
+        heldout_mean_return=objs.get("heldout", {}).get("mean_return"),
         heldout_suites=dict(objs.get("heldout", {}).get("suites") or {}),
         weights=objs.get("weights", {}).get("version"),
         envs=scored,

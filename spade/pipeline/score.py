@@ -11,6 +11,7 @@ from spade.pipeline.record import StageRecord
 from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvEvaluation
 from spade.scoring.outcomes import ScoredAttempt, design_flags, score
+from spade.stats import mean
 
 
 @dataclass
@@ -37,12 +38,16 @@ def score_round(
     ``scored.jsonl`` holds a row per design attempt (``source: designed``, in attempt order:
     the designer's training reads them by position; an attempt that failed on our side has
     ``failed: true`` and no reward), then a row per pool environment played (``source: pool``,
-    no reward: the designer is never rewarded for those).
+    no reward: the designer is never rewarded for those). Rows of environments played carry
+    their mean unhinted and hinted returns (``mean_return``, ``hinted_mean_return``).
     """
     scored, new_ema = score(attempts, evaluations, ctx.config.scoring, ema)
     rec = StageRecord(ctx, "score", {"ema": fingerprint(ema)})
     by_attempt = {id(s.attempt): s for s in scored}
+    returns = {e.env_id: mean_returns(e) for e in evaluations}
     rows = [_row(by_attempt[id(a)]) if id(a) in by_attempt else _failed_row(a) for a in attempts]
+    for row in rows:  # an accepted design's plays: partial credit shows where wins do not
+        row |= returns.get(row["env_id"], NO_RETURNS) if row["accepted"] else NO_RETURNS
     rows += [
         {
             "env_id": e.env_id,
@@ -54,6 +59,7 @@ def score_round(
             "win_rate": e.win_rate,
             "hinted_win_rate": e.hinted_win_rate,
             "regret": e.regret,
+            **returns[e.env_id],
             "reward": None,
             "raw_reward": None,
         }
@@ -64,6 +70,15 @@ def score_round(
     rec.write_json("ema.json", new_ema)
     rec.commit()
     return RoundScores(scored, new_ema)
+
+
+NO_RETURNS: dict[str, float | None] = {"mean_return": None, "hinted_mean_return": None}
+
+
+def mean_returns(e: EnvEvaluation) -> dict[str, float | None]:
+    """The mean unhinted and hinted episode return of an environment's plays (None: no play
+    of that kind): partial credit, where a win rate counts only full wins."""
+    return {"mean_return": mean(e.unhinted_returns), "hinted_mean_return": mean(e.hinted_returns)}
 
 
 def _row(s: ScoredAttempt) -> dict[str, Any]:

@@ -29,6 +29,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "repaired",
     "pool_envs",
     "win_rate",
+    "mean_return",
     "hinted_win_rate",
     "regret",
     "designer_reward",
@@ -47,6 +48,8 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
   repair turn;
 - ``pool_envs``: pool environments played (``run.env_source: pool``, ``run.min_envs``);
 - ``win_rate``, ``hinted_win_rate``, ``regret``: means over every environment played;
+  ``mean_return`` (and ``hinted_mean_return`` in ``--json``): the mean episode return, partial
+  credit included, where a win rate counts full wins only;
 - ``designer_reward``: mean reward of the attempts before centring; ``designer_spread``: max -
   min of the rewards the designer trains on (centred per skill: 0 means no signal);
 - ``train_loss``, ``designer_loss``: the agent's and the designer's GRPO loss (None: skipped,
@@ -170,6 +173,8 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "win_rate": _mean([s["win_rate"] for s in played]),
         "hinted_win_rate": _mean([s["hinted_win_rate"] for s in played]),
         "regret": _mean([s["regret"] for s in played]),
+        "mean_return": _mean([s.get("mean_return") for s in played]),
+        "hinted_mean_return": _mean([s.get("hinted_mean_return") for s in played]),
         "designed_win_rate": _mean([s["win_rate"] for s in accepted]),
         "designed_regret": _mean([s["regret"] for s in accepted]),
         "designer_reward": _mean([s.get("raw_reward", s["reward"]) for s in designed]),

@@ -183,6 +183,8 @@ def _expected(attempts, scored, memory_size, metrics, heldout, weights) -> dict[
         "win_rate": mean(s["win_rate"] for s in ok),
         "hinted_win_rate": mean(s["hinted_win_rate"] for s in ok),
         "regret": mean(s["regret"] for s in ok),
+        "mean_return": mean(s["mean_return"] for s in ok),
+        "hinted_mean_return": mean(s["hinted_mean_return"] for s in ok),
         "designer_reward": mean(s["reward"] for s in scored),
         "rejections": dict(Counter(s["failure"] for s in scored if not s["accepted"])),
         "rejected_checks": dict(
@@ -191,6 +193,7 @@ def _expected(attempts, scored, memory_size, metrics, heldout, weights) -> dict[
         "skills": dict(Counter(s["skill"] for s in ok)),
         "memory_size": memory_size,
         "heldout_win_rate": heldout["win_rate"],
+        "heldout_mean_return": heldout.get("mean_return"),
         "heldout_suites": heldout.get("suites", {}),
         "weights": weights["version"],
         "train": metrics,
@@ -314,6 +317,8 @@ def _score(cfg, cid, rnd, attempts, evals) -> list[dict[str, Any]]:
             "skill": a["skill"], "accepted": a["accepted"], "failure": a["failure_kind"],
             "win_rate": ev and ev["win_rate"], "hinted_win_rate": ev and ev["hinted_win_rate"],
             "regret": ev and ev["regret"],
+            "mean_return": ev and fmean(ev["unhinted_returns"]),
+            "hinted_mean_return": ev and fmean(ev["hinted_returns"]),
             "reward": round(4 * ev["regret"] * ev["win_rate"] * (1 - ev["win_rate"]) if ev else -1.0, 4),
             "slot": a["slot"], "attempt": a["attempt"],
         })  # fmt: skip
@@ -330,7 +335,8 @@ def _heldout(cfg, cid, rnd, rng, suites: bool) -> tuple[dict[str, Any], list[dic
          "weights": f"r{rnd:04d}-designer"}
         for i in range(4)
     ]  # fmt: skip
-    summary: dict[str, Any] = {"win_rate": fmean(h["win_rate"] for h in held), "environments": 4}
+    summary: dict[str, Any] = {"win_rate": fmean(h["win_rate"] for h in held), "environments": 4,
+                               "mean_return": fmean(h["mean_return"] for h in held)}  # fmt: skip
     outputs: dict[str, Any] = {"results.jsonl": held}
     items: list[dict[str, Any]] = []
     for name, tasks in SUITES.items() if suites else ():

@@ -19,12 +19,14 @@ def _round(cfg, r: int, *, complete: bool) -> None:
     designs = [
         {"source": "designed", "accepted": i % 2 == 0, "failure": None if i % 2 == 0 else
          "duplicate", "win_rate": 0.625, "hinted_win_rate": 0.875, "regret": 0.25,
+         "mean_return": 0.75 if i % 2 == 0 else None,
          "reward": -1.25 + i / 10, "raw_reward": -1.0, "novel": i % 2 == 0,
          "repaired": i % 4 == 0}
         for i in range(24)
     ]  # fmt: skip
     pool = [{"source": "pool", "accepted": True, "failure": None, "win_rate": 0.25,
-             "hinted_win_rate": 0.5, "regret": 0.375, "reward": None}] * 12  # fmt: skip
+             "hinted_win_rate": 0.5, "regret": 0.375, "reward": None,
+             "mean_return": 0.5}] * 12  # fmt: skip
     cs.store.write_bytes(cs.layout.stage_key(r, "score", "scored.jsonl"), jsonl(designs + pool))
     cs.store.write_json(  # the incomplete round replays the other: the replay column shows
         cs.layout.stage_key(r, "sample_documents", "plan.json"),
@@ -57,12 +59,13 @@ def test_status_fits_80_columns_and_says_why_a_role_did_not_train(tmp_path):
     table = lines[: next(i for i, line in enumerate(lines) if line.startswith("rnd:"))]
     assert max(len(line.rstrip()) for line in lines if not line.startswith(("round ", "art"))) <= 80
     (row,) = [line.split() for line in table if line.strip().startswith("118 ")]
-    # rnd re-of design ok nov dup rep pool win hint regret sprd loss-agent loss-dsgn held wts
-    # win (12 x 0.625 + 12 x 0.25) / 24; hint (0.875 + 0.5) / 2; regret (0.25 + 0.375) / 2;
-    # spread (-1.25 + 2.3) - (-1.25)
+    # rnd re-of design ok nov dup pool win ret hint regret sprd loss-agent loss-dsgn held wts
+    # (repairs: --json); win (12 x 0.625 + 12 x 0.25) / 24; ret (12 x 0.75 + 12 x 0.5) / 24
+    # (the played only); hint (0.875 + 0.5) / 2; regret (0.25 + 0.375) / 2; spread
+    # (-1.25 + 2.3) - (-1.25); a loss from 10 up with one decimal
     assert row == [
-        "118", "-", "24", "12", "12", "12", "6", "12", "0.44", "0.69", "0.31", "2.30", "-",
-        "-12.346", "0.33", "r118d",
+        "118", "-", "24", "12", "12", "12", "12", "0.44", "0.62", "0.69", "0.31", "2.30",
+        "-", "-12.3", "0.33", "r118d",
     ]  # fmt: skip
     assert any(line.strip().startswith("119*") for line in table)  # not complete
     assert "round 118: agent not trained: every advantage is zero" in done.stdout

@@ -38,12 +38,13 @@ def test_rounds_tab_shows_the_campaign_numbers(camp, monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Win rate (hinted)"] == f"{last['hinted_win_rate']:.3f}"
     assert metrics["Win rate (unhinted)"] == f"{last['win_rate']:.3f}"
+    assert metrics["Mean return (unhinted)"] == f"{last['mean_return']:.3f}"
     assert metrics["Regret"] == f"{last['regret']:.3f}"
     assert metrics["Acceptance"] == f"{last['acceptance_rate']:.3f}"
     assert metrics["Memory"] == str(last["memory_size"])
     assert f"{ROUNDS + 1} rounds · last complete round: {ROUNDS - 1}" in at.caption[0].value
     got = charts(at)
-    wins = chart_with(got, "hinted", "unhinted", "held-out")
+    wins = chart_with(got, "hinted win", "unhinted win", "held-out win", "unhinted return")
     regret = chart_with(got, "regret", "designer_reward")
     memory = chart_with(got, "memory_size")
     loss = chart_with(got, "agent_loss", "designer_loss")
@@ -52,9 +53,12 @@ def test_rounds_tab_shows_the_campaign_numbers(camp, monkeypatch):
     for rnd, want in camp.expected.items():
         for name, suite in want["heldout_suites"].items():
             assert suites[name][rnd] == pytest.approx(suite["score"])
-        assert wins["hinted"][rnd] == pytest.approx(want["hinted_win_rate"])
-        assert wins["unhinted"][rnd] == pytest.approx(want["win_rate"])
-        assert wins["held-out"][rnd] == pytest.approx(want["heldout_win_rate"])
+        assert wins["hinted win"][rnd] == pytest.approx(want["hinted_win_rate"])
+        assert wins["unhinted win"][rnd] == pytest.approx(want["win_rate"])
+        assert wins["held-out win"][rnd] == pytest.approx(want["heldout_win_rate"])
+        assert wins["unhinted return"][rnd] == pytest.approx(want["mean_return"])
+        assert wins["hinted return"][rnd] == pytest.approx(want["hinted_mean_return"])
+        assert wins["held-out return"][rnd] == pytest.approx(want["heldout_mean_return"])
         assert regret["regret"][rnd] == pytest.approx(want["regret"])
         assert memory["memory_size"][rnd] == want["memory_size"]
         assert loss["agent_loss"][rnd] == want["train"]["agent"]["loss"]

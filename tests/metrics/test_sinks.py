@@ -31,6 +31,7 @@ def _row(round: int, **more: object) -> dict[str, object]:
         "pool_envs": 1,
         "rejections": {"infeasible": 1, "parse": 1},
         "win_rate": 0.25 + round / 10,
+        "mean_return": 0.375 + round / 10,
         "hinted_win_rate": 0.5,
         "regret": 0.125,
         "designed_win_rate": 0.25,
