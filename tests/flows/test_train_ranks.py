@@ -29,7 +29,7 @@ from spade.pipeline.train import DesignerData, TrainOutcome, train
 from spade.records import BASE, DesignAttempt, WeightsRef
 from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.loss import policy_loss
-from spade.training.run import designer_samples
+from spade.training.run import designer_samples, sampling_temperature
 from spade.training.samples import collate, token_logprobs
 from tests.training.tiny_task import GRAD_REL, adam_first_step_slack
 
@@ -88,11 +88,12 @@ def _run_flow(cfg: CampaignConfig, campaign_id: str, data: DesignerData) -> Trai
 
 
 def _gradients(cfg: CampaignConfig, data: DesignerData) -> dict[str, torch.Tensor]:
-    """The on-policy step's gradient of the whole batch, by hand, by parameter name."""
+    """The on-policy step's gradient of the whole batch, by hand, by parameter name (at the
+    designer's sampling temperature, as the trainer scores it)."""
     model, _ = load_model_and_tokenizer(resolve_model(cfg.model), "float32", "cpu")
     samples = designer_samples(cfg, data.attempts, data.rewards)
     batch = collate(samples, 0)
-    lp, _ = token_logprobs(model, batch)
+    lp, _ = token_logprobs(model, batch, temperature=sampling_temperature(cfg, "designer"))
     out = policy_loss(lp, lp.detach(), batch["advantages"], batch["loss_mask"],
                       behaviour_logprobs=batch["behaviour_logprobs"])  # fmt: skip
     out.loss.backward()
