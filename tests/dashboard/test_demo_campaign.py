@@ -168,8 +168,9 @@ def test_page_numbers_and_charts_are_the_stores(demo, monkeypatch):
     acceptance = chart_with(got, "acceptance_rate")["acceptance_rate"]
     ok = sum(s["accepted"] for s in designs(demo))
     assert acceptance == {0: pytest.approx(ok / len(designs(demo)))}
-    wins = chart_with(got, "held-out")
-    assert wins["held-out"] == {0: pytest.approx(demo.heldout["win_rate"])}
+    wins = chart_with(got, "held-out win", "held-out return")
+    assert wins["held-out win"] == {0: pytest.approx(demo.heldout["win_rate"])}
+    assert wins["held-out return"] == {0: pytest.approx(demo.heldout["mean_return"])}
     reward = chart_with(got, "designer_reward")["designer_reward"]
     assert reward == {0: pytest.approx(fmean(s["raw_reward"] for s in designs(demo)))}
     scores = chart_with(got, *demo.heldout["suites"])  # one line per held-out suite
