@@ -26,6 +26,16 @@ def test_lines_leave_out_missing_values_and_keep_series_order():
     assert enc["y"]["scale"] == {"domain": [0, 1]} and spec["mark"]["point"] is True
     assert enc["color"]["sort"] == ["hinted (mean)", "held-out"]
     json.dumps({k: v for k, v in spec.items() if k != "datasets"})  # the rest is plain JSON
+    assert enc["y"]["axis"] == {"format": "~g"}  # 0.0002 reads 0.0002, not 0.000000
+    assert "strokeDash" not in enc
+
+
+def test_series_named_like_dashed_are_drawn_dashed():
+    table = charts.per_round({0: {"unhinted win": 0.0, "unhinted return": 0.4}})
+    enc = charts.lines(table, dashed="return")["encoding"]
+    dash = enc["strokeDash"]
+    assert dash["condition"]["test"] == "indexof(datum.series, 'return') >= 0"
+    assert dash["condition"]["value"] == [4, 3] and dash["value"] == [1, 0]
 
 
 def test_stacked_bars_fill_gaps_with_zero_and_turn_to_areas_when_dense():
