@@ -192,22 +192,24 @@ def health_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     for row in rows:
         for role, h in (row.get("training_health") or {}).items():
-            parts = [
-                f"sampler KL {h['mismatch_kl']:.4f}" if "mismatch_kl" in h else None,
-                f"ratios outside [0.5, 2] {h['mismatch_outside']:.1%}"
-                if "mismatch_outside" in h
-                else None,
-                f"groups without gradient {h['zero_variance_groups']:.0%}"
-                if "zero_variance_groups" in h
-                else None,
-                f"{h['dropped_samples']:.0f} replies dropped (no token ids)"
-                if h.get("dropped_samples")
-                else None,
-            ]
-            said = ", ".join(p for p in parts if p)
+            # a figure the update recorded; no dropped replies is not worth a word
+            said = ", ".join(
+                form.format(h[key])
+                for key, form in _HEALTH_SAID
+                if key in h and (h[key] or key != "dropped_samples")
+            )
             if said:
                 lines.append(f"round {row['round']}: {role} update: {said}")
     return lines
+
+
+_HEALTH_SAID = (
+    ("mismatch_kl", "sampler KL {:.4f}"),
+    ("mismatch_outside", "ratios outside [0.5, 2] {:.1%}"),
+    ("zero_variance_groups", "groups without gradient {:.0%}"),
+    ("dropped_samples", "{:.0f} replies dropped (no token ids)"),
+)
+"""How :func:`health_lines` says each figure, in its order."""
 
 
 def _number(value: object) -> str:
