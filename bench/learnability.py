@@ -24,9 +24,10 @@ sampler/trainer mismatch (each update's ``mismatch_kl`` is recorded).
 ``--sweep`` instead runs the learning rate x LoRA rank grid (``--sweep-lrs``, ``--sweep-ranks``)
 for ``--sweep-updates`` steps each, scored on ``--val-items`` validation items (never the
 held-out stream), and prints the best setting. ``--quick`` is a smoke run on the shipped
-SmolLM2-135M (a minute or two). Defaults (the demo's config and Qwen2.5-Coder-0.5B) are sized for
-about 75 minutes on 2 cores. Benchmarks report; they do not assert. A table prints, JSON goes to
-``--out`` (default bench/results/learnability.json) and the figure beside it (``.png``).
+SmolLM2-135M (a minute or two). Defaults (the demo's config and Qwen2.5-Coder-0.5B) took 45 min
+on 2 cores (the budget: about 75). Benchmarks report; they do not assert. A table prints,
+JSON goes to ``--out`` (default bench/results/learnability.json) and the figure beside it
+(``.png``).
 
 Usage: ``.venv/bin/python bench/learnability.py [--quick] [--updates N] [--lr X] [--rank R]
 [--sweep] [--seed S] [--out PATH]``
