@@ -16,6 +16,9 @@ seeded documents for every variant), and for each variant of the designer:
   else; the harness splices the methods into the parent; up to two follow-up requests ask for
   an asked hook it left unwritten or a method it calls and never wrote);
 - ``splice-once``: ``splice`` without follow-ups (the answer as first sampled);
+- ``splice-rules``: ``splice`` drawing only the rule directives (``clue``, ``credit``): the
+  answer is one small rule method of the parent, its signature and docstring prefilled (a
+  parent without one gets a hook-level directive);
 - ``scaffold``: as ``write-examples``, but the harness writes the frame (fence, class header,
   skill, hook signatures) and each hook's body is sampled on its own.
 
@@ -77,6 +80,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "edit-repair": _variant("edit", True, 1),
     "splice": _variant("splice", True, 0),
     "splice-once": _variant("splice", True, 0, followups=0),  # no follow-up requests
+    # one rule method of the parent (clue or credit) where it has one
+    "splice-rules": _variant("splice", True, 0) | {"designer.directives": ["clue", "credit"]},
     "scaffold": _variant("scaffold", True, 0),
 }
 # the demo's held-out environments (absolute: the bench runs from bench/), never shown

@@ -4,7 +4,7 @@ plays, their scoring and the environment memory.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -27,6 +27,10 @@ TOOL_SKILLS = (
     "tool_selection",
     "multi_step_workflows",
 )
+
+
+DirectiveName = Literal["feedback", "hidden_state", "win_rule", "legal_moves", "clue", "credit"]
+"""The splice directives by name (``spade.designer.directives.DIRECTIVES``, same order)."""
 
 
 class CorpusConfig(Section):
@@ -140,6 +144,16 @@ class DesignerConfig(Section):
         " sampled on its own (stopped at the next def or the fence, scaffold_body_tokens at"
         " most); no repair turns. With edit or splice and no memory.seed_pool, the pool is the"
         " bundled examples minus run.heldout_envs.",
+    )
+    directives: list[DirectiveName] = Field(
+        default_factory=lambda: list(get_args(DirectiveName)),
+        min_length=1,
+        description="The splice menu's directives a slot draws from (seeded), among those its"
+        " parent takes (spade.designer.directives): feedback, hidden_state, win_rule and"
+        " legal_moves rewrite the contract's hooks (setup, play or check_answer, solution);"
+        " clue and credit rewrite one of the parent's own small rule methods (what a move"
+        " reveals; the partial score), offered by the bundled games that define them. A parent"
+        " that takes none of them gets one of the hook-level four.",
     )
     static_gate: bool = Field(
         True,

@@ -33,6 +33,7 @@ from spade.config import CampaignConfig
 from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
 from spade.designer import scaffold
 from spade.designer.corpus import Corpus, Document
+from spade.designer.directives import draw_directive
 from spade.designer.extract import extract_code
 from spade.designer.followup import complete_splices, parent_code, splice_answer
 from spade.designer.hints import hint_designs
@@ -46,7 +47,7 @@ from spade.designer.prompts import (
 )
 from spade.designer.skills import active_skills, slot_skills
 from spade.designer.solvability import audit_designs
-from spade.designer.splice import class_name_for, draw_directive, plan_splice
+from spade.designer.splice import class_name_for, parent_methods, plan_splice
 from spade.errors import DesignParseError, InferenceError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
 from spade.records import INFERENCE, DesignAttempt, Verdict, env_id_for
@@ -99,7 +100,11 @@ def new_attempts(
         rng = random.Random(f"{cfg.seed}:{d.seed}:{regeneration}:{attempt}:{slot}")
         att = DesignAttempt(slot=slot, attempt=attempt, skill=skill, doc_id=doc.doc_id, messages=[])
         parent = memory.parent_for(skill, rng, d) if d.strategy in ("edit", "splice") else None
-        directive = draw_directive(rng) if parent and d.strategy == "splice" else None
+        directive = (
+            draw_directive(rng, parent_methods(parent.code_head), d.directives)
+            if parent and d.strategy == "splice"
+            else None
+        )
         plan = plan_splice(parent.code_head, directive) if parent and directive else None
         shown: list[MemoryRecord]
         if parent is not None and plan is not None and directive is not None:

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spade.config import CampaignConfig
+from spade.designer.directives import directive_named
 from spade.designer.splice import (
     FENCE,
     answer_methods,
     answer_text,
-    directive_named,
     hook_signature,
     plan_splice,
     splice,

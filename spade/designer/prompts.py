@@ -14,8 +14,9 @@ import ast
 from collections.abc import Sequence
 
 from spade.curriculum.memory import MemoryRecord
+from spade.designer.directives import Directive
 from spade.designer.skills import SKILL_DESCRIPTIONS
-from spade.designer.splice import Directive, SplicePlan, parent_frame
+from spade.designer.splice import SplicePlan, parent_frame
 from spade.envs.prelude import PRELUDE_MODULES
 from spade.pysource import PARSE_ERRORS, parse_module
 
@@ -276,6 +277,8 @@ def splice_prompt(
     strategy, :mod:`spade.designer.splice`): one rule-level ``directive`` and a re-theming on
     ``document``. The answer's shape is not left to these words: the request is prefilled with
     the first method's signature and stops at anything else (``plan``)."""
+    if directive.rule:
+        return _rule_prompt(document, skill, parent=parent, directive=directive, plan=plan)
     asked = ", ".join(plan.asked)
     kept = ", ".join(["__init__", *plan.helpers]) if plan.helpers else "__init__"
     has = ", ".join([*plan.attributes, "self.rng", "self.turn", "self.max_turns"])
@@ -295,6 +298,30 @@ def splice_prompt(
         f" already has {has}{_assigned_where(plan)}{_needs(plan)} Import nothing.",
         f"Answer with the new methods {asked}, in that order, indented as inside the class, in"
         f" one ```python block. The rest of the class ({kept}) stays as it is: do not repeat it.",
+    ]
+    return _messages(parts)
+
+
+def _rule_prompt(
+    document: str, skill: str, *, parent: Example, directive: Directive, plan: SplicePlan
+) -> list[dict[str, str]]:
+    """A splice that rewrites one of the parent's own rule methods (``clue``, ``credit``):
+    the rest of the game stays and calls it; the answer is that method alone, its signature
+    and docstring prefilled (``plan``)."""
+    name = plan.asked[0]
+    has = ", ".join([*plan.attributes, *plan.state, "self.rng", "self.turn", "self.max_turns"])
+    parts = [
+        _ROLE,
+        f"Here is a working environment without its method {name}:\n```python\n"
+        f"{parent_frame(parent.code_head, plan.asked)}```",
+        f"Make a NEW game out of it by writing a new {name} method. The change: {directive.text}"
+        " Changing only numbers is not a new game: a copy is rejected as a duplicate.",
+        f"Target skill: {skill} ({SKILL_DESCRIPTIONS.get(skill, skill)}).",
+        f"Ground the wording in this document:\n<document>\n{document}\n</document>",
+        f"The rest of the class stays as it is and calls {name}. Your method may read {has}."
+        " Import nothing; use only Python's built-ins.",
+        f"Answer with the method {name} alone, indented as inside the class, in one ```python"
+        " block: a short body under the signature and docstring it starts with.",
     ]
     return _messages(parts)
 

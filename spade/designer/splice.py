@@ -11,10 +11,11 @@ tokens, never trained), and sampling stops at the closing fence, at a module-lev
 the parent's methods of the same names (a new one is added to the class), renames the class,
 sets its skill and drops what described the parent's game (its docstrings and declared hint).
 
-Each attempt gets one rule-level *directive*, drawn (seeded) from :data:`DIRECTIVES`: what the
+Each attempt gets one rule-level *directive* (:mod:`spade.designer.directives`): what the
 feedback reveals, the type of the hidden state, the win or partial-credit rule, which moves are
-legal; always with a re-theming on the document. Never "change the constants": a retuned copy
-is a duplicate by the verifier's novelty check.
+legal, or one of the parent's own rule methods (``clue``, ``credit``), answered with that method
+alone, its docstring prefilled; always with a re-theming on the document. Never "change the
+constants": a retuned copy is a duplicate by the verifier's novelty check.
 
 Text-level and static only (:mod:`ast` to find the parent's methods, never run): the spliced
 module is verified in the jail like any design, and an answer that does not parse is spliced as
@@ -24,11 +25,11 @@ written so that the verifier's syntax grading sees it.
 from __future__ import annotations
 
 import ast
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spade.designer.directives import ROLES, Directive
 from spade.designer.tidy import (
     HOOKS,
     alias_module_names,
@@ -48,62 +49,12 @@ FENCE = "```python\n"
 _METHOD = re.compile(r"^    (?:async\s+)?def\s+(\w+)\s*\(", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class Directive:
-    """One rule-level change asked of a splice: a name for the records, the words for the
-    model, and the hooks it rewrites (``move`` is the parent's ``play`` or ``check_answer``):
-    no more than the change needs, since the smaller the answer the likelier a small model
-    gets it right (SWE-smith rewrites one function at a time). A change of the feedback or of
-    the scoring keeps the parent's hidden state and its ``solution``."""
-
-    name: str
-    text: str
-    hooks: tuple[str, ...] = ("setup", "move", "solution")
-
-
-DIRECTIVES: tuple[Directive, ...] = (
-    Directive(
-        "feedback",
-        "Change what the feedback after a move reveals: give a different kind of clue than the"
-        " parent does (for example a count, a distance, a yes/no answer to a question, or which"
-        " parts are right), so that the player needs a different way of reasoning.",
-        ("move",),
-    ),
-    Directive(
-        "hidden_state",
-        "Change the type of the hidden state: if the parent hides a number, hide a word, a set"
-        " or a short sequence; if it hides a collection, hide a number or a single choice. The"
-        " moves and feedback follow from the new hidden state.",
-    ),
-    Directive(
-        "win_rule",
-        "Change the win condition and the partial-credit rule: what counts as solving the task"
-        " and how an episode that ends partly right is scored (reward between 0 and 1).",
-        ("move",),
-    ),
-    Directive(
-        "legal_moves",
-        "Change which moves are legal and what a move is: a different kind of action than the"
-        " parent's (for example naming an item, asking about a property, or choosing between"
-        " options), with a helpful message for a move that is not legal.",
-        ("move", "solution"),
-    ),
-)
-
-
-def draw_directive(rng: random.Random) -> Directive:
-    """One directive of the menu, chosen with ``rng`` (seeded per slot by the caller)."""
-    return rng.choice(DIRECTIVES)
-
-
-def directive_named(name: str | None) -> Directive | None:
-    """The directive of the menu called ``name`` (an attempt's record); None for another."""
-    return next((d for d in DIRECTIVES if d.name == name), None)
-
-
 def _asked_hooks(methods: Sequence[str], directive: Directive | None) -> tuple[str, ...]:
-    """The parent's hooks a directive rewrites, in the contract's order (all without one)."""
-    roles = directive.hooks if directive is not None else ("setup", "move", "solution")
+    """The parent's methods a directive rewrites: a rule directive's own (none when the parent
+    lacks one), else its hooks in the contract's order (all without a directive)."""
+    if directive is not None and directive.rule:
+        return directive.hooks if directive.applies_to(methods) else ()
+    roles = directive.hooks if directive is not None else ROLES
     wanted = {"play" if r == "move" else r for r in roles}
     wanted |= {"check_answer"} if "move" in roles else set()
     return tuple(h for h in HOOKS if h in methods and h in wanted)
@@ -115,7 +66,8 @@ class SplicePlan:
 
     ``asked``: the hooks the answer rewrites, in order; ``prefill``: the answer's start (the
     fence and the first hook's signature), ``stop``: where sampling ends; ``attributes``: what
-    the parent's ``__init__`` assigns (``self.top``, ...), named in the prompt.
+    the parent's ``__init__`` assigns (``self.top``, ...), and ``state`` what its ``setup``
+    assigns when the answer keeps it (``self.number``, ...), named in the prompt.
     """
 
     class_name: str
@@ -125,6 +77,7 @@ class SplicePlan:
     needed: tuple[str, ...]
     prefill: str
     stop: tuple[str, ...]
+    state: tuple[str, ...] = ()
 
 
 def plan_splice(parent: str, directive: Directive | None = None) -> SplicePlan | None:
@@ -147,6 +100,11 @@ def plan_splice(parent: str, directive: Directive | None = None) -> SplicePlan |
         return None  # a decorated or oddly indented hook: not a shape the answer can continue
     stop = ["```", "\nclass ", "\ndef ", "\nif __name__"]
     stop += [f"\n    def {name}(" for name in _NEVER if name in methods]
+    if directive is not None and directive.rule:
+        # one rule method: its docstring (what it is for) starts the answer, and the answer
+        # ends where another method would begin (a rewritten play is what sank small models)
+        signature += _docstring_lines(parent, methods[asked[0]])
+        stop.append("\n    def ")
     helpers = tuple(n for n in methods if n not in asked and n not in _NEVER)
     return SplicePlan(
         class_name=cls.name,
@@ -158,6 +116,7 @@ def plan_splice(parent: str, directive: Directive | None = None) -> SplicePlan |
         else (),  # the parent's setup stays and assigns what its helpers read
         prefill=FENCE + signature + "\n",
         stop=tuple(stop),
+        state=() if "setup" in asked else _init_attributes(methods["setup"]),
     )
 
 
@@ -165,9 +124,31 @@ def signature_of(source: str, method: ast.FunctionDef | ast.AsyncFunctionDef) ->
     """The ``def`` line(s) of ``method`` as written in ``source`` (up to its body), at the
     class's 4-space indent; None for a decorated or otherwise indented method."""
     lines = source.splitlines()[method.lineno - 1 : method.body[0].lineno - 1]
+    while lines and (not lines[-1].strip() or lines[-1].strip().startswith("#")):
+        lines.pop()  # comments above the body's first statement are the body's
     if not lines or not lines[0].startswith("    def ") or method.decorator_list:
         return None
     return "\n".join(lines)
+
+
+def _docstring_lines(source: str, method: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """The docstring of ``method`` as written in ``source`` (a newline first), or nothing when
+    it has none or nothing else (a body of its docstring alone cannot be continued)."""
+    first = method.body[0]
+    if not (_is_docstring(first) and len(method.body) > 1):
+        return ""
+    lines = source.splitlines()[first.lineno - 1 : first.end_lineno or first.lineno]
+    return "\n" + "\n".join(lines)
+
+
+def parent_methods(parent: str) -> list[str]:
+    """The method names of the parent's environment class, in order; none when it does not
+    parse or has no such class (it is then not spliced)."""
+    try:
+        cls = env_class(parse_module(parent))
+    except PARSE_ERRORS:  # nothing to splice into: plan_splice says so too
+        return []
+    return [m.name for m in methods_of(cls)] if cls else []
 
 
 def hook_signature(parent: str, name: str) -> str | None:

@@ -47,7 +47,7 @@ def secret_of_verified_instance(cfg: CampaignConfig) -> str:
     """The code the verifier's instance hides (trusted example code, run here on purpose)."""
     env = code_breaker.CodeBreakerEnv(max_turns=cfg.sandbox.verify.max_turns)
     env.reset(seed=cfg.sandbox.verify.seed)
-    (move,) = env.solution()
+    move = env.solution()[-1]  # the last move names the code
     return move.removeprefix("\\boxed{").removesuffix("}")
 
 
@@ -384,7 +384,7 @@ def test_leaking_hints_are_retried_then_dropped(corpus):
     assert len(design_requests(server)) == 3
 
     good, stubborn, empty = by_skill[MATH], by_skill[LOGIC], by_skill[SPATIAL]
-    assert good.solution == [f"\\boxed{{{secret}}}"]  # what the leak check compares with
+    assert good.solution[-1] == f"\\boxed{{{secret}}}"  # what the leak check compares with
     assert good.hint == CLEAN_HINT and good.hint_note is None
     assert stubborn.hint is None
     assert stubborn.hint_note is not None and "revealed the solution" in stubborn.hint_note

@@ -11,13 +11,12 @@ import pytest
 
 from spade.config import load_config
 from spade.designer.designer import verify_design
+from spade.designer.directives import DIRECTIVES, draw_directive
 from spade.designer.splice import (
-    DIRECTIVES,
     FENCE,
     answer_methods,
     answer_text,
     class_name_for,
-    draw_directive,
     plan_splice,
     splice,
 )
@@ -165,7 +164,8 @@ def test_a_spliced_design_is_verified_in_the_jail_and_accepted():
 def test_what_kept_helpers_read_is_named_for_the_answers_setup():
     plan = plan_splice(NUMBER_HUNT)
     assert plan is not None
-    assert plan.helpers == ("end",) and plan.needed == ("self.closest",)
+    assert plan.helpers == ("clue", "end", "credit")
+    assert plan.needed == ("self.number", "self.closest")
     assert plan.attributes == ("self.top", "self.guesses")
 
 
@@ -207,7 +207,7 @@ def test_a_directive_asks_only_for_the_hooks_its_change_needs(name, asked):
     first = {"play": "    def play(self, move: str) -> tuple[str, float, bool]:\n"}
     assert plan.prefill == FENCE + first.get(asked[0], "    def setup(self) -> str:\n")
     # the parent's setup stays when it is not asked for, and with it what it assigns
-    assert plan.needed == (("self.closest",) if "setup" in asked else ())
+    assert plan.needed == (("self.number", "self.closest") if "setup" in asked else ())
     assert ("setup" in plan.helpers) == ("setup" not in asked)
 
 

@@ -29,7 +29,10 @@ def _memory(cfg) -> EnvironmentMemory:
 
 
 def _cfg(server, corpus, **designer):
+    """A splice of number_hunt; the scripted answers rewrite all three hooks (the hidden-state
+    directive) unless ``directives`` says otherwise."""
     extra = {"memory.seed_pool": NUMBER_HUNT_PATH}
+    designer.setdefault("directives", ["hidden_state"])
     return config(server, corpus, extra, strategy="splice", **designer)
 
 

@@ -122,8 +122,7 @@ VARIANTS = {
                 "right place, nothing more. ",
             ),
             ("        misplaced = len(set(guess) & set(self.code)) - exact\n", ""),
-            ("{exact} exact, {misplaced} misplaced. No", "{exact} in place. No"),
-            ("{exact} exact, {misplaced} misplaced. {left}", "{exact} in place. {left}"),
+            ('"{exact} exact, {misplaced} misplaced"', '"{exact} in place"'),
         ),
     ),
     "quadratic polynomial_probe": (
@@ -148,10 +147,9 @@ VARIANTS = {
             ("if len(nums) != 4:", "if len(nums) != 3:"),
             ("exactly four integers", "exactly three integers"),
             ("if right == 4:", "if right == 3:"),
-            (
-                '{right} of 4 coefficients are right.", 0.5 * right / 4',
-                '{right} of 3 coefficients are right.", 0.5 * right / 3',
-            ),
+            ("{right} of 4 coefficients", "{right} of 3 coefficients"),
+            ("return 0.5 * right / 4", "return 0.5 * right / 3"),
+            ("right`` of 4 coefficients", "right`` of 3 coefficients"),
             ("for x in (0, 1, -1, 2)", "for x in (0, 1, -1)"),
         ),
     ),

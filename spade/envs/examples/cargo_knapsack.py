@@ -56,8 +56,7 @@ class CargoKnapsackEnv(TextEnv):
             i = int(inspect.group(1))
             if not 1 <= i <= self.count:
                 return f"Crates are numbered 1 to {self.count}.", 0.0, False
-            w, v = self.weights[i - 1], self.values[i - 1]
-            return f"Crate {i}: weight {w} tons, value {v}.", 0.0, False
+            return self.clue(i), 0.0, False
         if move.lower().startswith("load"):
             picked = sorted({int(x) for x in _INT.findall(move)})
             if not picked or any(not 1 <= i <= self.count for i in picked):
@@ -78,6 +77,11 @@ class CargoKnapsackEnv(TextEnv):
             )
             return f"Loaded weight {weight}, value {value}. {verdict}", score, True
         return "Write \\boxed{inspect n} or \\boxed{load i, j, ...}.", 0.0, False
+
+    def clue(self, crate: int) -> str:
+        """What inspecting crate ``crate`` (1 to self.count) reveals."""
+        w, v = self.weights[crate - 1], self.values[crate - 1]
+        return f"Crate {crate}: weight {w} tons, value {v}."
 
     def solution(self) -> list[str]:
         looks = [f"\\boxed{{inspect {i}}}" for i in range(1, self.count + 1)]

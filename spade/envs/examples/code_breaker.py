@@ -38,15 +38,27 @@ class CodeBreakerEnv(TextEnv):
             return f"Invalid guess {move!r}: give {self.length} distinct digits.", 0.0, False
         self.used += 1
         exact = sum(a == b for a, b in zip(guess, self.code, strict=True))
-        misplaced = len(set(guess) & set(self.code)) - exact
         self.best = max(self.best, exact)
         if exact == self.length:
             return f"{guess}: cracked it!", 1.0, True
         if self.used >= self.guesses:
-            score = 0.5 * self.best / self.length
-            return f"{guess}: {exact} exact, {misplaced} misplaced. No guesses left.", score, True
+            return f"{guess}: {self.clue(guess)}. No guesses left.", self.credit(), True
         left = self.guesses - self.used
-        return f"{guess}: {exact} exact, {misplaced} misplaced. {left} guesses left.", 0.0, False
+        return f"{guess}: {self.clue(guess)}. {left} guesses left.", 0.0, False
+
+    def clue(self, guess: str) -> str:
+        """What the player is told about a wrong guess (self.length distinct digits)."""
+        exact = sum(a == b for a, b in zip(guess, self.code, strict=True))
+        misplaced = len(set(guess) & set(self.code)) - exact
+        return f"{exact} exact, {misplaced} misplaced"
+
+    def credit(self) -> float:
+        """The score, from 0 to 1, of an episode whose guesses ran out (the best guess had
+        self.best digits in the right place)."""
+        return 0.5 * self.best / self.length
 
     def solution(self) -> list[str]:
-        return ["\\boxed{" + self.code + "}"]
+        # one probe (the code's digits in order, or reversed if that is the code) shows a clue
+        probe = "".join(sorted(self.code))
+        probe = probe if probe != self.code else probe[::-1]
+        return ["\\boxed{" + probe + "}", "\\boxed{" + self.code + "}"]

@@ -41,18 +41,27 @@ class NumberHuntEnv(TextEnv):
             return f"{guess} is right!", 1.0, True
         distance = abs(guess - self.number)
         self.closest = distance if self.closest is None else min(self.closest, distance)
-        direction = "higher" if self.number > guess else "lower"
         if self.used >= self.guesses:
-            return self.end(f"My number is {direction} than {guess}. No guesses left.", over=True)
+            return self.end(f"{self.clue(guess)} No guesses left.", over=True)
         left = self.guesses - self.used
-        return self.end(f"My number is {direction} than {guess}. {left} guesses left.")
+        return self.end(f"{self.clue(guess)} {left} guesses left.")
+
+    def clue(self, guess: int) -> str:
+        """What the player is told about a wrong guess (a whole number from 1 to self.top)."""
+        direction = "higher" if self.number > guess else "lower"
+        return f"My number is {direction} than {guess}."
 
     def end(self, text: str, over: bool = False) -> tuple[str, float, bool]:
         """``text``, and the closest guess's score if this is the last guess or turn."""
         if not (over or self.turn >= self.max_turns) or self.closest is None:
             return text, 0.0, False
-        score = 0.5 * (1 - self.closest / self.top)
+        score = self.credit(self.closest)
         return f"{text} Your closest guess was {self.closest} away.", score, True
+
+    def credit(self, distance: int) -> float:
+        """The score, from 0 to 1, of an episode that ends without the number found, when the
+        closest guess was ``distance`` away."""
+        return 0.5 * (1 - distance / self.top)
 
     def solution(self) -> list[str]:
         return ["\\boxed{" + str(self.number) + "}"]

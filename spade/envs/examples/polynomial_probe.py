@@ -54,7 +54,7 @@ class PolynomialProbeEnv(TextEnv):
                 return "No evaluations left; submit your answer.", 0.0, False
             self.used += 1
             left = self.queries - self.used
-            return f"f({x}) = {self.value(x)}. {left} evaluations left.", 0.0, False
+            return f"{self.clue(x)}. {left} evaluations left.", 0.0, False
         if move.lower().startswith("answer"):
             nums = _INT.findall(move)
             if len(nums) != 4:
@@ -62,8 +62,16 @@ class PolynomialProbeEnv(TextEnv):
             right = sum(int(n) == c for n, c in zip(nums, self.coeffs, strict=True))
             if right == 4:
                 return "Correct, that is the polynomial!", 1.0, True
-            return f"Wrong: {right} of 4 coefficients are right.", 0.5 * right / 4, True
+            return f"Wrong: {right} of 4 coefficients are right.", self.credit(right), True
         return "Write \\boxed{f(x)} for a value or \\boxed{answer a3, a2, a1, a0}.", 0.0, False
+
+    def clue(self, x: int) -> str:
+        """What the player is told when asking about the point x (an integer from -10 to 10)."""
+        return f"f({x}) = {self.value(x)}"
+
+    def credit(self, right: int) -> float:
+        """The score, from 0 to 1, of a wrong submission with ``right`` of 4 coefficients right."""
+        return 0.5 * right / 4
 
     def solution(self) -> list[str]:
         moves = [f"\\boxed{{f({x})}}" for x in (0, 1, -1, 2)]

@@ -37,10 +37,11 @@ class SwitchboardEnv(TextEnv):
             "(a switch may drive several lamps or none; some lamps are wired inverted). Run an "
             f"experiment with \\boxed{{toggle 1 4 5}}, which flips those switches at once; you "
             f"have {self.experiments} experiments. Then name each lamp's switch in one answer, "
-            f"e.g. \\boxed{{A=1, B=2, C=2, D=6, E=3, F=1}}.\n{self.panel()}"
+            f"e.g. \\boxed{{A=1, B=2, C=2, D=6, E=3, F=1}}.\n{self.clue()}"
         )
 
-    def panel(self) -> str:
+    def clue(self) -> str:
+        """What the player sees of the panel (at the start, after each experiment)."""
         ups = " ".join(f"{i + 1}:{'up' if s else 'down'}" for i, s in enumerate(self.switches))
         lit = " ".join(f"{lamp}:{'on' if self.lit(k) else 'off'}" for k, lamp in enumerate(_LAMPS))
         return f"Switches {ups}\nLamps {lit}"
@@ -60,7 +61,7 @@ class SwitchboardEnv(TextEnv):
             for i in picked:
                 self.switches[i - 1] = not self.switches[i - 1]
             left = self.experiments - self.used
-            return f"Toggled {picked}. {left} experiments left.\n{self.panel()}", 0.0, False
+            return f"Toggled {picked}. {left} experiments left.\n{self.clue()}", 0.0, False
         pairs = {lamp.upper(): int(s) for lamp, s in _PAIR.findall(move)}
         if len(pairs) == 6:
             right = sum(pairs[lamp] == self.control[k] for k, lamp in enumerate(_LAMPS))

@@ -1,0 +1,119 @@
+"""The splice menu: rule directives (one small rule method of the parent) against the
+contract-level ones, how a directive is drawn for a parent, and a rule splice verified in the
+jail: accepted, and novel by play although its source is the parent's but for one method."""
+
+from __future__ import annotations
+
+import random
+from typing import get_args
+
+import pytest
+
+from spade.config import load_config
+from spade.config.roles import DirectiveName
+from spade.designer.designer import verify_design
+from spade.designer.directives import DIRECTIVE_NAMES, DIRECTIVES, directive_named, draw_directive
+from spade.designer.prompts import splice_prompt
+from spade.designer.splice import FENCE, answer_text, parent_methods, plan_splice, splice
+from spade.envs.examples import example_paths
+from spade.sandbox.policy import load_policy
+
+EXAMPLES = {p.stem: p.read_text() for p in example_paths()}
+NUMBER_HUNT = EXAMPLES["number_hunt"]
+CLUE = directive_named("clue")
+
+# A clue of another kind (a distance band instead of higher/lower), as the answer after the
+# prefilled signature and docstring.
+BAND_CLUE = """\
+        gap = abs(guess - self.number)
+        band = "burning" if gap <= 10 else "warm" if gap <= 100 else "cold"
+        return f"{guess} is {band}."
+"""
+
+
+def test_the_config_names_the_menu_in_order():
+    assert get_args(DirectiveName) == DIRECTIVE_NAMES
+    assert load_config(None, {}).designer.directives == list(DIRECTIVE_NAMES)
+
+
+def test_rule_directives_are_offered_only_by_parents_that_define_their_method():
+    with_clue = [n for n, code in EXAMPLES.items() if "clue" in parent_methods(code)]
+    assert {"number_hunt", "code_breaker", "polynomial_probe", "cargo_knapsack"} <= set(with_clue)
+    maze = parent_methods(EXAMPLES["maze_walk"])
+    assert "clue" not in maze
+    for seed in range(20):
+        rng = random.Random(seed)
+        assert draw_directive(rng, maze, ["clue", "credit"]).rule is False  # the fallback
+        drawn = draw_directive(random.Random(seed), parent_methods(NUMBER_HUNT), ["clue"])
+        assert drawn.name == "clue"
+    assert all(d.rule == (d.name in ("clue", "credit")) for d in DIRECTIVES)
+
+
+@pytest.mark.parametrize("name", ["number_hunt", "code_breaker", "polynomial_probe"])
+def test_a_rule_plan_asks_for_one_method_prefilled_with_its_docstring(name):
+    assert CLUE is not None
+    plan = plan_splice(EXAMPLES[name], CLUE)
+    assert plan is not None and plan.asked == ("clue",)
+    assert plan.prefill.startswith(FENCE + "    def clue(self")
+    assert plan.prefill.rstrip().endswith('"""')  # the docstring says what the method is for
+    assert "\n    def " in plan.stop  # the answer ends where another method would begin
+    assert "self.rng" not in plan.state and plan.state  # what setup assigns, to be read
+
+
+def test_the_rule_prompt_shows_the_parent_without_the_method_and_names_the_state():
+    assert CLUE is not None
+    plan = plan_splice(NUMBER_HUNT, CLUE)
+    assert plan is not None
+
+    class Parent:
+        env_id, code_head = "number_hunt", NUMBER_HUNT
+
+    text = splice_prompt("Cedar doc", "s", parent=Parent(), directive=CLUE, plan=plan)[-1]
+    content = text["content"]
+    assert "without its method clue:" in content and CLUE.text in content
+    assert "self.number" in content and "self.closest" in content
+    assert "def clue(" not in content.split("without its method clue:")[1].split("```")[1]
+
+
+@pytest.mark.sandbox
+def test_a_rule_splice_is_accepted_and_novel_by_play():
+    assert CLUE is not None
+    plan = plan_splice(NUMBER_HUNT, CLUE)
+    assert plan is not None
+    code, names = splice(
+        NUMBER_HUNT,
+        answer_text(plan.prefill, BAND_CLUE + "```"),
+        class_name="CedarNumberHuntEnv",
+        skill="mathematical_reasoning",
+        note="number_hunt spliced (clue).",
+    )
+    assert names == ["clue"] and "burning" in code and "def play(" in code
+    cfg = load_config(None, {})
+    policy = load_policy(cfg.sandbox.policy_path)
+    verdict = verify_design(code, cfg, policy, [{"name": "number_hunt", "code": NUMBER_HUNT}])
+    assert verdict.accepted, verdict.to_dict()
+    novelty = next(c for c in verdict.checks if c.name == "novelty")
+    assert "plays differently" in novelty.reason
+
+
+@pytest.mark.sandbox
+def test_a_rule_splice_that_changes_nothing_is_a_duplicate():
+    assert CLUE is not None
+    plan = plan_splice(NUMBER_HUNT, CLUE)
+    assert plan is not None
+    same = (
+        '        direction = "higher" if self.number > guess else "lower"\n'
+        '        return f"My number is {direction} than {guess}."\n'
+    )
+    code, _ = splice(
+        NUMBER_HUNT,
+        answer_text(plan.prefill, same),
+        class_name="CedarNumberHuntEnv",
+        skill="mathematical_reasoning",
+        note="number_hunt spliced (clue).",
+    )
+    cfg = load_config(None, {})
+    policy = load_policy(cfg.sandbox.policy_path)
+    verdict = verify_design(code, cfg, policy, [{"name": "number_hunt", "code": NUMBER_HUNT}])
+    assert not verdict.accepted and verdict.failure is not None, verdict.to_dict()
+    assert verdict.failure.kind == "duplicate", verdict.to_dict()
