@@ -103,10 +103,12 @@ class VerifyConfig(BaseModel):
         description=(
             "A design whose normalised source (no comments, docstrings or layout; its own"
             " identifiers made one placeholder) has at least this token similarity (difflib"
-            " ratio) with a reference is a duplicate: fewer than ~1 token in 100 differs"
-            " beyond renaming. Measured on bundled examples: copies (renamed, re-commented,"
-            " constants retuned) 0.997-1.000, small real variants 0.953-0.975, two different"
-            " examples at most 0.60."
+            " ratio) with a reference, and differs from it in literals only (numbers, strings),"
+            " is a duplicate: fewer than ~1 token in 100 differs beyond renaming, retuning and"
+            " rewording. A change of the code itself that small (a rule method rewritten) is"
+            " judged by side-by-side play instead. Measured on bundled examples: copies"
+            " (renamed, re-commented, constants retuned) 0.997-1.000, small real variants"
+            " 0.953-0.975, two different examples at most 0.60."
         ),
     )
     similarity_max_tokens: int = Field(

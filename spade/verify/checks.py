@@ -25,11 +25,13 @@ from spade.verify.novelty import (
     Comparison,
     Plan,
     Reference,
+    literal_edits_only,
     open_reference,
     plans,
     play_side_by_side,
     rank_references,
     reference_sizes,
+    source_tokens,
 )
 from spade.verify.static import import_violations, module_table, name_violations, parse_source
 
@@ -341,13 +343,15 @@ def check_novelty(ctx: Context) -> str:
     notes = list(ranking.notes)
     if ranking.top:
         ctx.similarity = ranking.top[0].similarity
-    if ranking.top and ranking.top[0].similarity >= cfg.max_similarity:
-        top = ranking.top[0]
-        raise _fail(
-            FailureKind.DUPLICATE,
-            f"a near-verbatim copy of {top.reference.name!r}: source similarity "
-            f"{top.similarity:.3f} >= {cfg.max_similarity:g}",
-        )
+    for top in ranking.top:
+        if top.similarity < cfg.max_similarity:
+            break
+        if _literal_edits_only(ctx.code, top.reference.code, cfg.similarity_max_tokens):
+            raise _fail(
+                FailureKind.DUPLICATE,
+                f"a near-verbatim copy of {top.reference.name!r}: source similarity "
+                f"{top.similarity:.3f} >= {cfg.max_similarity:g}",
+            )
     differs = []
     for scored in ranking.top[: cfg.behaviour_references]:
         ref = scored.reference
@@ -381,6 +385,11 @@ def check_novelty(ctx: Context) -> str:
     if differs:
         parts.append("plays differently from " + ", ".join(differs))
     return "; ".join(parts + notes)
+
+
+def _literal_edits_only(code: str, reference: str, max_tokens: int) -> bool:
+    """Whether only literals differ between two sources (both parsed: the ranking did)."""
+    return literal_edits_only(source_tokens(code, max_tokens), source_tokens(reference, max_tokens))
 
 
 def _plans(ctx: Context, solutions: dict[int, list[str]]) -> list[Plan]:

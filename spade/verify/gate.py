@@ -35,7 +35,7 @@ from spade.envs import base
 from spade.envs.prelude import design_bindings
 from spade.pysource import PARSE_ERRORS
 from spade.records import Failure, FailureKind
-from spade.verify.novelty import similarity, source_tokens
+from spade.verify.novelty import near_verbatim, source_tokens
 from spade.verify.static import parse_source
 
 _DEFAULTS = VerifyConfig()
@@ -359,8 +359,8 @@ def check_near_copy(d: Design) -> Failure | None:
         mine = source_tokens(d.code, d.max_tokens)
     except (*PARSE_ERRORS, tokenize.TokenError):  # a parent that does not parse: not copied
         return None
-    score = similarity(mine, theirs)
-    if score >= d.max_similarity:
+    score = near_verbatim(mine, theirs, d.max_similarity)
+    if score is not None:
         return Failure(
             FailureKind.DUPLICATE,
             f"a near-verbatim copy of {d.parent_name!r}: source similarity {score:.3f} >= "

@@ -15,8 +15,9 @@ edit, the memory or pool examples the designer was shown. Two tests, the cheap o
   ``self`` and ``(``). Each list is cut at a size cap, and references are ranked by exact
   ratio with difflib's cheap upper bound (``quick_ratio``) pruning those that cannot rank.
 - **Behaviour**: the design and a reference play in their own jailed sessions, in lockstep,
-  from the same seeds with the same actions (the design's solution, malformed actions, random
-  play); the same observations, rewards and ends throughout make the design a duplicate.
+  from the same seeds with the same actions (the design's solution and its near miss,
+  malformed actions, random play); the same observations, rewards and ends throughout make
+  the design a duplicate.
 
 References are untrusted code too: their sources are only parsed here, and they run only in
 the jail. A reference that cannot be parsed or loaded is skipped with a note.
@@ -44,6 +45,10 @@ _DOC_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _DROPPED = {tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER}
 _MARKERS = {tokenize.NEWLINE: "<nl>", tokenize.INDENT: "<in>", tokenize.DEDENT: "<de>"}
 _PLACEHOLDER = "<id>"
+LITERAL = "\x00"
+"""Prefix of a literal's token (a number, a string or an f-string's text): what a retuned or
+reworded copy changes, told apart from a change of the code itself."""
+_LITERALS = {tokenize.NUMBER, tokenize.STRING, tokenize.FSTRING_MIDDLE}
 _UNPARSABLE = (*PARSE_ERRORS, tokenize.TokenError)
 
 
@@ -85,6 +90,8 @@ def source_tokens(code: str, max_tokens: int) -> list[str]:
             continue
         if tok.type == tokenize.NAME and tok.string in own:
             tokens.append(_PLACEHOLDER)
+        elif tok.type in _LITERALS:
+            tokens.append(LITERAL + tok.string)
         else:
             tokens.append(_MARKERS.get(tok.type, tok.string))
         if len(tokens) >= max_tokens:
@@ -97,6 +104,27 @@ def similarity(design: Sequence[str], reference: Sequence[str]) -> float:
     quite symmetric; this is the orientation :func:`rank_references` uses (the design is
     difflib's indexed second sequence)."""
     return difflib.SequenceMatcher(None, reference, design, autojunk=False).ratio()
+
+
+def literal_edits_only(design: Sequence[str], reference: Sequence[str]) -> bool:
+    """Whether every token where two token lists differ is a literal (:data:`LITERAL`): the
+    same code with other constants or wording (a retuned or reworded copy), however similar."""
+    matcher = difflib.SequenceMatcher(None, reference, design, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        changed = [*reference[i1:i2], *design[j1:j2]]
+        if tag != "equal" and not all(t.startswith(LITERAL) for t in changed):
+            return False
+    return True
+
+
+def near_verbatim(
+    design: Sequence[str], reference: Sequence[str], threshold: float
+) -> float | None:
+    """The similarity of a design's tokens to a reference's when it is a near-verbatim copy:
+    at least ``threshold`` similar, and nothing but literals changed (a one-line change of a
+    rule is that similar too, and is left to side-by-side play); None when it is not."""
+    score = similarity(design, reference)
+    return score if score >= threshold and literal_edits_only(design, reference) else None
 
 
 @dataclass(frozen=True)
@@ -231,6 +259,19 @@ def _cycle(actions: Sequence[str]) -> Policy:
     return lambda turn, _obs: actions[turn % len(actions)]
 
 
+def near_miss(solution: Sequence[str]) -> list[str]:
+    """The solution with one digit of its last move changed (up by one, 9 to 0): a nearly
+    right answer, where a game's partial-credit rule shows; empty when that move has no digit."""
+    if not solution:
+        return []
+    last = solution[-1]
+    at = max((i for i, ch in enumerate(last) if ch.isdigit()), default=-1)
+    if at < 0:
+        return []
+    changed = last[:at] + str((int(last[at]) + 1) % 10) + last[at + 1 :]
+    return [*solution[:-1], changed]
+
+
 def plans(
     seeds: Sequence[int],
     solutions: dict[int, list[str]],
@@ -239,13 +280,17 @@ def plans(
     random_episodes: int,
     max_turns: int,
 ) -> Iterator[Plan]:
-    """What both environments play, per seed: the design's solution for that seed, the
-    malformed actions, then random play. Random plans hold their own RNG, consumed as they
-    are played: make a fresh list for every side-by-side play."""
+    """What both environments play, per seed: the design's solution for that seed and its
+    near miss (:func:`near_miss`), the malformed actions, then random play. Random plans hold
+    their own RNG, consumed as they are played: make a fresh list for every side-by-side
+    play."""
     for seed in seeds:
         solution = solutions.get(seed, [])
         if solution:
             yield Plan(seed, "solution", _cycle(solution), len(solution))
+        missed = near_miss(solution)
+        if missed:
+            yield Plan(seed, "near-miss", _cycle(missed), len(missed))
         if garbage:
             yield Plan(seed, "malformed", _cycle(garbage), len(garbage))
         for i in range(random_episodes):

@@ -17,6 +17,7 @@ from spade.designer.prompts import splice_prompt
 from spade.designer.splice import FENCE, answer_text, parent_methods, plan_splice, splice
 from spade.envs.examples import example_paths
 from spade.sandbox.policy import load_policy
+from spade.verify.novelty import near_miss
 
 EXAMPLES = {p.stem: p.read_text() for p in example_paths()}
 NUMBER_HUNT = EXAMPLES["number_hunt"]
@@ -117,3 +118,33 @@ def test_a_rule_splice_that_changes_nothing_is_a_duplicate():
     verdict = verify_design(code, cfg, policy, [{"name": "number_hunt", "code": NUMBER_HUNT}])
     assert not verdict.accepted and verdict.failure is not None, verdict.to_dict()
     assert verdict.failure.kind == "duplicate", verdict.to_dict()
+
+
+def test_the_near_miss_changes_one_digit_of_the_last_move():
+    assert near_miss(["\\boxed{f(0)}", "\\boxed{answer 1, 2, 3, 9}"]) == [
+        "\\boxed{f(0)}",
+        "\\boxed{answer 1, 2, 3, 0}",
+    ]
+    assert near_miss(["\\boxed{amber}"]) == [] and near_miss([]) == []
+
+
+@pytest.mark.sandbox
+def test_a_new_partial_credit_rule_is_novel_by_its_near_miss():
+    credit = directive_named("credit")
+    assert credit is not None
+    parent = EXAMPLES["polynomial_probe"]
+    plan = plan_splice(parent, credit)
+    assert plan is not None and plan.asked == ("credit",)
+    code, _ = splice(
+        parent,
+        answer_text(plan.prefill, "        return 0.9 * (right / 4) ** 2\n```"),
+        class_name="SquarePolynomialProbeEnv",
+        skill="mathematical_reasoning",
+        note="polynomial_probe spliced (credit).",
+    )
+    cfg = load_config(None, {})
+    policy = load_policy(cfg.sandbox.policy_path)
+    verdict = verify_design(code, cfg, policy, [{"name": "polynomial_probe", "code": parent}])
+    assert verdict.accepted, verdict.to_dict()
+    novelty = next(c for c in verdict.checks if c.name == "novelty")
+    assert "near-miss play" in novelty.reason
