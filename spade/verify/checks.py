@@ -21,6 +21,7 @@ from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.replies import SessionInfo
 from spade.sandbox.session import JailedSession
 from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
+from spade.verify.informative import check_informative
 from spade.verify.novelty import (
     Comparison,
     Plan,
@@ -441,5 +442,6 @@ CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("feasibility", check_feasibility),
     ("non_triviality", check_non_triviality),
     ("seed_dependence", check_seed_dependence),
+    ("informative", check_informative),
     ("novelty", check_novelty),
 ]
