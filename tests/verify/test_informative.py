@@ -6,7 +6,7 @@ import pytest
 from spade.envs.examples import example_paths
 from spade.verify import verify
 from spade.verify.episodes import Episode
-from spade.verify.informative import seen
+from spade.verify.informative import alike, seen
 
 pytestmark = pytest.mark.sandbox
 
@@ -18,6 +18,12 @@ def test_only_what_came_before_the_end_is_seen():
         "task", [("a", "clue", 0.0, False, False, {}), ("b", "won", 1.0, True, False, {})]
     )
     assert seen(episode) == ["task", "clue"]
+
+
+def test_plays_are_compared_up_to_the_shortest():
+    assert alike([["task"], ["task", "wrong: 5 is a bit lower"]])  # one seed won at once
+    assert not alike([["task", "lower"], ["task", "higher"]])
+    assert not alike([["task A"], ["task B", "lower"]])
 
 
 def test_a_clue_that_names_only_the_move_is_unsolvable(policy):
