@@ -82,14 +82,14 @@ def scripted(actions: Sequence[str], filler: str = "") -> Policy:
     return lambda turn, _obs: actions[turn] if turn < len(actions) else filler
 
 
-_WORD = re.compile(r"[A-Za-z0-9_-]{1,20}")
+WORD = re.compile(r"[A-Za-z0-9_-]{1,20}")
 
 
 def random_policy(rng: random.Random, tool_names: Sequence[str]) -> Policy:
     """Random moves shaped like real ones: boxed numbers/words, tool calls, answers."""
 
     def act(_turn: int, obs: str) -> str:
-        words = _WORD.findall(obs) or ["x"]
+        words = WORD.findall(obs) or ["x"]
         token = rng.choice([str(rng.randint(0, 100)), rng.choice(words), rng.choice("abcdxyz")])
         if tool_names and rng.random() < 0.7:
             name = rng.choice(list(tool_names))

@@ -9,19 +9,20 @@ rule splices did exactly this: a clue rewritten to ``f"Point {x}."`` names the p
 about and nothing of the hidden polynomial. Rewards and the observations of an episode's last
 step are not compared: learning at the end of an episode that one lost helps no play of it.
 
-It samples plays (the solution of the verifier's seed and seeded random play, the same on every
-seed), so it is a necessary condition only: a game that reveals its instance to none of these
-plays is rejected, one that reveals it to some play passes.
+It samples plays (each probe seed's solution, the task's own words as moves, seeded random
+play; the same moves on every seed), so it is a necessary condition only: a game that reveals
+its instance to none of these plays is rejected, one that reveals it to some play passes.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spade.records import Failure, FailureKind
 from spade.sandbox.failures import EnvFailure
-from spade.verify.episodes import Episode, Policy, play, random_policy, scripted
+from spade.verify.episodes import WORD, Episode, Policy, play, random_policy, scripted
 
 if TYPE_CHECKING:
     from spade.verify.checks import Context
@@ -34,17 +35,40 @@ def seen(episode: Episode) -> list[str]:
 
 
 def alike(views: list[list[str]]) -> bool:
-    """Whether plays of the same moves saw the same things on every seed, up to the end of the
-    shortest: one that ended earlier (a win on its own seed) says nothing about the others."""
-    common = min(len(v) for v in views)
-    return all(v[:common] == views[0][:common] for v in views[1:])
+    """Whether plays of the same moves saw the same things on every seed: each two of them up
+    to the end of the shorter (a play that ended earlier, a win on its own seed, says nothing
+    about the rest)."""
+    for i, mine in enumerate(views):
+        for theirs in views[i + 1 :]:
+            common = min(len(mine), len(theirs))
+            if mine[:common] != theirs[:common]:
+                return False
+    return True
+
+
+def task_words(tool_names: Sequence[str]) -> Policy:
+    """Each word and number of the first observation in turn, as a move (an answer for a
+    tool-use task): a game that lists its candidates (eight words, one of them hidden) is
+    probed with them, where random play rarely names one."""
+    words: list[str] = []
+
+    def act(turn: int, obs: str) -> str:
+        if turn == 0:
+            words[:] = list(dict.fromkeys(WORD.findall(obs))) or ["x"]
+        word = words[turn % len(words)]
+        return f"<answer>{word}</answer>" if tool_names else "\\boxed{" + word + "}"
+
+    return act
 
 
 def _plans(ctx: Context) -> list[tuple[str, Policy]]:
     """Labelled plays, each rebuilt per seed (random plays hold their own RNG)."""
     cfg = ctx.config
-    solution = ctx.seed_solutions.get(cfg.seed) or ctx.solution
-    out: list[tuple[str, Policy]] = [("solution", scripted(solution))] if solution else []
+    solutions = ctx.seed_solutions or {cfg.seed: ctx.solution}
+    out: list[tuple[str, Policy]] = [
+        (f"seed {seed}'s solution", scripted(moves)) for seed, moves in solutions.items() if moves
+    ]
+    out.append(("the task's words", task_words(ctx.tool_names)))
     for i in range(cfg.random_episodes):
         rng = random.Random(cfg.seed * 1000 + i)
         out.append((f"random {i}", random_policy(rng, ctx.tool_names)))
@@ -75,7 +99,7 @@ def check_informative(ctx: Context) -> str:
             )
             views.append(seen(episode))
         if not alike(views):
-            return f"seeds {', '.join(map(str, seeds))} look different to the {label} play"
+            return f"seeds {', '.join(map(str, seeds))} look different to {label} play"
     raise EnvFailure(
         Failure(
             FailureKind.UNSOLVABLE,

@@ -22,6 +22,7 @@ def test_only_what_came_before_the_end_is_seen():
 
 def test_plays_are_compared_up_to_the_shortest():
     assert alike([["task"], ["task", "wrong: 5 is a bit lower"]])  # one seed won at once
+    assert not alike([["task", "higher"], ["task"], ["task", "lower"]])
     assert not alike([["task", "lower"], ["task", "higher"]])
     assert not alike([["task A"], ["task B", "lower"]])
 
@@ -39,4 +40,6 @@ def test_a_clue_that_names_only_the_move_is_unsolvable(policy):
 def test_a_clue_that_depends_on_the_hidden_state_passes(policy):
     verdict = verify(POLYNOMIAL, policy=policy)
     informative = next(c for c in verdict.checks if c.name == "informative")
-    assert informative.passed and "look different to the solution play" in informative.reason
+    assert (
+        informative.passed and "look different to seed 1234's solution play" in informative.reason
+    )
