@@ -38,7 +38,7 @@ def test_session_serves_an_episode_and_appends_the_hint(policy):
         obs, info = s.reset(7, hint="think")
         assert obs.endswith("\n\nHINT: think") and info["max_turns"] == 25
         solution = s.solution()
-        obs, reward, terminated, truncated, _ = s.step(solution[0])
+        obs, reward, terminated, truncated, _ = s.step(solution[-1])  # the code itself
         assert (reward, terminated, truncated) == (1.0, True, False)
         assert s.stats.calls == 4 and s.stats.start_s > 0
     assert not s.alive
