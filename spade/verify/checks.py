@@ -369,6 +369,8 @@ def check_novelty(ctx: Context) -> str:
         for result, at in ((outcome, ""), (resized, f" at its own sizes ({_kwargs(sizes)})")):
             if result is not None and result.identical:
                 opening = "; only its opening is worded differently" if result.where else ""
+                if result.relabelled:
+                    opening += "; its feedback is worded differently, one to one (the same clues)"
                 raise _fail(
                     FailureKind.DUPLICATE,
                     f"plays exactly like {ref.name!r}{at}: identical transcripts over"

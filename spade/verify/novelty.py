@@ -191,12 +191,34 @@ class Comparison:
     """How a side-by-side play ended: identical throughout, or where it first differed.
 
     ``identical`` with a ``where``: every step played alike and only first observations differed
-    (the same game, reworded: what small models make of "give it a new theme")."""
+    (the same game, reworded: what small models make of "give it a new theme"), or the
+    observations differed in wording only (``relabelled``: they correspond one to one)."""
 
     identical: bool
     seeds: int = 0
     actions: int = 0
     where: str = ""
+    relabelled: bool = False
+
+
+class Wording:
+    """A one-to-one correspondence between two games' observations, grown as they are compared:
+    the same game with its feedback reworded ("too low" for "higher", even a lie told the same
+    way every time) tells a player exactly what the other does, while a clue of another kind
+    splits or merges what the other tells apart (a distance is one text where higher/lower had
+    two, or two where it had one)."""
+
+    def __init__(self) -> None:
+        self._mine: dict[str, str] = {}
+        self._theirs: dict[str, str] = {}
+        self.relabelled = False
+
+    def matches(self, mine: str, theirs: str) -> bool:
+        """Whether ``mine`` may stand for ``theirs`` given every pair matched before."""
+        ok = self._mine.setdefault(mine, theirs) == theirs
+        ok = self._theirs.setdefault(theirs, mine) == mine and ok
+        self.relabelled |= mine != theirs
+        return ok
 
 
 class _ReferenceFailed(Exception):
@@ -281,7 +303,9 @@ def plans(
     max_turns: int,
 ) -> Iterator[Plan]:
     """What both environments play, per seed: the design's solution for that seed and its
-    near miss (:func:`near_miss`), the malformed actions, then random play. Random plans hold
+    near miss (:func:`near_miss`), the other seeds' solutions (the same moves on another
+    instance, where a reworded game keeps its correspondence of observations and a new clue
+    breaks it), the malformed actions, then random play. Random plans hold
     their own RNG, consumed as they are played: make a fresh list for every side-by-side
     play."""
     for seed in seeds:
@@ -291,6 +315,9 @@ def plans(
         missed = near_miss(solution)
         if missed:
             yield Plan(seed, "near-miss", _cycle(missed), len(missed))
+        for other, moves in solutions.items():
+            if other != seed and moves:
+                yield Plan(seed, f"seed {other}'s solution", _cycle(moves), len(moves))
         if garbage:
             yield Plan(seed, "malformed", _cycle(garbage), len(garbage))
         for i in range(random_episodes):
@@ -313,7 +340,7 @@ def play_side_by_side(
     answered alike is the same game, whatever its opening says. A failure of the design's
     session propagates (it is the design's failure); one of the reference's counts as a
     difference."""
-    actions, reworded = 0, ""
+    actions, reworded, wording = 0, "", Wording()
     for plan in plan_list:
         turn, obs = 0, None
         while turn < plan.steps:
@@ -333,10 +360,11 @@ def play_side_by_side(
                 )
             actions += 1
             turn += 1
-            if mine[:4] != other[:4]:
+            if mine[1:4] != other[1:4] or not wording.matches(mine[0], other[0]):
                 return Comparison(False, where=f"{at}, action {turn}: results differ")
             obs = None if mine[2] or mine[3] else mine[0]
-    return Comparison(True, seeds=len({p.seed for p in plan_list}), actions=actions, where=reworded)
+    seeds = len({p.seed for p in plan_list})
+    return Comparison(True, seeds, actions, reworded, wording.relabelled)
 
 
 def open_reference(

@@ -148,3 +148,30 @@ def test_a_new_partial_credit_rule_is_novel_by_its_near_miss():
     assert verdict.accepted, verdict.to_dict()
     novelty = next(c for c in verdict.checks if c.name == "novelty")
     assert "near-miss play" in novelty.reason
+
+
+@pytest.mark.sandbox
+def test_a_clue_reworded_one_to_one_is_a_duplicate():
+    # the 0.5B coder's clue splice of number_hunt (bench/designs.py, seed 1): higher/lower
+    # worded as too low/too high, the same clue
+    assert CLUE is not None
+    plan = plan_splice(NUMBER_HUNT, CLUE)
+    assert plan is not None
+    reworded = (
+        "        if guess < self.number:\n"
+        '            return f"Too low, {guess} is too low."\n'
+        "        else:\n"
+        '            return f"Too high, {guess} is too high."\n'
+    )
+    code, _ = splice(
+        NUMBER_HUNT,
+        answer_text(plan.prefill, reworded),
+        class_name="CedarNumberHuntEnv",
+        skill="mathematical_reasoning",
+        note="number_hunt spliced (clue).",
+    )
+    cfg = load_config(None, {})
+    policy = load_policy(cfg.sandbox.policy_path)
+    verdict = verify_design(code, cfg, policy, [{"name": "number_hunt", "code": NUMBER_HUNT}])
+    assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
+    assert "worded differently, one to one" in verdict.failure.reason

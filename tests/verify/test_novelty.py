@@ -147,13 +147,27 @@ def test_the_same_game_with_another_opening_is_a_duplicate(policy):
 
 
 @pytest.mark.sandbox
-def test_a_reference_that_differs_in_one_reply_is_not_a_duplicate(policy):
-    other = GOOD.replace('return "yes", 1.0, True', 'return "yes!", 1.0, True')
+def test_a_reference_whose_feedback_tells_more_is_not_a_duplicate(policy):
+    far = '("higher" if n < self.secret else "lower")'
+    assert far in GOOD
+    other = GOOD.replace(far, f'({far} if abs(n - self.secret) > 100 else "close")')
     verdict = verify(CLONE, references=[Reference("pick", other)], policy=policy)
     assert verdict.accepted, verdict.to_dict()
-    assert "plays differently from 'pick' (seed 1234, solution play, action 1: results" in (
-        verdict.checks[-1].reason
+    assert "plays differently from 'pick' (seed " in verdict.checks[-1].reason
+
+
+@pytest.mark.sandbox
+def test_the_same_feedback_worded_differently_is_a_duplicate(policy):
+    """A reply reworded the same way every time ("yes!" for "yes", "too low" for "higher")
+    tells the player what the reference's does: the observations correspond one to one."""
+    other = GOOD.replace('return "yes", 1.0, True', 'return "yes!", 1.0, True')
+    other = other.replace(
+        '("higher" if n < self.secret else "lower")',
+        '("too low" if n < self.secret else "too high")',
     )
+    verdict = verify(CLONE, references=[Reference("pick", other)], policy=policy)
+    assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
+    assert "its feedback is worded differently, one to one" in verdict.failure.reason
 
 
 @pytest.mark.sandbox
