@@ -26,8 +26,9 @@ Accepted designs passed every check, ``novelty`` included (no near-verbatim copy
 behavioural duplicate of the parent or the examples shown). As a second line of defence the
 table also counts accepted designs that are near-verbatim copies (the verifier's rule: source
 similarity at least ``max_similarity`` with only literals differing) of ANY bundled example
-(held-out ones included, shown or not) or of a design the variant accepted before: those are
-not counted as novel.
+(held-out ones included, shown or not) or of a design the variant accepted before, and those
+the verifier's novelty check (side-by-side play included) calls duplicates of a design the
+variant accepted before: neither is counted as novel.
 
 The figure the demo's choice rests on is **novel accepted designs per minute** (wall time of
 generation, verification, repair and hints, on this machine). Benchmarks report; they do not
@@ -52,12 +53,12 @@ from rich.table import Table
 
 from spade.config import CampaignConfig, load_config
 from spade.designer.corpus import Corpus
-from spade.designer.designer import design_batch
+from spade.designer.designer import design_batch, verify_design
 from spade.envs.examples import example_paths
 from spade.inference.factory import open_backend
 from spade.pipeline.state import seed_memory
 from spade.records import DesignAttempt
-from spade.sandbox.policy import load_policy
+from spade.sandbox.policy import SandboxPolicy, load_policy
 from spade.verify.novelty import near_verbatim, similarity, source_tokens
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -132,6 +133,23 @@ def pool_copies(attempts: list[DesignAttempt], threshold: float) -> list[tuple[f
     return out
 
 
+def repeats(
+    attempts: list[DesignAttempt], cfg: CampaignConfig, policy: SandboxPolicy
+) -> list[bool]:
+    """For each accepted design, whether it is a duplicate of a design the variant accepted
+    before it by the verifier's own novelty check (source and side-by-side play, in the jail):
+    two answers that write one new rule two ways are one novel design, not two."""
+    out: list[bool] = []
+    earlier: list[dict[str, str]] = []
+    for a in attempts:
+        if a.accepted and a.code:
+            verdict = verify_design(a.code, cfg, policy, earlier) if earlier else None
+            kind = verdict.failure.kind if verdict is not None and verdict.failure else None
+            out.append(kind == "duplicate")
+            earlier.append({"name": f"accepted slot {a.slot} sample {a.sample}", "code": a.code})
+    return out
+
+
 async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str, Any]:
     policy = load_policy(cfg.sandbox.policy_path)
     memory = seed_memory(cfg)
@@ -140,8 +158,9 @@ async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str,
     minutes = (time.perf_counter() - started) / 60
     threshold = cfg.sandbox.verify.max_similarity
     copies = pool_copies(attempts, threshold)
+    repeated = repeats(attempts, cfg, policy)
     accepted = sum(a.accepted for a in attempts)
-    novel = sum(not copy for _, copy in copies)
+    novel = sum(not copy and not again for (_, copy), again in zip(copies, repeated, strict=True))
     kinds = Counter(a.failure_kind or "accepted" for a in attempts)
     first = Counter((a.first_failure_kind or a.failure_kind or "accepted") for a in attempts)
     return {
@@ -160,6 +179,7 @@ async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str,
         "first_kinds": dict(first),
         "max_pool_similarity": [top for top, _ in copies],
         "pool_copy": [copy for _, copy in copies],
+        "repeats_earlier": repeated,
         "strategies": dict(Counter(a.strategy for a in attempts)),
         "designs": [
             {
