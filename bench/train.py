@@ -19,7 +19,8 @@ Benchmarks report; they do not assert. A table prints, JSON goes to
 ``bench/results/train.json`` (with machine info and a timestamp).
 
 Usage: ``.venv/bin/python bench/train.py [--quick] [--model NAME] [--steps N] [--samples N]
-[--seq-len T] [--zero-stage S] [--lora] [--peak-tflops F] [--out PATH]``
+[--seq-len T] [--zero-stage S] [--lora] [--peak-tflops F] [--engines torch,deepspeed]
+[--out PATH]``
 """
 
 from __future__ import annotations
@@ -138,13 +139,26 @@ def main() -> None:
     ap.add_argument("--lora", action="store_true", help="train LoRA adapters (default: full)")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="device peak, for MFU (CUDA)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument(
+        "--engines",
+        default="torch,deepspeed",
+        help="engines to measure, comma-separated (the ratio needs both)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.steps, args.samples, args.seq_len = 2, 8, 64
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     started = time.perf_counter()
-    results = [measure(engine, args, device) for engine in ("torch", "deepspeed")]
-    ratio = results[1]["tokens_per_s"] / results[0]["tokens_per_s"]
+    engines = args.engines.split(",")
+    if not engines or any(e not in ("torch", "deepspeed") for e in engines):
+        ap.error(f"--engines: torch and/or deepspeed, not {args.engines!r}")
+    results = [measure(engine, args, device) for engine in engines]
+    by_engine = dict(zip(engines, results, strict=True))
+    ratio = (
+        by_engine["deepspeed"]["tokens_per_s"] / by_engine["torch"]["tokens_per_s"]
+        if len(by_engine) == 2
+        else None
+    )
 
     title = (
         f"GRPO training: {args.model} ({results[0]['params'] / 1e6:.1f}M params"
@@ -160,7 +174,8 @@ def main() -> None:
         row += [str(r["micro_batches"]), str(r["tokens_per_step"])]
         row += [f"{r['mfu']:.1%}"] if "mfu" in r else []
         table.add_row(*row)
-    table.add_row("deepspeed / torch", f"{ratio:.2f}x", *[""] * (len(columns) - 2))
+    if ratio is not None:
+        table.add_row("deepspeed / torch", f"{ratio:.2f}x", *[""] * (len(columns) - 2))
     Console().print(table)
 
     result = {
@@ -173,7 +188,18 @@ def main() -> None:
         "model": args.model,
         "settings": {
             k: getattr(args, k)
-            for k in ("steps", "samples", "seq_len", "micro_batch_tokens", "zero_stage", "lora")
+            for k in (
+                "steps",
+                "samples",
+                "seq_len",
+                "micro_batch_tokens",
+                "zero_stage",
+                "lora",
+                "dtype",
+                "hidden",
+                "layers",
+                "vocab",
+            )
         },
         "results": results,
         "deepspeed_over_torch": ratio,

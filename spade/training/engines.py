@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,6 +213,16 @@ class TorchEngine(Engine):
 # ------------------------------------------------------------------------------------ DeepSpeed
 
 
+def deepspeed_arch_list(value: str) -> str:
+    """``TORCH_CUDA_ARCH_LIST`` as DeepSpeed's op builder can read it: each entry without the
+    letter suffix of an architecture-specific target (``9.0a`` -> ``9.0``). The H200 image sets
+    ``9.0a``, on which DeepSpeed 0.19.8's ``compute_capability_args`` raises (``int('0a')``)
+    before it compiles ``fused_adam`` (seen on the device machine); the plain target builds
+    the same optimizer kernels. ``+PTX`` and separators are kept."""
+    parts = re.split(r"([;\s]+)", value)
+    return "".join(re.sub(r"^(\d+\.\d+)[a-z]+", r"\1", part) for part in parts)
+
+
 def ensure_extensions_dir() -> Path:
     """``TORCH_EXTENSIONS_DIR``, defaulted to ``$SPADE_CACHE/torch_extensions``; created."""
     if not os.environ.get("TORCH_EXTENSIONS_DIR"):
@@ -283,6 +294,10 @@ class DeepSpeedEngine(Engine):
 
     def __init__(self, model: nn.Module, config: TrainingConfig, lr: float) -> None:
         ensure_extensions_dir()  # before deepspeed compiles anything
+        if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+            os.environ["TORCH_CUDA_ARCH_LIST"] = deepspeed_arch_list(
+                os.environ["TORCH_CUDA_ARCH_LIST"]
+            )
         import deepspeed
         import torch.distributed as dist
         from deepspeed.accelerator import get_accelerator

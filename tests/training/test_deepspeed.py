@@ -209,3 +209,18 @@ def test_deepspeeds_own_bf16_mode_trains():
     good, bad = learn(trainer, steps=6)
     assert good > 0.5 and bad < -0.5
     assert trainer.export_weights()["lm_head.weight"].dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("given", "readable"),
+    [
+        ("9.0a", "9.0"),  # the H200 image's value: DeepSpeed 0.19.8 raised on it
+        ("8.0;9.0a+PTX", "8.0;9.0+PTX"),
+        ("7.5 8.6", "7.5 8.6"),
+        ("10.0a;12.0f", "10.0;12.0"),
+    ],
+)
+def test_arch_suffixes_are_dropped_for_deepspeeds_op_builder(given, readable):
+    from spade.training.engines import deepspeed_arch_list
+
+    assert deepspeed_arch_list(given) == readable
