@@ -9,6 +9,13 @@ rule splices did exactly this: a clue rewritten to ``f"Point {x}."`` names the p
 about and nothing of the hidden polynomial. Rewards and the observations of an episode's last
 step are not compared: learning at the end of an episode that one lost helps no play of it.
 
+A design that varies a reference (a splice or an edit: at least :data:`VARIANT_SIMILARITY`
+similar by source) is held to what the reference's moves told: when the answers to its moves
+alone (the first observation left out) tell the seeds apart to no play, while in the reference
+the same plays' answers do, its feedback was emptied (the 0.5B coder's clues for
+``cargo_knapsack`` said "You are inspecting crate number 3." and nothing of the crate; the
+capacity in the task text still differed by seed, so the first test passed them).
+
 It samples plays (each probe seed's solution, the task's own words as moves, seeded random
 play; the same moves on every seed), so it is a necessary condition only: a game that reveals
 its instance to none of these plays is rejected, one that reveals it to some play passes.
@@ -22,10 +29,16 @@ from typing import TYPE_CHECKING
 
 from spade.records import Failure, FailureKind
 from spade.sandbox.failures import EnvFailure
+from spade.sandbox.session import JailedSession
 from spade.verify.episodes import WORD, Episode, Policy, play, random_policy, scripted
+from spade.verify.novelty import Reference, open_reference, rank_references
 
 if TYPE_CHECKING:
     from spade.verify.checks import Context
+
+VARIANT_SIMILARITY = 0.9
+"""Source similarity from which a design is taken for a variant of a reference (a splice of one
+rule method is ~0.95-0.99 like its parent; two different bundled games at most 0.60)."""
 
 
 def seen(episode: Episode) -> list[str]:
@@ -75,37 +88,81 @@ def _plans(ctx: Context) -> list[tuple[str, Policy]]:
     return out
 
 
-def check_informative(ctx: Context) -> str:
-    """The probe seeds must not all look alike to every sampled play (see the module)."""
+def telling_play(ctx: Context, session: JailedSession, *, first: bool = True) -> str | None:
+    """The label of the first sampled play for which the probe seeds look different in
+    ``session`` (with ``first`` False, judged by the steps' observations alone); None when
+    they look alike to every play."""
     cfg = ctx.config
-    seeds = cfg.probe_seeds
-    if len(seeds) < 2:
-        return "not checked (one probe seed: verify.seed_probe_count is 0)"
-    if len({tuple(s) for s in ctx.seed_solutions.values()}) == 1 and ctx.seed_solutions:
-        # one solution wins every seed: no instance needs telling apart (only reached with
-        # seed_dependence waived, since otherwise the first observations differ)
-        return "not checked (the probe seeds share one solution: a fixed instance)"
     labels = [label for label, _ in _plans(ctx)]
     for k, label in enumerate(labels):
         views = []
-        for seed in seeds:
+        for seed in cfg.probe_seeds:
             _, policy = _plans(ctx)[k]  # a fresh policy per seed: the same moves if all alike
             episode = play(
-                ctx.session,
+                session,
                 seed,
                 policy,
                 max_steps=cfg.max_turns,
                 reward_range=(cfg.reward_min, cfg.reward_max),
             )
-            views.append(seen(episode))
+            views.append(seen(episode)[0 if first else 1 :])
         if not alike(views):
-            return f"seeds {', '.join(map(str, seeds))} look different to {label} play"
-    raise EnvFailure(
-        Failure(
-            FailureKind.UNSOLVABLE,
-            f"seeds {', '.join(map(str, seeds))} look alike to every play tried"
-            f" ({', '.join(labels)}): the same first observation and the same answers to the"
-            " same moves, so no player can tell which instance it is in",
-        ),
-        fatal=False,
+            return label
+    return None
+
+
+def check_informative(ctx: Context) -> str:
+    """The probe seeds must not all look alike to every sampled play, and a variant of a
+    reference must not empty the feedback its moves got there (see the module)."""
+    cfg = ctx.config
+    seeds = ", ".join(map(str, cfg.probe_seeds))
+    if len(cfg.probe_seeds) < 2:
+        return "not checked (one probe seed: verify.seed_probe_count is 0)"
+    if len({tuple(s) for s in ctx.seed_solutions.values()}) == 1 and ctx.seed_solutions:
+        # one solution wins every seed: no instance needs telling apart (only reached with
+        # seed_dependence waived, since otherwise the first observations differ)
+        return "not checked (the probe seeds share one solution: a fixed instance)"
+    label = telling_play(ctx, ctx.session)
+    if label is None:
+        raise _unsolvable(
+            f"seeds {seeds} look alike to every play tried: the same first observation and"
+            " the same answers to the same moves, so no player can tell which instance it is in"
+        )
+    reason = f"seeds {seeds} look different to {label} play"
+    if telling_play(ctx, ctx.session, first=False) is not None:
+        return reason
+    parent = _parent(ctx)
+    if parent is None:
+        return reason + "; its moves' answers alone tell them apart to no play"
+    session, note = open_reference(parent, ctx.policy, cfg.max_turns)
+    if session is None:
+        return f"{reason}; {note}"
+    try:
+        told = telling_play(ctx, session, first=False)
+    except EnvFailure:  # the reference breaks on the design's moves: not that game's moves
+        told = None
+    finally:
+        session.close()
+    if told is not None:
+        raise _unsolvable(
+            f"its moves are answered alike on seeds {seeds} (every play tried), where in"
+            f" {parent.name!r}, which it varies, the answers to {told} play tell them apart:"
+            " the feedback no longer says anything of the instance"
+        )
+    return reason + f"; its moves' answers tell them apart to no play, nor in {parent.name!r}"
+
+
+def _parent(ctx: Context) -> Reference | None:
+    """The reference the design varies (a splice's or an edit's parent): the most similar by
+    source, if at least :data:`VARIANT_SIMILARITY` similar."""
+    if not ctx.references:
+        return None
+    ranking = rank_references(
+        ctx.code, ctx.references, keep=1, max_tokens=ctx.config.similarity_max_tokens
     )
+    top = ranking.top[0] if ranking.top else None
+    return top.reference if top is not None and top.similarity >= VARIANT_SIMILARITY else None
+
+
+def _unsolvable(reason: str) -> EnvFailure:
+    return EnvFailure(Failure(FailureKind.UNSOLVABLE, reason), fatal=False)

@@ -4,7 +4,7 @@ by any player, however feasible for code that reads its hidden state."""
 import pytest
 
 from spade.envs.examples import example_paths
-from spade.verify import verify
+from spade.verify import Reference, verify
 from spade.verify.episodes import Episode
 from spade.verify.informative import alike, seen
 
@@ -43,3 +43,31 @@ def test_a_clue_that_depends_on_the_hidden_state_passes(policy):
     assert (
         informative.passed and "look different to seed 1234's solution play" in informative.reason
     )
+
+
+def test_a_variant_whose_moves_no_longer_tell_anything_is_unsolvable(policy):
+    # the 0.5B coder's clue splices of cargo_knapsack (bench/designs.py, seed 1): the task
+    # text still names a capacity that differs by seed, the inspections say nothing
+    cargo = next(p for p in example_paths() if p.stem == "cargo_knapsack").read_text()
+    told = 'return f"Crate {crate}: weight {w} tons, value {v}."'
+    assert told in cargo
+    blind = cargo.replace(told, 'return f"You are inspecting crate number {crate}."')
+    alone = verify(blind, policy=policy)
+    informative = next(c for c in alone.checks if c.name == "informative")
+    assert informative.passed and "answers alone tell them apart to no play" in informative.reason
+    verdict = verify(blind, policy=policy, references=[Reference("cargo_knapsack", cargo)])
+    assert verdict.failed_check == "informative", verdict.to_dict()
+    assert verdict.failure is not None and verdict.failure.kind == "unsolvable"
+    assert "in 'cargo_knapsack', which it varies" in verdict.failure.reason
+
+
+def test_a_number_hunt_clue_that_never_changes_is_unsolvable(policy):
+    # the 0.5B coder's clue splice of number_hunt (bench/designs.py, seed 0): the solution of
+    # one seed wins at once there and is wrong elsewhere, which must not count as a difference
+    # the player could use
+    hunt = next(p for p in example_paths() if p.stem == "number_hunt").read_text()
+    start = hunt.index('        direction = "higher"')
+    end = hunt.index("    def end(")
+    blind = hunt[:start] + '        return f"{guess} is a bit lower."\n\n' + hunt[end:]
+    verdict = verify(blind, policy=policy)
+    assert verdict.failed_check == "informative", verdict.to_dict()
