@@ -34,6 +34,7 @@ import tokenize
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from spade.envs.actions import extract_boxed
 from spade.pysource import PARSE_ERRORS, parse_module
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
@@ -201,6 +202,12 @@ class Comparison:
     relabelled: bool = False
 
 
+def unechoed(observation: str, move: str) -> str:
+    """The observation without the move it answers, repeated back ("500 is too low" and "Too
+    low" tell the player the same: it knows what it played)."""
+    return observation.replace(move, "<move>") if move else observation
+
+
 class Wording:
     """A one-to-one correspondence between two games' observations, grown as they are compared:
     the same game with its feedback reworded ("too low" for "higher", even a lie told the same
@@ -360,7 +367,10 @@ def play_side_by_side(
                 )
             actions += 1
             turn += 1
-            if mine[1:4] != other[1:4] or not wording.matches(mine[0], other[0]):
+            echo = extract_boxed(action) or ""
+            if mine[1:4] != other[1:4] or not wording.matches(
+                unechoed(mine[0], echo), unechoed(other[0], echo)
+            ):
                 return Comparison(False, where=f"{at}, action {turn}: results differ")
             obs = None if mine[2] or mine[3] else mine[0]
     seeds = len({p.seed for p in plan_list})

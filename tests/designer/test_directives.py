@@ -154,15 +154,27 @@ def test_a_new_partial_credit_rule_is_novel_by_its_near_miss():
 def test_a_clue_reworded_one_to_one_is_a_duplicate():
     # the 0.5B coder's clue splice of number_hunt (bench/designs.py, seed 1): higher/lower
     # worded as too low/too high, the same clue
-    assert CLUE is not None
-    plan = plan_splice(NUMBER_HUNT, CLUE)
-    assert plan is not None
     reworded = (
         "        if guess < self.number:\n"
         '            return f"Too low, {guess} is too low."\n'
         "        else:\n"
         '            return f"Too high, {guess} is too high."\n'
     )
+    assert_duplicate(reworded)
+    # the same clue without the guess repeated back (seed 1 of the bench): the player knows
+    # what it guessed
+    assert_duplicate(
+        "        if guess < self.number:\n"
+        '            return "The number is higher."\n'
+        '        return "The number is lower."\n'
+    )
+
+
+def assert_duplicate(answer: str) -> None:
+    assert CLUE is not None
+    plan = plan_splice(NUMBER_HUNT, CLUE)
+    assert plan is not None
+    reworded = answer
     code, _ = splice(
         NUMBER_HUNT,
         answer_text(plan.prefill, reworded),
