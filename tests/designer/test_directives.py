@@ -16,6 +16,7 @@ from spade.designer.directives import DIRECTIVE_NAMES, DIRECTIVES, directive_nam
 from spade.designer.prompts import splice_prompt
 from spade.designer.splice import FENCE, answer_text, parent_methods, plan_splice, splice
 from spade.envs.examples import example_paths
+from spade.records import Verdict
 from spade.sandbox.policy import load_policy
 from spade.verify.novelty import near_miss
 
@@ -76,22 +77,30 @@ def test_the_rule_prompt_shows_the_parent_without_the_method_and_names_the_state
     assert "def clue(" not in content.split("without its method clue:")[1].split("```")[1]
 
 
-@pytest.mark.sandbox
-def test_a_rule_splice_is_accepted_and_novel_by_play():
-    assert CLUE is not None
-    plan = plan_splice(NUMBER_HUNT, CLUE)
-    assert plan is not None
+def spliced_verdict(parent: str, directive: str, body: str) -> tuple[str, Verdict]:
+    """The parent (a bundled example's name) with ``body`` as the answer to ``directive``,
+    spliced and verified against the parent."""
+    rule = directive_named(directive)
+    assert rule is not None
+    plan = plan_splice(EXAMPLES[parent], rule)
+    assert plan is not None and plan.asked == (directive,)
     code, names = splice(
-        NUMBER_HUNT,
-        answer_text(plan.prefill, BAND_CLUE + "```"),
-        class_name="CedarNumberHuntEnv",
+        EXAMPLES[parent],
+        answer_text(plan.prefill, body),
+        class_name="CedarVariantEnv",
         skill="mathematical_reasoning",
-        note="number_hunt spliced (clue).",
+        note=f"{parent} spliced ({directive}).",
     )
-    assert names == ["clue"] and "burning" in code and "def play(" in code
+    assert names == [directive]
     cfg = load_config(None, {})
     policy = load_policy(cfg.sandbox.policy_path)
-    verdict = verify_design(code, cfg, policy, [{"name": "number_hunt", "code": NUMBER_HUNT}])
+    return code, verify_design(code, cfg, policy, [{"name": parent, "code": EXAMPLES[parent]}])
+
+
+@pytest.mark.sandbox
+def test_a_rule_splice_is_accepted_and_novel_by_play():
+    code, verdict = spliced_verdict("number_hunt", "clue", BAND_CLUE + "```")
+    assert "burning" in code and "def play(" in code
     assert verdict.accepted, verdict.to_dict()
     novelty = next(c for c in verdict.checks if c.name == "novelty")
     assert "plays differently" in novelty.reason
@@ -99,23 +108,11 @@ def test_a_rule_splice_is_accepted_and_novel_by_play():
 
 @pytest.mark.sandbox
 def test_a_rule_splice_that_changes_nothing_is_a_duplicate():
-    assert CLUE is not None
-    plan = plan_splice(NUMBER_HUNT, CLUE)
-    assert plan is not None
     same = (
         '        direction = "higher" if self.number > guess else "lower"\n'
         '        return f"My number is {direction} than {guess}."\n'
     )
-    code, _ = splice(
-        NUMBER_HUNT,
-        answer_text(plan.prefill, same),
-        class_name="CedarNumberHuntEnv",
-        skill="mathematical_reasoning",
-        note="number_hunt spliced (clue).",
-    )
-    cfg = load_config(None, {})
-    policy = load_policy(cfg.sandbox.policy_path)
-    verdict = verify_design(code, cfg, policy, [{"name": "number_hunt", "code": NUMBER_HUNT}])
+    _, verdict = spliced_verdict("number_hunt", "clue", same)
     assert not verdict.accepted and verdict.failure is not None, verdict.to_dict()
     assert verdict.failure.kind == "duplicate", verdict.to_dict()
 
@@ -130,21 +127,8 @@ def test_the_near_miss_changes_one_digit_of_the_last_move():
 
 @pytest.mark.sandbox
 def test_a_new_partial_credit_rule_is_novel_by_its_near_miss():
-    credit = directive_named("credit")
-    assert credit is not None
-    parent = EXAMPLES["polynomial_probe"]
-    plan = plan_splice(parent, credit)
-    assert plan is not None and plan.asked == ("credit",)
-    code, _ = splice(
-        parent,
-        answer_text(plan.prefill, "        return 0.9 * (right / 4) ** 2\n```"),
-        class_name="SquarePolynomialProbeEnv",
-        skill="mathematical_reasoning",
-        note="polynomial_probe spliced (credit).",
-    )
-    cfg = load_config(None, {})
-    policy = load_policy(cfg.sandbox.policy_path)
-    verdict = verify_design(code, cfg, policy, [{"name": "polynomial_probe", "code": parent}])
+    body = "        return 0.9 * (right / 4) ** 2\n```"
+    _, verdict = spliced_verdict("polynomial_probe", "credit", body)
     assert verdict.accepted, verdict.to_dict()
     novelty = next(c for c in verdict.checks if c.name == "novelty")
     assert "near-miss play" in novelty.reason
@@ -171,19 +155,6 @@ def test_a_clue_reworded_one_to_one_is_a_duplicate():
 
 
 def assert_duplicate(answer: str) -> None:
-    assert CLUE is not None
-    plan = plan_splice(NUMBER_HUNT, CLUE)
-    assert plan is not None
-    reworded = answer
-    code, _ = splice(
-        NUMBER_HUNT,
-        answer_text(plan.prefill, reworded),
-        class_name="CedarNumberHuntEnv",
-        skill="mathematical_reasoning",
-        note="number_hunt spliced (clue).",
-    )
-    cfg = load_config(None, {})
-    policy = load_policy(cfg.sandbox.policy_path)
-    verdict = verify_design(code, cfg, policy, [{"name": "number_hunt", "code": NUMBER_HUNT}])
+    _, verdict = spliced_verdict("number_hunt", "clue", answer)
     assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
     assert "worded differently, one to one" in verdict.failure.reason
