@@ -58,7 +58,11 @@ def load_model(args: argparse.Namespace, device: torch.device) -> tuple[torch.nn
             max_position_embeddings=max(2 * args.seq_len, 256),
         )
         torch.manual_seed(0)
-        return LlamaForCausalLM(config).to(device), 0
+        model = LlamaForCausalLM(config)
+        # --dtype as a named model gets it: bf16 weights make the torch engine keep fp32
+        # masters and run forward passes under bf16 autocast, as DeepSpeed's bf16 mode does
+        dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(args.dtype)
+        return (model.to(device, dtype=dtype) if dtype else model.to(device)), 0
     from spade.inference.models import load_model_and_tokenizer, resolve_model
 
     resolved = resolve_model(ModelConfig(name_or_path=args.model))
