@@ -24,7 +24,8 @@ its instance to none of these plays is rejected, one that reveals it to some pla
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from spade.records import Failure, FailureKind
@@ -74,39 +75,53 @@ def task_words(tool_names: Sequence[str]) -> Policy:
     return act
 
 
-def _plans(ctx: Context) -> list[tuple[str, Policy]]:
-    """Labelled plays, each rebuilt per seed (random plays hold their own RNG)."""
+def _plans(ctx: Context) -> list[tuple[str, Callable[[], Policy]]]:
+    """Labelled plays, each a maker of a fresh policy (random plays hold their own RNG, so
+    every seed gets its own: the same moves wherever the seeds look alike)."""
     cfg = ctx.config
     solutions = ctx.seed_solutions or {cfg.seed: ctx.solution}
-    out: list[tuple[str, Policy]] = [
-        (f"seed {seed}'s solution", scripted(moves)) for seed, moves in solutions.items() if moves
+    out: list[tuple[str, Callable[[], Policy]]] = [
+        (f"seed {seed}'s solution", partial(scripted, moves))
+        for seed, moves in solutions.items()
+        if moves
     ]
-    out.append(("the task's words", task_words(ctx.tool_names)))
+    out.append(("the task's words", partial(task_words, ctx.tool_names)))
     for i in range(cfg.random_episodes):
-        rng = random.Random(cfg.seed * 1000 + i)
-        out.append((f"random {i}", random_policy(rng, ctx.tool_names)))
+        out.append((f"random {i}", partial(_random, cfg.seed * 1000 + i, ctx.tool_names)))
     return out
 
 
-def telling_play(ctx: Context, session: JailedSession, *, first: bool = True) -> str | None:
-    """The label of the first sampled play for which the probe seeds look different in
-    ``session`` (with ``first`` False, judged by the steps' observations alone); None when
-    they look alike to every play."""
+def _random(seed: int, tool_names: Sequence[str]) -> Policy:
+    return random_policy(random.Random(seed), tool_names)
+
+
+def views(ctx: Context, session: JailedSession) -> list[tuple[str, list[list[str]]]]:
+    """Each sampled play's label and what it saw on each probe seed in ``session``
+    (:func:`seen`), every play played once."""
     cfg = ctx.config
-    labels = [label for label, _ in _plans(ctx)]
-    for k, label in enumerate(labels):
-        views = []
-        for seed in cfg.probe_seeds:
-            _, policy = _plans(ctx)[k]  # a fresh policy per seed: the same moves if all alike
-            episode = play(
-                session,
-                seed,
-                policy,
-                max_steps=cfg.max_turns,
-                reward_range=(cfg.reward_min, cfg.reward_max),
+    out = []
+    for label, make in _plans(ctx):
+        seen_by_seed = [
+            seen(
+                play(
+                    session,
+                    seed,
+                    make(),
+                    max_steps=cfg.max_turns,
+                    reward_range=(cfg.reward_min, cfg.reward_max),
+                )
             )
-            views.append(seen(episode)[0 if first else 1 :])
-        if not alike(views):
+            for seed in cfg.probe_seeds
+        ]
+        out.append((label, seen_by_seed))
+    return out
+
+
+def telling_play(played: list[tuple[str, list[list[str]]]], *, first: bool = True) -> str | None:
+    """The label of the first play for which the probe seeds look different (with ``first``
+    False, judged by the steps' observations alone); None when they look alike to every play."""
+    for label, by_seed in played:
+        if not alike([v[0 if first else 1 :] for v in by_seed]):
             return label
     return None
 
@@ -122,14 +137,15 @@ def check_informative(ctx: Context) -> str:
         # one solution wins every seed: no instance needs telling apart (only reached with
         # seed_dependence waived, since otherwise the first observations differ)
         return "not checked (the probe seeds share one solution: a fixed instance)"
-    label = telling_play(ctx, ctx.session)
+    played = views(ctx, ctx.session)
+    label = telling_play(played)
     if label is None:
         raise _unsolvable(
             f"seeds {seeds} look alike to every play tried: the same first observation and"
             " the same answers to the same moves, so no player can tell which instance it is in"
         )
     reason = f"seeds {seeds} look different to {label} play"
-    if telling_play(ctx, ctx.session, first=False) is not None:
+    if telling_play(played, first=False) is not None:
         return reason
     parent = _parent(ctx)
     if parent is None:
@@ -138,7 +154,7 @@ def check_informative(ctx: Context) -> str:
     if session is None:
         return f"{reason}; {note}"
     try:
-        told = telling_play(ctx, session, first=False)
+        told = telling_play(views(ctx, session), first=False)
     except EnvFailure:  # the reference breaks on the design's moves: not that game's moves
         told = None
     finally:
