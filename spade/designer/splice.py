@@ -141,24 +141,25 @@ def _docstring_lines(source: str, method: ast.FunctionDef | ast.AsyncFunctionDef
     return "\n" + "\n".join(lines)
 
 
-def parent_methods(parent: str) -> list[str]:
-    """The method names of the parent's environment class, in order; none when it does not
-    parse or has no such class (it is then not spliced)."""
+def _parent_methods(parent: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The methods of the parent's environment class, in order; none when it does not parse
+    or has no such class (it is then not spliced)."""
     try:
         cls = env_class(parse_module(parent))
     except PARSE_ERRORS:  # nothing to splice into: plan_splice says so too
         return []
-    return [m.name for m in methods_of(cls)] if cls else []
+    return methods_of(cls) if cls else []
+
+
+def parent_methods(parent: str) -> list[str]:
+    """The method names of the parent's environment class (see :func:`_parent_methods`)."""
+    return [m.name for m in _parent_methods(parent)]
 
 
 def hook_signature(parent: str, name: str) -> str | None:
     """The signature of the parent's method ``name`` (see :func:`signature_of`); None when the
     parent does not parse or has no such method."""
-    try:
-        cls = env_class(parse_module(parent))
-    except PARSE_ERRORS:  # nothing to take a signature from
-        return None
-    method = next((m for m in methods_of(cls) if m.name == name), None) if cls else None
+    method = next((m for m in _parent_methods(parent) if m.name == name), None)
     return signature_of(parent, method) if method is not None else None
 
 
