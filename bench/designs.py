@@ -59,7 +59,7 @@ from spade.inference.factory import open_backend
 from spade.pipeline.state import seed_memory
 from spade.records import DesignAttempt
 from spade.sandbox.policy import SandboxPolicy, load_policy
-from spade.verify.novelty import near_verbatim, similarity, source_tokens
+from spade.verify.novelty import literal_edits_only, similarity, source_tokens
 
 RESULTS = Path(__file__).resolve().parent / "results"
 EXAMPLES = str(Path(example_paths()[0]).parent)
@@ -126,9 +126,12 @@ def pool_copies(attempts: list[DesignAttempt], threshold: float) -> list[tuple[f
     for a in attempts:
         if a.accepted and a.code:
             mine = source_tokens(a.code, 6000)
-            top = max((similarity(mine, r) for r in refs), default=0.0)
-            copy = any(near_verbatim(mine, r, threshold) is not None for r in refs)
-            out.append((top, copy))
+            scores = [similarity(mine, r) for r in refs]
+            copy = any(  # the verifier's rule (novelty.near_verbatim), each ratio taken once
+                score >= threshold and literal_edits_only(mine, r)
+                for score, r in zip(scores, refs, strict=True)
+            )
+            out.append((max(scores, default=0.0), copy))
             refs.append(mine)
     return out
 
