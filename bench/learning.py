@@ -58,7 +58,7 @@ from report import machine, timestamp, write_json  # bench/report.py (scripts ru
 from rich.console import Console
 from rich.table import Table
 
-from spade.stats import mean
+from spade.stats import bootstrap_interval, interval_json, mean
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -83,6 +83,7 @@ def base_overrides(args: argparse.Namespace, heldout: list[str]) -> dict[str, An
     over: dict[str, Any] = {
         "run.heldout_envs": heldout,
         "run.heldout_suites": [{"name": "reasoning_gym", "size": args.rg_size, "seed": 0}],
+        "run.heldout_base": False,  # the bench plays the base weights once for both arms
     }
     if args.model:
         over["model.name_or_path"] = args.model
@@ -183,8 +184,59 @@ def per_round_means(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any
     out = []
     for n in rounds:
         rows = [r for rows in runs.values() for r in rows if r["round"] == n]
-        out.append({"round": n} | {k: mean_of(rows, k) for k in (*keys, "designed_share")})
+        row = {"round": n} | {k: mean_of(rows, k) for k in (*keys, "designed_share")}
+        for k in ("heldout_return", "heldout_win_rate"):  # across seeds, 95% bootstrap
+            row[f"{k}_interval"] = interval_json(bootstrap_interval(present(rows, k)))
+        out.append(row)
     return out
+
+
+def present(rows: list[dict[str, Any]], key: str) -> list[float]:
+    return [r[key] for r in rows if r.get(key) is not None]
+
+
+COMPARED = ("heldout_return", "heldout_win_rate", "reasoning_gym")
+"""The held-out measures compared across seeds at the end."""
+
+
+def comparison(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """Per held-out measure, across seeds: each arm's last-round value and its mean over all
+    rounds (less noisy than one round), each with its 95% bootstrap interval over seeds, and
+    SPADE minus pool paired by seed (the same master seed: the same documents, pool draws
+    and held-out tasks) with its interval. With few seeds the intervals are wide and the
+    bootstrap cannot see variation the seeds did not show: read them as that."""
+    seeds = sorted(set(runs["spade"]) & set(runs["pool"]), key=int)
+    out: dict[str, Any] = {"seeds": seeds}
+    for key in COMPARED:
+        entry: dict[str, Any] = {}
+        for view in ("last", "all_rounds"):
+            per_arm = {arm: [_seed_value(runs[arm][s], key, view) for s in seeds] for arm in ARMS}
+            diffs = [
+                a - b
+                for a, b in zip(per_arm["spade"], per_arm["pool"], strict=True)
+                if a is not None and b is not None
+            ]
+            entry[view] = {arm: _summary(values) for arm, values in per_arm.items()} | {
+                "spade_minus_pool": _summary(diffs)
+            }
+        out[key] = entry
+    return out
+
+
+def _seed_value(rows: list[dict[str, Any]], key: str, view: str) -> float | None:
+    """One seed's value: its last round's, or its mean over every round."""
+    if view == "last":
+        return rows[-1].get(key) if rows else None
+    return mean_of(rows, key)
+
+
+def _summary(values: list[float | None]) -> dict[str, Any]:
+    xs = [v for v in values if v is not None]
+    return {
+        "values": xs,
+        "mean": mean(xs),
+        "interval": interval_json(bootstrap_interval(xs)),
+    }
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -232,11 +284,37 @@ def print_table(data: dict[str, Any]) -> None:
         )  # fmt: skip
     console.print(table)
     console.print(f"designed share of the SPADE arm's episodes: {fmt(data['designed_share'], 2)}")
+    console.print(comparison_table(data["comparison"]))
+
+
+def comparison_table(comp: dict[str, Any]) -> Table:
+    """Across seeds: each arm's held-out measures and SPADE - pool, with 95% intervals."""
+    table = Table(
+        title=f"Across seeds {', '.join(comp['seeds'])}: mean [95% bootstrap interval over seeds]"
+    )
+    for col in ("measure", "rounds", "spade", "pool", "spade - pool"):
+        table.add_column(col, justify="right")
+    for key in COMPARED:
+        for view, label in (("last", "last"), ("all_rounds", "mean of all")):
+            cells = comp[key][view]
+            table.add_row(
+                key,
+                label,
+                *(with_interval(cells[c]) for c in ("spade", "pool", "spade_minus_pool")),
+            )
+    return table
+
+
+def with_interval(summary: dict[str, Any]) -> str:
+    interval = summary["interval"]
+    bounds = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+    return fmt(summary["mean"]) + bounds
 
 
 def plot(data: dict[str, Any], path: Path) -> None:
-    """Held-out win rate of both arms per round (base at round -1), and the designer's regret,
-    reward and designed share beside it."""
+    """Held-out mean return (partial credit) of both arms per round (base at round -1): each
+    seed thin, the mean of seeds thick with its 95% bootstrap band over seeds, the win rate
+    dashed; and the designer's regret, reward and designed share beside it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -244,20 +322,29 @@ def plot(data: dict[str, Any], path: Path) -> None:
     from matplotlib.ticker import MaxNLocator
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    base = data["base"]["win_rate"]
+    base = data["base"]
     for arm, colour in (("spade", "tab:blue"), ("pool", "tab:orange")):
         for rows in data["runs"][arm].values():
-            xs, ys = (
-                [-1, *[r["round"] for r in rows]],
-                [base, *[r["heldout_win_rate"] for r in rows]],
-            )
+            xs = [-1, *[r["round"] for r in rows]]
+            ys = [base.get("return"), *[r["heldout_return"] for r in rows]]
             left.plot(xs, ys, color=colour, alpha=0.3, lw=1, label=None)
         means = data["means"][arm]
         xs = [-1, *[m["round"] for m in means]]
-        ys = [base, *[m["heldout_win_rate"] for m in means]]
-        left.plot(xs, ys, color=colour, lw=2.5, marker="o", label=f"{arm} (mean of seeds)")
+        ys = [base.get("return"), *[m["heldout_return"] for m in means]]
+        left.plot(xs, ys, color=colour, lw=2.5, marker="o", label=f"{arm} return (mean of seeds)")
+        bands = [(m["round"], m["heldout_return_interval"]) for m in means]
+        bands = [(x, iv) for x, iv in bands if iv]
+        if bands:
+            left.fill_between(
+                [x for x, _ in bands], [iv[0] for _, iv in bands], [iv[1] for _, iv in bands],
+                color=colour, alpha=0.15, lw=0,
+            )  # fmt: skip
+        wins = [base.get("win_rate"), *[m["heldout_win_rate"] for m in means]]
+        left.plot(xs, wins, color=colour, lw=1.5, ls="--", label=f"{arm} win rate")
     left.set(
-        xlabel="round (-1: base weights)", ylabel="held-out unhinted win rate", ylim=(-0.02, 1.02)
+        xlabel="round (-1: base weights)",
+        ylabel="held-out unhinted mean return",
+        ylim=(-0.02, 1.02),
     )
     left.set_title("Held-out environments (never trained on)")
     left.legend()
@@ -491,6 +578,7 @@ def main() -> None:
         "base": base,
         "runs": runs,
         "means": {arm: per_round_means(runs[arm]) for arm in ARMS},
+        "comparison": comparison(runs),
         "designed_share": share_of(runs["spade"]),
         "sweep": sweep_result,
     }

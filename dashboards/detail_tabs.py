@@ -183,6 +183,13 @@ def heldout_tab(data: CampaignData, ov: Overview) -> None:
     if not rounds:
         st.info("No held-out stage has committed yet.")
         return
+    across = ov.heldout_table()
+    if across:
+        st.markdown(
+            "**Held-out environments across rounds** (95% intervals over the plays; the first"
+            " row, round empty, is the base weights before any training)"
+        )
+        st.dataframe(pd.DataFrame(across), hide_index=True, width="stretch")
     which = st.selectbox("Held-out round", [r.round for r in rounds], index=len(rounds) - 1)
     summary = ov.round(which) or rounds[-1]
     st.markdown(f"**Held-out environments** · win rate {fmt(summary.heldout_win_rate)}")

@@ -18,6 +18,7 @@ from spade.config import CampaignConfig, HeldoutSuiteConfig
 from spade.inference.base import Backend
 from spade.records import Trajectory
 from spade.sandbox.policy import SandboxPolicy
+from spade.stats import bootstrap_interval, interval_json
 
 
 @dataclass
@@ -34,8 +35,10 @@ class SuiteResult:
         return suite_score([r["score"] for r in self.rows if r["status"] != "inference_failed"])
 
     def summary(self) -> dict[str, Any]:
+        scores = [r["score"] for r in self.rows if r["status"] != "inference_failed"]
         return {
             "score": self.score,
+            "score_interval": interval_json(bootstrap_interval(scores)),
             "tasks": len(self.rows),
             "failed_plays": sum(1 for r in self.rows if r["status"] == "inference_failed"),
         }

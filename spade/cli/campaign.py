@@ -106,7 +106,7 @@ def show_status(store: ObjectStore, campaign_id: str, *, as_json: bool = False) 
     console.print(round_table(rows, columns, f"campaign {campaign_id}"))
     for line in (*LEGEND, *skip_notes(rows)):
         console.print(line, style="dim")
-    for line in (*design_lines(rows), *health_lines(rows)):
+    for line in (*design_lines(rows), *health_lines(rows), *heldout_lines(rows)):
         console.print(line, markup=False, highlight=False)
     console.print(f"artifacts: {info['store']}")
     if info["last_completed"]:
@@ -210,6 +210,44 @@ _HEALTH_SAID = (
     ("dropped_samples", "{:.0f} replies dropped (no token ids)"),
 )
 """How :func:`health_lines` says each figure, in its order."""
+
+
+def heldout_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The held-out numbers of the base weights (played in round 0) and of the last round that
+    played the held-out set, each with its 95% interval: where training began and where it is."""
+    played = [r for r in rows if r.get("heldout_mean_return") is not None]
+    if not played:
+        return []
+    last = played[-1]
+    base = next((r["heldout_base"] for r in rows if r.get("heldout_base")), None)
+    lines = []
+    if base and base.get("mean_return") is not None:
+        lines.append(f"held-out, base weights: {_with_intervals(base)}")
+    weights = short_version(last.get("weights"))
+    lines.append(
+        f"held-out, after round {last['round']} ({weights}): "
+        + _with_intervals(
+            {
+                "mean_return": last["heldout_mean_return"],
+                "mean_return_interval": last.get("heldout_mean_return_interval"),
+                "win_rate": last.get("heldout_win_rate"),
+                "win_rate_interval": last.get("heldout_win_rate_interval"),
+                "plays": last.get("heldout_plays"),
+            }
+        )
+    )
+    return lines
+
+
+def _with_intervals(summary: dict[str, Any]) -> str:
+    """``mean return 0.12 [0.00, 0.30], win rate 0.00 [0.00, 0.56]`` (95% intervals)."""
+    parts = []
+    for key, label in (("mean_return", "mean return"), ("win_rate", "win rate")):
+        interval = summary.get(f"{key}_interval")
+        bounds = f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
+        parts.append(f"{label} {_number(summary.get(key))}{bounds}")
+    plays = f" ({summary['plays']} plays, 95% intervals)" if summary.get("plays") else ""
+    return ", ".join(parts) + plays
 
 
 def _number(value: object) -> str:

@@ -146,6 +146,12 @@ class RunConfig(Section):
         description="Unhinted plays of each held-out environment per round (None: as many as"
         " evaluation.unhinted_plays).",
     )
+    heldout_base: bool = Field(
+        True,
+        description="Round 0's held-out stage also plays the held-out set with the base weights"
+        " (stored beside the round's own results as base/), so every later round's held-out"
+        " numbers have the untrained model's to compare with.",
+    )
     env_source: Literal["designed", "pool"] = Field(
         "designed",
         description="Where a round's environments come from. designed: the designer writes"

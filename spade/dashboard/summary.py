@@ -84,6 +84,7 @@ class RoundSummary:
     heldout_win_rate: float | None = None
     heldout_mean_return: float | None = None
     heldout_suites: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> summary
+    heldout: dict[str, Any] = field(default_factory=dict, repr=False)  # heldout/summary.json
     weights: str | None = None
     memory_size: int | None = None
     envs: list[dict[str, Any]] = field(default_factory=list, repr=False)  # scored.jsonl rows
@@ -161,6 +162,7 @@ def summarize(
         heldout_win_rate=objs.get("heldout", {}).get("win_rate"),
         heldout_mean_return=objs.get("heldout", {}).get("mean_return"),
         heldout_suites=dict(objs.get("heldout", {}).get("suites") or {}),
+        heldout=objs.get("heldout", {}),
         weights=objs.get("weights", {}).get("version"),
         envs=scored,
     )
@@ -182,6 +184,18 @@ class Overview:
         """The held-out suites any round played, in the order they first appear."""
         return list(dict.fromkeys(name for r in self.rounds for name in r.heldout_suites))
 
+    def heldout_table(self) -> list[dict[str, Any]]:
+        """The held-out numbers with their 95% intervals: a row for the base weights (played
+        in round 0, ``run.heldout_base``) and one per round that played the held-out files."""
+        rows = []
+        base = next((r.heldout["base"] for r in self.rounds if r.heldout.get("base")), None)
+        if base is not None:
+            rows.append(heldout_row("base", None, base))
+        for r in self.rounds:
+            if r.heldout.get("mean_return") is not None:
+                rows.append(heldout_row(r.heldout.get("weights") or r.weights, r.round, r.heldout))
+        return rows
+
     def round(self, rnd: int) -> RoundSummary | None:
         return next((r for r in self.rounds if r.round == rnd), None)
 
@@ -194,6 +208,29 @@ class Overview:
             for e in r.envs
             if e.get("env_id") == env_id and e.get("accepted")
         ]
+
+
+def heldout_row(weights: str | None, rnd: int | None, summary: dict[str, Any]) -> dict[str, Any]:
+    """One row of :meth:`Overview.heldout_table`: the weights played (round None: the base
+    weights, before any training), mean return and win rate, each with its interval."""
+
+    def bounds(key: str) -> tuple[float | None, float | None]:
+        interval = summary.get(f"{key}_interval") or (None, None)
+        return interval[0], interval[1]
+
+    ret_lo, ret_hi = bounds("mean_return")
+    win_lo, win_hi = bounds("win_rate")
+    return {
+        "round": rnd,
+        "weights": weights,
+        "plays": summary.get("plays"),
+        "mean_return": summary.get("mean_return"),
+        "mean_return_low": ret_lo,
+        "mean_return_high": ret_hi,
+        "win_rate": summary.get("win_rate"),
+        "win_rate_low": win_lo,
+        "win_rate_high": win_hi,
+    }
 
 
 def memory_sizes(summaries: list[RoundSummary], first: int, capacity: int) -> list[int | None]:

@@ -192,7 +192,11 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         },
         "heldout_win_rate": heldout.get("win_rate"),
         "heldout_mean_return": heldout.get("mean_return"),
+        "heldout_plays": heldout.get("plays"),
+        "heldout_win_rate_interval": heldout.get("win_rate_interval"),
+        "heldout_mean_return_interval": heldout.get("mean_return_interval"),
         "heldout_suites": heldout.get("suites") or {},
+        "heldout_base": heldout.get("base"),  # round 0: the base weights' held-out numbers
         "weights": weights.get("version"),
         "stage_seconds": seconds,
         "designs_played": _designs_played(cs, round, accepted if designed else []),

@@ -26,7 +26,7 @@ from spade.config import CampaignConfig
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
 from spade.records import env_id_for
-from spade.stats import mean
+from spade.stats import bootstrap_interval, interval_json, mean, wilson_interval
 
 SKILLS = ("planning", "arithmetic", "spatial", "deduction")
 REJECTIONS = (  # failure kind, failed check (None: never reached the verifier), reason
@@ -336,7 +336,15 @@ def _heldout(cfg, cid, rnd, rng, suites: bool) -> tuple[dict[str, Any], list[dic
         for i in range(4)
     ]  # fmt: skip
     summary: dict[str, Any] = {"win_rate": fmean(h["win_rate"] for h in held), "environments": 4,
-                               "mean_return": fmean(h["mean_return"] for h in held)}  # fmt: skip
+                               "mean_return": fmean(h["mean_return"] for h in held), "plays": 4,
+                               "weights": f"r{rnd:04d}-designer"}  # fmt: skip
+    wins = round(summary["win_rate"] * 4)  # one play a file: a file's rate is its win or not
+    summary["win_rate_interval"] = interval_json(wilson_interval(wins, 4))
+    summary["mean_return_interval"] = interval_json(bootstrap_interval([0.5] * 4))
+    if rnd == 0:  # round 0 plays the base weights too (run.heldout_base)
+        summary["base"] = {"win_rate": 0.0, "mean_return": 0.25, "environments": 4, "plays": 4,
+                           "win_rate_interval": interval_json(wilson_interval(0, 4)),
+                           "mean_return_interval": [0.0, 0.5], "weights": "base"}  # fmt: skip
     outputs: dict[str, Any] = {"results.jsonl": held}
     items: list[dict[str, Any]] = []
     for name, tasks in SUITES.items() if suites else ():

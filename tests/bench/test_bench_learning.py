@@ -36,3 +36,47 @@ def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> No
     assert all(r["validation_return"] is not None for r in sweep["results"])
     png = out.with_suffix(".png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def _learning():
+    """bench/learning.py loaded as the script runs (bench/ on the path for its report module)."""
+    import importlib.util
+    import sys
+
+    from tests.bench.runner import REPO
+
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_learning", REPO / "bench" / "learning.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_arms_are_compared_across_seeds_with_paired_intervals():
+    bench = _learning()
+
+    def rows(returns: list[float]) -> list[dict[str, float | int]]:
+        return [
+            {"round": n, "heldout_return": r, "heldout_win_rate": 0.0, "reasoning_gym": None}
+            for n, r in enumerate(returns)
+        ]
+
+    runs = {
+        "spade": {"0": rows([0.1, 0.3]), "1": rows([0.2, 0.5]), "2": rows([0.0, 0.4])},
+        "pool": {"0": rows([0.1, 0.2]), "1": rows([0.2, 0.3]), "2": rows([0.0, 0.1])},
+    }
+    comp = bench.comparison(runs)
+    assert comp["seeds"] == ["0", "1", "2"]
+    last = comp["heldout_return"]["last"]
+    assert last["spade"]["values"] == [0.3, 0.5, 0.4] and last["pool"]["values"] == [0.2, 0.3, 0.1]
+    assert last["spade_minus_pool"]["values"] == pytest.approx([0.1, 0.2, 0.3])
+    lo, hi = last["spade_minus_pool"]["interval"]
+    assert 0.1 - 1e-9 <= lo <= 0.2 <= hi <= 0.3 + 1e-9  # within the paired differences seen
+    every = comp["heldout_return"]["all_rounds"]["spade"]
+    assert every["mean"] == pytest.approx((0.2 + 0.35 + 0.2) / 3)
+    assert comp["reasoning_gym"]["last"]["spade"] == {"values": [], "mean": None, "interval": None}
+    means = bench.per_round_means(runs["spade"])
+    assert means[1]["heldout_return_interval"][0] <= means[1]["heldout_return"]
+    assert "0.400 [" in bench.with_interval(last["spade"])

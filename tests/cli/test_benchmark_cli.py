@@ -49,7 +49,12 @@ def test_benchmark_plays_the_configured_suites_and_writes_rows(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "humaneval" in run.stdout and "reasoning_gym" in run.stdout
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["humaneval"] == {"score": 1.0, "tasks": 2, "failed_plays": 0}
+    assert summary["humaneval"] == {
+        "score": 1.0,
+        "score_interval": [1.0, 1.0],
+        "tasks": 2,
+        "failed_plays": 0,
+    }
     assert summary["reasoning_gym"]["score"] == 1.0
     rows = (tmp_path / "out" / "suites.jsonl").read_text().splitlines()
     assert len(rows) == 4 and all(json.loads(r)["score"] == 1.0 for r in rows)

@@ -137,11 +137,17 @@ def test_heldout_tab_shows_suites_items_and_transcripts(camp, monkeypatch):
     assert "win rate " + f"{last['heldout_win_rate']:.3f}" in "\n".join(
         m.value for m in at.markdown
     )
-    files = at.dataframe[0].value
+    across = at.dataframe[0].value  # the base weights first, then every round, with intervals
+    assert list(across["weights"]) == ["base"] + [f"r{r:04d}-designer" for r in range(ROUNDS)]
+    assert across["mean_return"][0] == 0.25 and across["win_rate_high"][0] > 0
+    last_row = across.iloc[-1]
+    assert last_row["win_rate"] == pytest.approx(last["heldout_win_rate"])
+    assert last_row["win_rate_low"] <= last_row["win_rate"] <= last_row["win_rate_high"]
+    files = at.dataframe[1].value
     assert list(files["file"]) == [f"held{i}.py" for i in range(4)]
     for name in SUITES:
         by_label(at.radio, "Suite").set_value(name).run()
-        items = at.dataframe[1].value
+        items = at.dataframe[2].value
         want = [i for i in last["heldout_items"] if i["suite"] == name]
         assert list(items["task_id"]) == [i["task_id"] for i in want]
         assert list(items["score"]) == [i["score"] for i in want]
@@ -184,7 +190,7 @@ def test_app_on_an_s3_store(s3_bucket, monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["reasoning_gym"] == f"{camp.expected[1]['heldout_suites']['reasoning_gym']['score']:.3f}"  # fmt: skip
     assert (
-        len(at.dataframe[1].value) == len(SUITES["bfcl_multi_turn"]) and len(at.chat_message) == 2
+        len(at.dataframe[2].value) == len(SUITES["bfcl_multi_turn"]) and len(at.chat_message) == 2
     )
 
 

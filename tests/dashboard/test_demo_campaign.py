@@ -197,14 +197,16 @@ def test_gallery_and_heldout_tabs_show_the_stores_rejections(demo, monkeypatch):
     assert attempt["doc_id"] in markdown
     assert demo.documents[attempt["doc_id"]][:60] in markdown
     at = open_tab(at, "Held-out")
-    files = at.dataframe[0].value
+    across = at.dataframe[0].value  # round 0 played the base weights too
+    assert list(across["weights"])[0] == "base" and across["round"].isna()[0]
+    files = at.dataframe[1].value
     assert list(files["file"]) == [r["file"] for r in demo.heldout_files]
     assert list(files["win_rate"]) == [r["win_rate"] for r in demo.heldout_files]
     metrics = {m.label: m.value for m in at.metric}
     for name, suite in demo.heldout["suites"].items():
         assert metrics[name] == fmt(suite["score"])
         by_label(at.radio, "Suite").set_value(name).run()
-        items = at.dataframe[1].value
+        items = at.dataframe[2].value
         want = [i for i in demo.heldout_items if i["suite"] == name]
         assert list(items["task_id"]) == [i["task_id"] for i in want]
         assert list(items["score"]) == [i["score"] for i in want]

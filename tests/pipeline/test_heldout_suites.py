@@ -60,7 +60,7 @@ def _heldout_round(cfg, campaign: str) -> dict[str, object]:
 
 def _check(root: str, options: dict[str, object]) -> None:
     overall, cfg = _play_round(root, options)
-    want = {"score": 1.0, "tasks": 2, "failed_plays": 0}
+    want = {"score": 1.0, "score_interval": [1.0, 1.0], "tasks": 2, "failed_plays": 0}
     assert overall["suites"] == {"humaneval": want, "reasoning_gym": want}
     cs = campaign_store(cfg, "suites")  # type: ignore[arg-type]
     prefix = f"{cs.layout.campaign_prefix}/round-0000/heldout"
@@ -118,3 +118,70 @@ def test_heldout_plays_each_environment_as_often_as_configured(tmp_path, heldout
         summarize_round(campaign_store(cfg, "plays"), 0)["heldout_mean_return"]
         == row["mean_return"]
     )
+
+
+def test_round_zero_also_plays_the_base_weights_with_intervals(tmp_path):
+    """Round 0's held-out stage plays the set with the base weights as well, under base/:
+    the numbers every later round compares with. Here the base model answers right and the
+    adapter wrong, so the two summaries differ the way the plays did."""
+    from pathlib import Path
+
+    from spade.records import WeightsRef
+
+    example = Path(__file__).resolve().parents[2] / "spade/envs/examples/code_breaker.py"
+    trained = WeightsRef("r0000-agent", str(tmp_path / "adapter"), "lora")
+
+    def script(body: dict[str, object]) -> str:  # the served name says which weights answer
+        return "\\boxed{9999}" if body.get("model") == trained.version else "\\boxed{0123}"
+
+    with FakeOpenAIServer(script=script) as server:
+        server.adapters[trained.version] = str(trained.checkpoint)  # as publish would load it
+        cfg = load_config(
+            overrides={
+                **server.overrides(),
+                "evaluation.unhinted_plays": 4,
+                "evaluation.max_turns": 1,
+                "storage.root": str(tmp_path / "runs"),
+                "run.heldout_envs": [str(example)],
+            }
+        )
+        ctx = RoundContext.open(cfg, "base", 0)
+        ensure_campaign(ctx.store, cfg)
+
+        async def run() -> dict[str, object]:
+            try:
+                return await heldout(ctx, trained)
+            finally:
+                await close_shared_backends()
+
+        overall = asyncio.run(run())
+        models = [r.body.get("model") for r in server.requests if r.path.endswith("/completions")]
+    assert models.count(trained.version) == 4 and len(models) == 8  # 4 plays each
+    base = overall["base"]
+    assert base["weights"] == "base" and overall["weights"] == trained.version
+    assert base["plays"] == overall["plays"] == 4
+    for summary in (base, overall):
+        lo, hi = summary["mean_return_interval"]
+        assert lo <= summary["mean_return"] <= hi
+        lo, hi = summary["win_rate_interval"]
+        assert 0.0 <= lo <= summary["win_rate"] <= hi <= 1.0
+    cs = campaign_store(cfg, "base")
+    prefix = f"{cs.layout.campaign_prefix}/round-0000/heldout"
+    assert json.loads(cs.store.read_bytes(f"{prefix}/summary.json")) == overall
+    (row,) = [
+        json.loads(x) for x in cs.store.read_bytes(f"{prefix}/base/results.jsonl").splitlines()
+    ]
+    assert row["weights"] == "base" and row["mean_return"] == base["mean_return"]
+    row = summarize_round(cs, 0)
+    assert row["heldout_base"]["mean_return"] == base["mean_return"]
+    assert row["heldout_mean_return_interval"] == overall["mean_return_interval"]
+
+
+def test_later_rounds_and_a_switched_off_base_pass_play_once(tmp_path):
+    from spade.pipeline.heldout import plays_base
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    assert plays_base(RoundContext.open(cfg, "c", 0))
+    assert not plays_base(RoundContext.open(cfg, "c", 1))
+    off = load_config(overrides={"storage.root": str(tmp_path), "run.heldout_base": False})
+    assert not plays_base(RoundContext.open(off, "c", 0))

@@ -152,3 +152,40 @@ def test_each_update_reports_the_sampler_mismatch_and_the_groups_without_gradien
         "round 0: agent update: sampler KL 0.0123, ratios outside [0.5, 2] 1.5%,"
         " groups without gradient 50%, 2 replies dropped (no token ids)"
     ]
+
+
+def test_the_closing_lines_set_the_last_held_out_numbers_beside_the_base_weights(tmp_path):
+    """Round 0's held-out stage stored the base weights' numbers; the status closes with them
+    and the last round's, each with its interval."""
+    import json
+
+    from spade.cli.campaign import heldout_lines
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    cs = campaign_store(cfg, "c")
+    base = {
+        "mean_return": 0.1,
+        "mean_return_interval": [0.0, 0.25],
+        "win_rate": 0.0,
+        "win_rate_interval": [0.0, 0.56],
+        "plays": 3,
+    }
+    for rnd, ret in ((0, 0.2), (1, 0.3)):
+        summary = {
+            "mean_return": ret,
+            "mean_return_interval": [ret - 0.1, ret + 0.1],
+            "win_rate": 0.0,
+            "win_rate_interval": [0.0, 0.56],
+            "plays": 3,
+        } | ({"base": base} if rnd == 0 else {})
+        prefix = f"{cs.layout.round_prefix(rnd)}/heldout"
+        cs.store.write_bytes(f"{prefix}/summary.json", json.dumps(summary).encode())
+    rows = [summarize_round(cs, r) for r in (0, 1)]
+    assert rows[0]["heldout_base"] == base and rows[1]["heldout_base"] is None
+    assert heldout_lines(rows) == [
+        "held-out, base weights: mean return 0.10 [0.00, 0.25], win rate 0.00 [0.00, 0.56]"
+        " (3 plays, 95% intervals)",
+        "held-out, after round 1 (-): mean return 0.30 [0.20, 0.40], win rate 0.00 [0.00, 0.56]"
+        " (3 plays, 95% intervals)",
+    ]
+    assert heldout_lines([summarize_round(cs, 5)]) == []  # nothing played: nothing said
