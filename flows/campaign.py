@@ -24,6 +24,7 @@ from spade.metrics.sinks import log_round
 from spade.pipeline.campaign import (
     campaign_lease,
     new_campaign_id,
+    record_target,
     rounds_to_run,
     start_campaign,
     stop_requested,
@@ -79,6 +80,7 @@ async def campaign_flow(
     with campaign_lease(cs, config, holder=flow_run_label()):
         start_campaign(cs, config)
         r, total = rounds_to_run(cs, config, rounds, more_rounds, report=log.warning)
+        record_target(cs, total)  # a resume of this run continues to the same round count
         log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
         while total == 0 or r < total:
             if stop_requested(cs):

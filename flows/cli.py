@@ -29,7 +29,12 @@ from spade.cli.common import StorageOptionsOpt, err, fail, storage_options
 from spade.cli.progress import CampaignProgress, StageLog
 from spade.config import CampaignConfig, load_config
 from spade.errors import SpadeError
-from spade.pipeline.campaign import check_not_running, new_campaign_id, saved_config
+from spade.pipeline.campaign import (
+    check_not_running,
+    new_campaign_id,
+    recorded_target,
+    saved_config,
+)
 from spade.pipeline.record import campaign_store
 from spade.storage import ObjectStore, RunLayout
 
@@ -53,8 +58,10 @@ def _check_inputs(cfg: CampaignConfig) -> None:
 def _run_campaign(cfg: CampaignConfig, cid: str, rounds: int | None, live: bool) -> Any:
     from flows.campaign import campaign_flow
 
-    total = cfg.run.rounds if rounds is None else rounds
-    view = CampaignProgress(campaign_store(cfg, cid), total)
+    cs = campaign_store(cfg, cid)
+    recorded = recorded_target(cs) if rounds is None else None  # a resume: what was asked for
+    total = rounds if rounds is not None else recorded if recorded is not None else cfg.run.rounds
+    view = CampaignProgress(cs, total)
 
     async def go() -> Any:
         return await campaign_flow(config=cfg, campaign_id=cid, rounds=rounds, return_state=True)

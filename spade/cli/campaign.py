@@ -108,6 +108,9 @@ def show_status(store: ObjectStore, campaign_id: str, *, as_json: bool = False) 
         console.print(line, style="dim")
     for line in (*design_lines(rows), *health_lines(rows), *heldout_lines(rows)):
         console.print(line, markup=False, highlight=False)
+    target = info.get("target_rounds")
+    if target is not None:  # what the last run was asked for: a resume continues to it
+        console.print(f"target: {target} rounds" if target else "target: until stopped")
     console.print(f"artifacts: {info['store']}")
     if info["last_completed"]:
         last = info["last_completed"]
@@ -214,7 +217,8 @@ _HEALTH_SAID = (
 
 def heldout_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The held-out numbers of the base weights (played in round 0) and of the last round that
-    played the held-out set, each with its 95% interval: where training began and where it is."""
+    played the held-out set, each with its 95% interval: where training began and where it is
+    (two lines each, within 80 columns)."""
     played = [r for r in rows if r.get("heldout_mean_return") is not None]
     if not played:
         return []
@@ -222,32 +226,28 @@ def heldout_lines(rows: list[dict[str, Any]]) -> list[str]:
     base = next((r["heldout_base"] for r in rows if r.get("heldout_base")), None)
     lines = []
     if base and base.get("mean_return") is not None:
-        lines.append(f"held-out, base weights: {_with_intervals(base)}")
+        lines += _heldout_pair("held-out, base weights", base)
+    now = {
+        "mean_return": last["heldout_mean_return"],
+        "mean_return_interval": last.get("heldout_mean_return_interval"),
+        "win_rate": last.get("heldout_win_rate"),
+        "win_rate_interval": last.get("heldout_win_rate_interval"),
+        "plays": last.get("heldout_plays"),
+    }
     weights = short_version(last.get("weights"))
-    lines.append(
-        f"held-out, after round {last['round']} ({weights}): "
-        + _with_intervals(
-            {
-                "mean_return": last["heldout_mean_return"],
-                "mean_return_interval": last.get("heldout_mean_return_interval"),
-                "win_rate": last.get("heldout_win_rate"),
-                "win_rate_interval": last.get("heldout_win_rate_interval"),
-                "plays": last.get("heldout_plays"),
-            }
-        )
-    )
-    return lines
+    return lines + _heldout_pair(f"held-out, after round {last['round']} ({weights})", now)
 
 
-def _with_intervals(summary: dict[str, Any]) -> str:
-    """``mean return 0.12 [0.00, 0.30], win rate 0.00 [0.00, 0.56]`` (95% intervals)."""
+def _heldout_pair(title: str, summary: dict[str, Any]) -> list[str]:
+    """``title (3 plays, 95% intervals):`` and ``  mean return 0.12 [0.00, 0.30], win rate
+    0.00 [0.00, 0.56]``."""
     parts = []
     for key, label in (("mean_return", "mean return"), ("win_rate", "win rate")):
         interval = summary.get(f"{key}_interval")
         bounds = f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else ""
         parts.append(f"{label} {_number(summary.get(key))}{bounds}")
     plays = f" ({summary['plays']} plays, 95% intervals)" if summary.get("plays") else ""
-    return ", ".join(parts) + plays
+    return [f"{title}{plays}:", "  " + ", ".join(parts)]
 
 
 def _number(value: object) -> str:

@@ -24,6 +24,8 @@ from spade.storage.lease import Lease
 logger = logging.getLogger(__name__)
 CAMPAIGN_FILE = "campaign.json"
 STOP_FILE = "STOP"
+TARGET_FILE = "target.json"
+"""The round count the campaign's last run was asked for (what a resume continues to)."""
 LEASE_FILE = "lease.json"
 _held: dict[str, int] = {}  # lease URL -> how many nested holds in this process
 _held_lock = threading.Lock()
@@ -91,9 +93,11 @@ def rounds_to_run(
     report: Callable[[str], Any] | None = None,
 ) -> tuple[int, int]:
     """``(first, total)``: the round a run continues with (:func:`first_incomplete_round`)
-    and the round count it stops at (0: until stopped). ``rounds``: the campaign's total
-    (default ``run.rounds``); ``more_rounds``: the next N rounds from wherever the campaign is
-    (a schedule's tick continuing a named campaign); not both."""
+    and the round count it stops at (0: until stopped). ``rounds``: the campaign's total;
+    ``more_rounds``: the next N rounds from wherever the campaign is (a schedule's tick
+    continuing a named campaign); not both. Neither: the target the campaign's last run
+    recorded (:func:`record_target`: a resume continues what was asked for), else
+    ``run.rounds``."""
     if rounds is not None and more_rounds is not None:
         raise ConfigError(
             f"rounds ({rounds}: the campaign's total) and more_rounds ({more_rounds}: the next"
@@ -104,7 +108,24 @@ def rounds_to_run(
     first = first_incomplete_round(cs, report=report)
     if more_rounds is not None:
         return first, first + more_rounds
-    return first, cfg.run.rounds if rounds is None else rounds
+    if rounds is not None:
+        return first, rounds
+    recorded = recorded_target(cs)
+    return first, cfg.run.rounds if recorded is None else recorded
+
+
+def record_target(cs: CampaignStore, total: int) -> None:
+    """Record the round count this run goes to (0: until stopped) as the campaign's target."""
+    key = f"{cs.layout.campaign_prefix}/{TARGET_FILE}"
+    cs.store.write_json(key, {"rounds": total, "recorded": utc_now()})
+
+
+def recorded_target(cs: CampaignStore) -> int | None:
+    """The campaign's recorded target round count; None before any run recorded one."""
+    key = f"{cs.layout.campaign_prefix}/{TARGET_FILE}"
+    if not cs.store.exists(key):  # a campaign from before targets were recorded, or new
+        return None
+    return int(cs.store.read_json(key)["rounds"])
 
 
 def first_incomplete_round(cs: CampaignStore, report: Callable[[str], Any] | None = None) -> int:

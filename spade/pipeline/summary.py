@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from spade.pipeline.campaign import recorded_target
 from spade.pipeline.record import read_jsonl
 from spade.pipeline.replay import PLAN_FILE
 from spade.stats import mean
@@ -223,6 +224,7 @@ def campaign_status(cs: CampaignStore) -> dict[str, Any]:
     return {
         "campaign": cs.layout.campaign_id,
         "store": cs.store.url(cs.layout.campaign_prefix),
+        "target_rounds": recorded_target(cs),  # what the last run was asked for (0: no end)
         "rounds": [summarize_round(cs, r) for r in cs.rounds()],
         "last_completed": {"round": last[0], "stage": last[1]} if last else None,
     }

@@ -7,7 +7,7 @@ import json
 
 from spade.cli.progress import CampaignProgress
 from spade.config import load_config
-from spade.pipeline.campaign import ensure_campaign
+from spade.pipeline.campaign import ensure_campaign, record_target
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord, campaign_store, jsonl
 from spade.storage import STAGES
@@ -42,7 +42,13 @@ def _round(cfg, r: int, *, complete: bool) -> None:
     cs.store.write_json(
         cs.layout.stage_key(r, "publish", "weights.json"), {"version": f"r{r:04d}-designer"}
     )
-    cs.store.write_json(cs.layout.stage_key(r, "heldout", "summary.json"), {"win_rate": 0.333})
+    heldout = {"win_rate": 0.333, "win_rate_interval": [0.1234, 0.9876], "mean_return": 0.5,
+               "mean_return_interval": [0.25, 0.75], "plays": 1024}  # fmt: skip
+    base = heldout | {"mean_return": 0.125}  # round 0's held-out plays of the base weights
+    cs.store.write_json(
+        cs.layout.stage_key(r, "heldout", "summary.json"),
+        heldout | ({"base": base} if r == 118 else {}),
+    )
     for stage in STAGES if complete else STAGES[:3]:
         StageRecord(RoundContext.open(cfg, "wide", r), stage).commit()
 
@@ -50,6 +56,7 @@ def _round(cfg, r: int, *, complete: bool) -> None:
 def test_status_fits_80_columns_and_says_why_a_role_did_not_train(tmp_path):
     cfg = load_config(overrides={"storage.root": str(tmp_path / "store")})
     ensure_campaign(campaign_store(cfg, "wide"), cfg)
+    record_target(campaign_store(cfg, "wide"), 0)  # started with --rounds 0: until stopped
     _round(cfg, 118, complete=True)
     _round(cfg, 119, complete=False)
     done = spade("status", "wide", "--store", str(tmp_path / "store"), home=tmp_path / "home")
@@ -69,6 +76,10 @@ def test_status_fits_80_columns_and_says_why_a_role_did_not_train(tmp_path):
     ]  # fmt: skip
     assert any(line.strip().startswith("119*") for line in table)  # not complete
     assert "round 118: agent not trained: every advantage is zero" in done.stdout
+    assert "target: until stopped" in lines  # what a resume continues to
+    held = lines[lines.index("held-out, base weights (1024 plays, 95% intervals):") :]
+    assert held[1] == "  mean return 0.12 [0.25, 0.75], win rate 0.33 [0.12, 0.99]"
+    assert held[2].startswith("held-out, after round 119 (r119d)")
     info = json.loads(
         spade("status", "wide", "--store", str(tmp_path / "store"), "--json", home=tmp_path).stdout
     )
@@ -87,6 +98,7 @@ def test_a_small_reward_spread_is_not_shown_as_none():
 def test_a_damaged_store_is_one_clear_error_and_the_live_view_keeps_going(tmp_path):
     cfg = load_config(overrides={"storage.root": str(tmp_path / "store")})
     ensure_campaign(campaign_store(cfg, "wide"), cfg)
+    record_target(campaign_store(cfg, "wide"), 0)  # started with --rounds 0: until stopped
     _round(cfg, 0, complete=True)
     _round(cfg, 1, complete=True)
     cs = StageRecord(RoundContext.open(cfg, "wide", 1), "score").cs

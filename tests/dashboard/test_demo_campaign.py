@@ -198,7 +198,7 @@ def test_gallery_and_heldout_tabs_show_the_stores_rejections(demo, monkeypatch):
     assert demo.documents[attempt["doc_id"]][:60] in markdown
     at = open_tab(at, "Held-out")
     across = at.dataframe[0].value  # round 0 played the base weights too
-    assert list(across["weights"])[0] == "base" and across["round"].isna()[0]
+    assert across["weights"].iloc[0] == "base" and across["round"].isna().iloc[0]
     files = at.dataframe[1].value
     assert list(files["file"]) == [r["file"] for r in demo.heldout_files]
     assert list(files["win_rate"]) == [r["win_rate"] for r in demo.heldout_files]

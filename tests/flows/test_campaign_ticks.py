@@ -18,7 +18,13 @@ import pytest
 from flows.campaign import campaign_flow
 from spade.config import load_config
 from spade.errors import ConfigError, LeaseHeldError
-from spade.pipeline.campaign import campaign_info, round_complete, rounds_to_run
+from spade.pipeline.campaign import (
+    campaign_info,
+    record_target,
+    recorded_target,
+    round_complete,
+    rounds_to_run,
+)
 from spade.pipeline.record import campaign_store
 from spade.testing.openai_server import FakeOpenAIServer
 from spade.testing.scripted_designer import ScriptedModel, round_overrides, write_corpus
@@ -100,3 +106,6 @@ def test_rounds_to_run_counts_from_where_the_campaign_is(tmp_path):
         rounds_to_run(cs, cfg, rounds=2, more_rounds=1)
     with pytest.raises(ConfigError, match="at least 1"):
         rounds_to_run(cs, cfg, more_rounds=0)
+    record_target(cs, 1)  # what a run was asked for is what its resume continues to
+    assert rounds_to_run(cs, cfg) == (0, 1) and recorded_target(cs) == 1
+    assert rounds_to_run(cs, cfg, rounds=3) == (0, 3)  # unless told otherwise

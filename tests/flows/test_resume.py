@@ -43,6 +43,7 @@ def _config(server, tmp_path, root):
             **overrides,
             "name": "resume",
             "storage.root": str(root),
+            "run.rounds": 2,  # the killed run asks for 1: its resume must not run a second
             **tiny_policy_overrides(write_tiny_policy(tmp_path / "policy")),
         }
     )
@@ -89,7 +90,7 @@ def _kill_during_evaluate(cfg, api_url: str, tmp_path) -> set[str]:
         "TMPDIR": str(private_tmp),
     }
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.flows.resume_driver", str(config_file), CID],
+        [sys.executable, "-m", "tests.flows.resume_driver", str(config_file), CID, "1"],
         cwd=REPO_ROOT,
         env=env,
         start_new_session=True,
@@ -127,9 +128,12 @@ def test_sigkill_mid_round_then_resume(prefect_api, tmp_path, monkeypatch):
             (*keys.STAGE_ENTRIES["hint"], "spade.scoring.outcomes:score"),
         )
         keys.clear_caches()
-        asyncio.run(campaign_flow(config=cfg, campaign_id=CID, rounds=1))
+        # a resume (no round count given) continues what the killed run was asked for: 1 round,
+        # not the config's 2
+        status = asyncio.run(campaign_flow(config=cfg, campaign_id=CID))
         after = _kinds(server)
     assert round_complete(campaign_store(cfg, CID), 0)
+    assert campaign_store(cfg, CID).rounds() == [0] and status["target_rounds"] == 1
     assert after["design"] == before["design"]  # cached: not asked again
     assert after["hint"] > before["hint"]  # its code changed: recomputed
     # the plays stored before the kill were reused, the others played: the kill can come after

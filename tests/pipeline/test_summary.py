@@ -183,9 +183,9 @@ def test_the_closing_lines_set_the_last_held_out_numbers_beside_the_base_weights
     rows = [summarize_round(cs, r) for r in (0, 1)]
     assert rows[0]["heldout_base"] == base and rows[1]["heldout_base"] is None
     assert heldout_lines(rows) == [
-        "held-out, base weights: mean return 0.10 [0.00, 0.25], win rate 0.00 [0.00, 0.56]"
-        " (3 plays, 95% intervals)",
-        "held-out, after round 1 (-): mean return 0.30 [0.20, 0.40], win rate 0.00 [0.00, 0.56]"
-        " (3 plays, 95% intervals)",
+        "held-out, base weights (3 plays, 95% intervals):",
+        "  mean return 0.10 [0.00, 0.25], win rate 0.00 [0.00, 0.56]",
+        "held-out, after round 1 (-) (3 plays, 95% intervals):",
+        "  mean return 0.30 [0.20, 0.40], win rate 0.00 [0.00, 0.56]",
     ]
     assert heldout_lines([summarize_round(cs, 5)]) == []  # nothing played: nothing said
