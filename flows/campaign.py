@@ -12,12 +12,13 @@ Each round's numbers also go to the configured W&B / TensorBoard sinks (``metric
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
-from flows.round import round_flow
+from flows.round import RoundOutcome, round_flow
 from flows.storage import flow_run_label
 from spade.config import CampaignConfig
 from spade.metrics.sinks import log_round
@@ -82,16 +83,68 @@ async def campaign_flow(
         r, total = rounds_to_run(cs, config, rounds, more_rounds, report=log.warning)
         record_target(cs, total)  # a resume of this run continues to the same round count
         log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
+        if config.run.overlap:
+            await _overlapped(config, cs, r, total)
+            return await _report(cs)
         while total == 0 or r < total:
             if stop_requested(cs):
                 log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
                 break
             outcome = await round_flow(config, cid, r)
-            await _report(cs)
-            # A side channel: it logs its own problems and never fails the round.
-            await asyncio.to_thread(log_round, config, cid, r, outcome.summary, logger=log)
+            await _finished(config, cs, outcome)
             r += 1
         return await _report(cs)
+
+
+async def _finished(config: CampaignConfig, cs: CampaignStore, outcome: RoundOutcome) -> None:
+    """A round is done: the campaign's artifacts and the metrics sinks hear of it."""
+    await _report(cs)
+    # A side channel: it logs its own problems and never fails the round.
+    log = get_run_logger()
+    cid, r = cs.layout.campaign_id, outcome.round_index
+    await asyncio.to_thread(log_round, config, cid, r, outcome.summary, logger=log)
+
+
+PLAYED_POLL_S = 0.25
+"""How often the overlapped campaign looks whether a round's play half has committed."""
+
+
+async def _overlapped(config: CampaignConfig, cs: CampaignStore, r: int, total: int) -> None:
+    """Rounds ``r`` .. ``total - 1`` with one round's play half beside the previous round's
+    training (``run.overlap``): round r+1 starts once round r has committed its memory stage
+    (what r+1 starts from) and round r-1 has finished (r+1 serves its published weights). A
+    round that fails cancels the one beside it and fails the campaign."""
+    log = get_run_logger()
+    cid = cs.layout.campaign_id
+    flows: list[asyncio.Task[RoundOutcome]] = []  # in flight, oldest first (two at most)
+    try:
+        while total == 0 or r < total:
+            if stop_requested(cs):
+                log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
+                break
+            flows.append(asyncio.create_task(round_flow(config, cid, r, wait_for_parent=True)))
+            await _until_played(cs, r, flows[-1])
+            if len(flows) > 1:  # the round before: it trained beside this one's play half
+                await _finished(config, cs, await flows.pop(0))
+            r += 1
+        while flows:
+            await _finished(config, cs, await flows.pop(0))
+    finally:
+        for flow in flows:  # a failure or a cancel: the rounds still in flight stop too
+            if not flow.done():
+                flow.cancel()
+            with contextlib.suppress(BaseException):  # their own errors are not this one's
+                await flow
+
+
+async def _until_played(cs: CampaignStore, r: int, flow: asyncio.Task[RoundOutcome]) -> None:
+    """Wait until round ``r`` has committed its memory stage (or its flow ended: a failure is
+    raised here)."""
+    while "memory" not in cs.completed_stages(r):
+        if flow.done():
+            flow.result()  # raises the round's failure
+            return
+        await asyncio.sleep(PLAYED_POLL_S)
 
 
 __all__ = ["artifact_key", "campaign_flow"]

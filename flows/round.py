@@ -71,7 +71,7 @@ from spade.pipeline.campaign import campaign_lease, ensure_campaign
 from spade.pipeline.context import RoundContext
 from spade.pipeline.hint import accepted_specs
 from spade.pipeline.replay import plan_round
-from spade.pipeline.state import carried_state, delayed_designer_batch
+from spade.pipeline.state import carried_state, delayed_designer_batch, training_parent
 from spade.pipeline.summary import summarize_round
 from spade.pipeline.train import AgentData, DesignerData, Role, TrainData, TrainOutcome
 from spade.records import EnvEvaluation, EnvSpec, WeightsRef
@@ -109,10 +109,12 @@ async def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> Train
     """One GRPO update (retried on a store failure only: a failed update is looked at, then
     re-run)."""
     limit = ctx.config.run.gpu_concurrency_limit
+    # in a worker thread: an update takes minutes, and the event loop meanwhile runs the next
+    # round's stages (run.overlap) and the flow's heartbeats
     if limit is None:
-        return train_stage.train(ctx, data, parent)
+        return await asyncio.to_thread(train_stage.train, ctx, data, parent)
     async with concurrency(limit, occupy=1, strict=True):
-        return train_stage.train(ctx, data, parent)
+        return await asyncio.to_thread(train_stage.train, ctx, data, parent)
 
 
 @task(
@@ -186,9 +188,9 @@ class RoundOutcome:
 
 
 async def _train_phase(
-    t: RoundTasks, ctx: RoundContext, evaluations: list[EnvEvaluation]
+    t: RoundTasks, ctx: RoundContext, evaluations: list[EnvEvaluation], parent: WeightsRef
 ) -> WeightsRef:
-    agent = await t.train(ctx, unwalked(AgentData(evaluations)), ctx.weights)
+    agent = await t.train(ctx, unwalked(AgentData(evaluations)), parent)
     if ctx.config.run.env_source == "pool":
         reason = "run.env_source is pool: nothing is designed, the designer is not trained"
         await t.skip_role(ctx, "designer", reason)
@@ -201,23 +203,31 @@ async def _train_phase(
 
 @flow(name="spade-round", flow_run_name="{campaign_id}-round-{round_index}", persist_result=False)
 async def round_flow(
-    config: CampaignConfig, campaign_id: str, round_index: int = 0
+    config: CampaignConfig,
+    campaign_id: str,
+    round_index: int = 0,
+    wait_for_parent: bool = False,
 ) -> RoundOutcome:
     """One self-play round of a campaign; its state comes from the previous round's outputs.
     Holds the campaign's lease (shared with the campaign flow that runs it, if any); its
-    mapped stages run on ``config.run.task_runner`` (threads or a Dask cluster)."""
+    mapped stages run on ``config.run.task_runner`` (threads or a Dask cluster).
+
+    With ``run.overlap`` the round serves the weights of round ``round_index - 2`` and trains
+    from those of ``round_index - 1``; ``wait_for_parent`` (what a campaign run passes: that
+    round is training beside this one) waits for them to be published before training, else
+    they must be published already."""
     start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
     ctx = RoundContext.open(config, campaign_id, round_index)
     lease = campaign_lease(ctx.store, config, holder=flow_run_label())
     with lease, configured_task_runner(config):
-        return await _round(ctx)
+        return await _round(ctx, wait_for_parent)
 
 
-async def _round(ctx: RoundContext) -> RoundOutcome:
+async def _round(ctx: RoundContext, wait_for_parent: bool = False) -> RoundOutcome:
     t = RoundTasks(await result_storage(ctx.config), ctx.config)
     ensure_campaign(ctx.store, ctx.config)
     carried = carried_state(ctx)
-    ctx = ctx.serving(carried.weights)
+    ctx = ctx.serving(carried.weights, carried.staleness)
     plan = plan_round(ctx)
     if ctx.config.run.env_source == "pool" and plan.designs:
         attempts = list(await t.design.skip_design(ctx, plan))
@@ -233,9 +243,9 @@ async def _round(ctx: RoundContext) -> RoundOutcome:
     await t.run(
         memory_stage.remember, ctx, carried.memory, unwalked(attempts), unwalked(evaluations)
     )
-    weights = ctx.weights
+    weights = await training_parent(ctx, wait=wait_for_parent)
     if ctx.config.run.train:
-        weights = await _train_phase(t, ctx, evaluations)
+        weights = await _train_phase(t, ctx, evaluations, weights)
     else:
         await t.skip_training(ctx)
     published = await t.publish(ctx, weights)

@@ -122,6 +122,17 @@ class RunConfig(Section):
         1, ge=0, le=1_000_000, description="Rounds to run (0: until stopped or cancelled)."
     )
     train: bool = Field(True, description="Run the training stages (else they are skipped).")
+    overlap: int = Field(
+        0,
+        ge=0,
+        le=1,
+        description="Rounds in flight beside a training one. 0: rounds run one after another,"
+        " each serving the weights the round before published. 1: round r+1 designs, verifies,"
+        " hints and plays while round r trains and publishes, served by the newest weights"
+        " published when it starts (round r-1's: one round stale, recorded in every stage's"
+        " manifest); its training continues from round r's weights. A campaign run overlaps"
+        " its rounds; a lone spade-round run waits for nothing and needs round r-1 published.",
+    )
     regen_interval: int = Field(
         4,
         ge=1,

@@ -59,6 +59,32 @@ class _Entry:
         self.version = BASE.version
         self.checkpoint: str | None = None  # what is served: the base model
         self.lock = threading.Lock()  # one weight swap at a time
+        # who uses the backend now, and with which weights (see hold)
+        self.turn = threading.Condition()
+        self.users = 0
+        self.held: tuple[str, str | None] | None = None
+
+    def hold(self, weights: WeightsRef) -> None:
+        """Wait until no stage uses the backend with other weights, then count this one as
+        using it with ``weights`` until :meth:`release`. Stages asking for the same weights
+        share the backend; a stage asking for others waits for them to finish, so the weights
+        are never switched under a stage that is playing (overlapped rounds serve two
+        versions; sequential rounds ask for one at a time and never wait)."""
+        want = (weights.version, weights.checkpoint)
+        with self.turn:
+            if self.users and self.held != want:
+                log.info("weights %s wait for the stages served %s", want[0], self.held)
+            while self.users and self.held != want:
+                self.turn.wait()
+            self.held = want
+            self.users += 1
+
+    def release(self) -> None:
+        with self.turn:
+            self.users -= 1
+            if self.users == 0:
+                self.held = None
+            self.turn.notify_all()
 
     def serves(self, weights: WeightsRef) -> bool:
         """Whether these weights are what the entry serves: the same version label *and* the
@@ -109,7 +135,7 @@ def _merged_lora(cfg: CampaignConfig, loaded: Any) -> dict[str, Any]:
     return full_tensors(model)
 
 
-def _shared_transformers(cfg: CampaignConfig, weights: WeightsRef) -> Backend:
+def _in_process_entry(cfg: CampaignConfig) -> _Entry:
     from spade.inference.hf import TransformersBackend
 
     key = _pool_key(cfg)
@@ -117,6 +143,13 @@ def _shared_transformers(cfg: CampaignConfig, weights: WeightsRef) -> Backend:
         entry = _entries.get(key)
         if entry is None:
             entry = _entries[key] = _Entry(TransformersBackend(cfg.model, cfg.inference))
+    return entry
+
+
+def _shared_transformers(cfg: CampaignConfig, weights: WeightsRef) -> Backend:
+    from spade.inference.hf import TransformersBackend
+
+    entry = _in_process_entry(cfg)
     with entry.lock:
         if not entry.serves(weights):
             if weights.checkpoint is None:  # back to the base model: load it afresh
@@ -246,29 +279,70 @@ async def shared_backend(cfg: CampaignConfig, weights: WeightsRef = BASE) -> Asy
     server are made per use. :func:`close_shared_backends` releases everything.
     """
     inf = cfg.inference
-    if inf.backend == "transformers":
-        yield await asyncio.to_thread(_shared_transformers, cfg, weights)
+    if inf.backend == "openai":  # requests name the adapter: any number of versions at once
+        async with _openai_client(cfg, weights) as client:
+            yield client
         return
-    if inf.backend == "llamacpp":
-        llamacpp = (await serve_on_managed_llamacpp(cfg, weights)).client()
-        try:  # the client is closed whatever the stage does; the server stays for later ones
-            yield llamacpp
-        finally:
-            await llamacpp.aclose()
+    entry = await asyncio.to_thread(_pooled_entry, cfg)
+    await asyncio.to_thread(entry.hold, weights)
+    try:  # held until the stage is done with the backend, whatever it does
+        if inf.backend == "transformers":
+            yield await asyncio.to_thread(_shared_transformers, cfg, weights)
+        elif inf.backend == "llamacpp":
+            llamacpp = (await serve_on_managed_llamacpp(cfg, weights)).client()
+            try:  # the client is closed whatever the stage does; the server stays for later
+                yield llamacpp
+            finally:
+                await llamacpp.aclose()
+        else:
+            model = await serve_on_managed_vllm(cfg, weights)
+            url = entry.backend.server.base_url
+            async with _openai_client(cfg, weights, model, url) as client:
+                yield client
+    finally:
+        entry.release()
+
+
+@asynccontextmanager
+async def held(cfg: CampaignConfig, weights: WeightsRef) -> AsyncIterator[None]:
+    """Hold the pooled backend on ``weights`` (see :meth:`_Entry.hold`) while the block brings
+    it to them: what the publish stage does, so a switch never comes under a playing stage."""
+    if cfg.inference.backend == "openai":  # an external server: no switch to wait for
+        yield
         return
+    entry = await asyncio.to_thread(_pooled_entry, cfg)
+    await asyncio.to_thread(entry.hold, weights)
+    try:
+        yield
+    finally:
+        entry.release()
+
+
+def _pooled_entry(cfg: CampaignConfig) -> _Entry:
+    """The process's pooled backend entry of ``cfg``'s model (started if needed)."""
+    backend = cfg.inference.backend
+    if backend == "transformers":
+        return _in_process_entry(cfg)
+    return _shared_llamacpp(cfg) if backend == "llamacpp" else _shared_vllm(cfg)
+
+
+@asynccontextmanager
+async def _openai_client(
+    cfg: CampaignConfig, weights: WeightsRef, model: str | None = None, url: str | None = None
+) -> AsyncIterator[Backend]:
+    """A client of an OpenAI-compatible server (the configured one, or a managed vLLM's at
+    ``url``) asking for ``model`` (default: the adapter of ``weights``, else the served
+    model)."""
     from spade.inference.factory import served_model_name
     from spade.inference.openai import OpenAIBackend
 
-    if inf.backend == "openai":
-        client_cfg, model = inf, served_model_name(cfg)
+    inf = cfg.inference if url is None else cfg.inference.model_copy(update={"base_url": url})
+    if model is None:
+        model = served_model_name(cfg)
         if weights.kind == "lora" and weights.checkpoint is not None:
             model = weights.version  # the adapter's name on the server (published under it)
-    else:
-        model = await serve_on_managed_vllm(cfg, weights)
-        entry = await asyncio.to_thread(_shared_vllm, cfg)
-        client_cfg = inf.model_copy(update={"base_url": entry.backend.server.base_url})
     # the name is resolved: a configured served_model must not override a version's name
-    client = OpenAIBackend(client_cfg.model_copy(update={"served_model": None}), model)
+    client = OpenAIBackend(inf.model_copy(update={"served_model": None}), model)
     try:
         yield client
     finally:

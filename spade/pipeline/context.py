@@ -31,6 +31,7 @@ class RoundContext:
     policy: SandboxPolicy  # loaded once from config.sandbox.policy_path
     policy_sha256: str
     weights: WeightsRef  # what this round serves (the previous round's published weights)
+    staleness: int = 0  # rounds the served weights lag the newest trained (run.overlap)
 
     @classmethod
     def open(
@@ -54,6 +55,8 @@ class RoundContext:
             weights=BASE if weights is None else weights,
         )
 
-    def serving(self, weights: WeightsRef) -> RoundContext:
-        """The same round serving ``weights`` (the store and policy are shared, not rebuilt)."""
-        return dataclasses.replace(self, weights=weights)
+    def serving(self, weights: WeightsRef, staleness: int | None = None) -> RoundContext:
+        """The same round serving ``weights`` (the store and policy are shared, not rebuilt),
+        ``staleness`` rounds behind the newest trained weights (default: as it was)."""
+        lag = self.staleness if staleness is None else staleness
+        return dataclasses.replace(self, weights=weights, staleness=lag)

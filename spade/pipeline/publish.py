@@ -32,13 +32,15 @@ async def publish(ctx: RoundContext, weights: WeightsRef) -> WeightsRef:
     rec = StageRecord(ctx, "publish", {"weights": weights.version})
     note = ""
     if weights.checkpoint is not None and cfg.inference.backend == "vllm":
-        from spade.inference.pool import serve_on_managed_vllm
+        from spade.inference.pool import held, serve_on_managed_vllm
 
-        await serve_on_managed_vllm(cfg, weights)
+        async with held(cfg, weights):  # never switched under a stage still playing
+            await serve_on_managed_vllm(cfg, weights)
     elif weights.checkpoint is not None and cfg.inference.backend == "llamacpp":
-        from spade.inference.pool import serve_on_managed_llamacpp
+        from spade.inference.pool import held, serve_on_managed_llamacpp
 
-        await serve_on_managed_llamacpp(cfg, weights)
+        async with held(cfg, weights):
+            await serve_on_managed_llamacpp(cfg, weights)
     elif weights.checkpoint is not None and cfg.inference.backend == "openai":
         note = await _publish_to_server(ctx, weights)
     rec.write_json("weights.json", weights.to_dict())
@@ -53,8 +55,9 @@ async def _publish_to_server(ctx: RoundContext, weights: WeightsRef) -> str:
     store must be a filesystem the server sees at the same path (a local or network-mounted
     ``storage.root``); a checkpoint on a remote store (``s3://``) is a ConfigError, as vLLM
     reads adapters from its own filesystem only (use ``inference.backend: vllm``, whose server
-    on this machine gets a local copy). The adapter the previous round published is unloaded
-    once the new one is loaded. Full weights: the server's owner restarts it on them (noted).
+    on this machine gets a local copy). The adapter the previous round published (with
+    ``run.overlap``: the one before it, which no round serves any more) is unloaded once the
+    new one is loaded. Full weights: the server's owner restarts it on them (noted).
     """
     from spade.inference.checkpoints import local_checkpoint_path
     from spade.inference.openai import OpenAIBackend
@@ -73,7 +76,10 @@ async def _publish_to_server(ctx: RoundContext, weights: WeightsRef) -> str:
             " a remote store. Put storage.root on a filesystem the server mounts at the same"
             " path, or use inference.backend 'vllm' (a managed server here gets a local copy)"
         )
-    previous = published_weights(ctx.store, round - 1) if round > 0 else None
+    # the newest adapter no round serves any more: with run.overlap the next round still
+    # plays on the one before this round's
+    stale = round - 1 - cfg.run.overlap
+    previous = published_weights(ctx.store, stale) if stale >= 0 else None
     old = previous.version if previous and previous.kind == "lora" and previous.checkpoint else None
     client = OpenAIBackend(cfg.inference.model_copy(update={"served_model": None}), "admin")
     try:  # the client is closed whatever the server answers

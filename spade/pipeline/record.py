@@ -67,7 +67,9 @@ class StageRecord:
         cfg, round = ctx.config, ctx.round
         self.cs = ctx.store
         self.round, self.stage = round, self.cs.layout.check_stage(stage)
-        self.inputs = dict(inputs or {})
+        # the weights the round serves and how many rounds they lag (run.overlap)
+        self.inputs = {"served": ctx.weights.version, "staleness": str(ctx.staleness)}
+        self.inputs |= inputs or {}
         self.outputs: dict[str, str] = {}
         self.files: dict[str, dict[str, Any]] = {}  # name -> key, size, sha256 (as written)
         self.config_hash = config_hash(cfg, stage)

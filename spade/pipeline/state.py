@@ -3,6 +3,7 @@ designer's delayed batch. Everything here is read from committed stage outputs o
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,8 @@ class Carried:
 
     memory: dict[str, Any]
     ema: dict[str, float] = field(default_factory=dict)
-    weights: WeightsRef = BASE
+    weights: WeightsRef = BASE  # what the round serves
+    staleness: int = 0  # rounds between the served weights' and the newest the round trains on
 
 
 def seed_memory(cfg: CampaignConfig) -> EnvironmentMemory:
@@ -50,15 +52,31 @@ def _output(cs: CampaignStore, round: int, stage: str, name: str) -> Any:
     return cs.store.read_json(cs.layout.stage_key(round, stage, name))
 
 
+def served_round(ctx: RoundContext) -> int:
+    """The round whose published weights round ``ctx.round`` serves: the one before it, or
+    with ``run.overlap`` the one before that (still training when this round starts); below
+    0: the base weights."""
+    return ctx.round - 1 - ctx.config.run.overlap
+
+
 def carried_state(ctx: RoundContext) -> Carried:
-    """The round's starting state: round 0 starts fresh, later rounds from round - 1."""
+    """The round's starting state: round 0 starts fresh, later rounds from round - 1 (memory
+    and EMA) and the weights of :func:`served_round`."""
+    served = served_round(ctx)
+    staleness = ctx.round - 1 - max(served, -1)  # round 0 serves the base: nothing is newer
     if ctx.round == 0:
         return Carried(initial_memory(ctx.config))
     cs, prev = ctx.store, ctx.round - 1
+    weights = (
+        WeightsRef.from_dict(_output(cs, served, "publish", "weights.json"))
+        if served >= 0
+        else BASE
+    )
     return Carried(
         memory=_output(cs, prev, "memory", "memory.json"),
         ema={k: float(v) for k, v in _output(cs, prev, "score", "ema.json").items()},
-        weights=WeightsRef.from_dict(_output(cs, prev, "publish", "weights.json")),
+        weights=weights,
+        staleness=staleness,
     )
 
 
@@ -100,3 +118,25 @@ def published_weights(cs: CampaignStore, round: int) -> WeightsRef | None:
     return WeightsRef.from_dict(
         cs.store.read_json(cs.layout.stage_key(round, "publish", "weights.json"))
     )
+
+
+PARENT_POLL_S = 0.25
+"""How often an overlapped round looks for its parent's published weights."""
+
+
+async def training_parent(ctx: RoundContext, *, wait: bool = False) -> WeightsRef:
+    """The weights round ``ctx.round`` trains from: those of the round before it (the base
+    for round 0). Without ``run.overlap`` they are what the round serves. With it, the round
+    before may still be training: ``wait`` polls the store until it has published (a campaign
+    run, which runs that round beside this one), else it must have published already."""
+    if ctx.config.run.overlap == 0 or ctx.round == 0:
+        return ctx.weights
+    parent = ctx.round - 1
+    while (weights := published_weights(ctx.store, parent)) is None:
+        if not wait:
+            raise StorageError(
+                f"round {ctx.round} trains from round {parent}'s weights (run.overlap), which"
+                f" are not published; run round {parent} first, or run the campaign"
+            )
+        await asyncio.sleep(PARENT_POLL_S)
+    return weights

@@ -156,8 +156,10 @@ def test_campaign_carries_memory_and_weights_and_resumes_by_id(
     memory1 = cs.store.read_json(cs.layout.stage_key(1, "memory", "memory.json"))
     assert len(memory0["records"]) == 3 and memory1 == memory0
     ema0 = cs.store.read_json(cs.layout.stage_key(0, "score", "ema.json"))
-    assert cs.read_stage_manifest(1, "score").inputs == {"ema": fingerprint(ema0)}
-    assert cs.read_stage_manifest(1, "train_agent").inputs == {"parent": "r0000-designer"}
+    # every stage's manifest names the weights the round serves and how stale they are
+    served = {"served": "r0000-designer", "staleness": "0"}
+    assert cs.read_stage_manifest(1, "score").inputs == served | {"ema": fingerprint(ema0)}
+    assert cs.read_stage_manifest(1, "train_agent").inputs == served | {"parent": "r0000-designer"}
     carried = carried_state(RoundContext.open(cfg, "camp", 2))
     assert carried.weights.version == "r0000-designer" and carried.memory == memory1
     # the Prefect UI shows the per-round table and the links to the stored artifacts

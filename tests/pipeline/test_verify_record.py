@@ -25,6 +25,8 @@ def test_the_verify_manifest_records_the_policy_file_and_its_digest(tmp_path):
     manifest = campaign_store(cfg, "c").read_stage_manifest(0, "verify")
     assert manifest is not None
     assert manifest.inputs == {
+        "served": "base",  # round 0 serves the base weights, nothing newer exists
+        "staleness": "0",
         "sandbox_policy": str(policy),
         "sandbox_policy_sha256": hashlib.sha256(policy.read_bytes()).hexdigest(),
     }
