@@ -36,8 +36,13 @@ is a temporary local one (``prefect_test_harness``) unless ``PREFECT_API_URL`` i
 Benchmarks report; they do not assert. A table prints, JSON goes to
 ``bench/results/orchestration.json`` (with machine info and a timestamp).
 
+3. Overlap (``--overlap``, scripted only): the same campaign with ``run.overlap`` 0 and 1, its
+   stages given scripted durations in the proportions of the 8-GPU preset
+   (``bench/orchestration_overlap.py`` says how they are derived); rounds per hour and each
+   pool's busy share, side by side; JSON to ``bench/results/orchestration-overlap.json``.
+
 Usage: ``.venv/bin/python bench/orchestration.py [--scripted | --config PATH] [--no-train]
-[--out PATH]``
+[--overlap [--rounds 4] [--round-seconds 8] [--infer-tps T] [--train-tps T]] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -256,6 +261,34 @@ def print_table(result: dict[str, Any], title: str) -> None:
     )
 
 
+def print_overlap(data: dict[str, Any]) -> None:
+    """The sequential and overlapped arms side by side."""
+    per = data["scripted_s"]
+    table = Table(
+        title=f"Rounds in sequence vs overlapped ({data['preset']} proportions: inference"
+        f" {per['inference']:.2f} s, training {per['training']:.2f} s of scripted work a round)"
+    )
+    for col in (
+        "run.overlap",
+        "rounds",
+        "wall s",
+        "rounds/hour",
+        "inference busy",
+        "training busy",
+    ):
+        table.add_column(col, justify="right")
+    for arm in data["arms"]:
+        table.add_row(
+            str(arm["overlap"]), str(arm["rounds"]), f"{arm['wall_s']:.1f}",
+            f"{arm['rounds_per_hour']:.1f}", f"{arm['inference_busy']:.0%}",
+            f"{arm['training_busy']:.0%}",
+        )  # fmt: skip
+    Console().print(table)
+    print(
+        f"speed-up {data['speedup']:.2f}x (ideal at these proportions {data['ideal_speedup']:.2f}x)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = ap.add_mutually_exclusive_group()
@@ -264,8 +297,17 @@ def main() -> None:
     )
     mode.add_argument("--config", type=Path, help="a campaign config (e.g. configs/demo-cpu.yaml)")
     ap.add_argument("--no-train", action="store_true", help="run.train: false")
+    ap.add_argument(
+        "--overlap", action="store_true", help="sequential against overlapped rounds (scripted)"
+    )
+    ap.add_argument("--rounds", type=int, default=4, help="--overlap: rounds per arm")
+    ap.add_argument("--round-seconds", type=float, default=60.0, help="--overlap: scripted work")
+    ap.add_argument("--infer-tps", type=float, default=20_000.0, help="--overlap: assumption")
+    ap.add_argument("--train-tps", type=float, default=20_000.0, help="--overlap: assumption")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args()
+    if args.overlap and args.config:
+        raise SystemExit("--overlap runs the scripted campaign only (no --config)")
     config_path = args.config.resolve() if args.config else None
     out = args.out.resolve()
 
@@ -297,7 +339,14 @@ def main() -> None:
                 def cfg_for(cid: str) -> Any:
                     return file_config(config_path, tmp / f"store-{cid}", train)
 
-            result = measure(cfg_for, server, tmp / "noop-results")
+            if args.overlap:
+                from orchestration_overlap import measure_overlap  # bench/orchestration_overlap.py
+
+                result = measure_overlap(
+                    cfg_for, args.rounds, args.round_seconds, args.infer_tps, args.train_tps
+                )
+            else:
+                result = measure(cfg_for, server, tmp / "noop-results")
 
     data = {
         "machine": machine(),
@@ -307,6 +356,12 @@ def main() -> None:
         "prefect_api": os.environ.get("PREFECT_API_URL") or "prefect_test_harness (temporary)",
         **result,
     }
+    if args.overlap:
+        out = out.with_name(out.stem + "-overlap.json") if args.out == DEFAULT_OUT else out
+        write_json(out, data)
+        print_overlap(data)
+        print(f"written: {out}")
+        return
     write_json(out, data)
     print_table(data, f"Orchestration ({mode_name}, train={'on' if train else 'off'})")
     print(f"written: {out}")

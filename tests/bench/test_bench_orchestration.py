@@ -41,3 +41,26 @@ def test_orchestration_bench_scripted_overhead_and_resume(tmp_path: Path) -> Non
         states = rs["prefect"]["task_states"]
         assert states.get("Completed") == 1 and states.get("Cached", 0) > 0  # only heldout ran
         assert rs["recomputed_besides_heldout"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.timeout(660)
+def test_orchestration_bench_overlap_runs_both_arms(tmp_path: Path) -> None:
+    """``--overlap``: the scripted campaign in sequence and overlapped, each round complete;
+    the figures are the bench's to report (no speed-up is asserted)."""
+    args = ("--overlap", "--rounds", "2", "--round-seconds", "2")
+    data = run_bench("orchestration.py", *args, out=tmp_path / "o.json", timeout=600)
+    per = data["preset_per_round"]
+    assert per["inference_s"] > 0 and per["training_s"] > 0  # from the preset's sizes
+    assert data["scripted_s"]["inference"] + data["scripted_s"]["training"] == pytest.approx(
+        2.0, abs=0.01
+    )
+    seq, ov = data["arms"]
+    assert (seq["overlap"], ov["overlap"]) == (0, 1) and seq["rounds"] == ov["rounds"] == 2
+    for arm in (seq, ov):
+        assert 0 < arm["inference_busy"] <= 1 and 0 < arm["training_busy"] <= 1
+    assert data["speedup"] == pytest.approx(
+        ov["rounds_per_hour"] / seq["rounds_per_hour"], abs=0.01
+    )
+    assert 1 < data["ideal_speedup"] <= 2
