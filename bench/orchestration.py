@@ -343,7 +343,12 @@ def main() -> None:
                 from orchestration_overlap import measure_overlap  # bench/orchestration_overlap.py
 
                 result = measure_overlap(
-                    cfg_for, args.rounds, args.round_seconds, args.infer_tps, args.train_tps
+                    cfg_for,
+                    lambda: fresh_script(server),
+                    args.rounds,
+                    args.round_seconds,
+                    args.infer_tps,
+                    args.train_tps,
                 )
             else:
                 result = measure(cfg_for, server, tmp / "noop-results")

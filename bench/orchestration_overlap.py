@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +138,15 @@ def run_arm(cfg: Any, cid: str, inference_s: float, training_s: float) -> dict[s
 
 
 def measure_overlap(
-    cfg_for: Any, rounds: int, round_seconds: float, infer_tps: float, train_tps: float
+    cfg_for: Any,
+    reset: Callable[[], None],
+    rounds: int,
+    round_seconds: float,
+    infer_tps: float,
+    train_tps: float,
 ) -> dict[str, Any]:
-    """Both arms, sequential first; their table rows and the speed-up."""
+    """Both arms, sequential first, each after ``reset`` (the scripted model starts over, so
+    both arms are asked the same); their table rows and the speed-up."""
     preset = preset_seconds(infer_tps, train_tps)
     scale = round_seconds / (preset["inference_s"] + preset["training_s"])
     inference_s, training_s = preset["inference_s"] * scale, preset["training_s"] * scale
@@ -150,6 +156,7 @@ def measure_overlap(
         base = cfg_for(cid)
         run = base.run.model_copy(update={"overlap": overlap, "rounds": rounds})
         cfg = base.model_copy(update={"run": run})
+        reset()
         arms.append(run_arm(cfg, cid, inference_s, training_s))
     return {
         "preset": str(PRESET.relative_to(REPO)),
