@@ -44,14 +44,14 @@ def _play_round(root: str, options: dict[str, object]) -> tuple[dict[str, object
         return _heldout_round(cfg, "suites"), cfg
 
 
-def _heldout_round(cfg, campaign: str) -> dict[str, object]:
-    """The heldout stage of round 0 of a new campaign, on the base weights."""
+def _heldout_round(cfg, campaign: str, weights=BASE) -> dict[str, object]:
+    """The heldout stage of round 0 of a new campaign, on ``weights`` (the base weights)."""
     ctx = RoundContext.open(cfg, campaign, 0)
     ensure_campaign(ctx.store, cfg)
 
     async def run() -> dict[str, object]:
         try:
-            return await heldout(ctx, BASE)
+            return await heldout(ctx, weights)
         finally:
             await close_shared_backends()
 
@@ -145,16 +145,7 @@ def test_round_zero_also_plays_the_base_weights_with_intervals(tmp_path):
                 "run.heldout_envs": [str(example)],
             }
         )
-        ctx = RoundContext.open(cfg, "base", 0)
-        ensure_campaign(ctx.store, cfg)
-
-        async def run() -> dict[str, object]:
-            try:
-                return await heldout(ctx, trained)
-            finally:
-                await close_shared_backends()
-
-        overall = asyncio.run(run())
+        overall = _heldout_round(cfg, "base", trained)
         models = [r.body.get("model") for r in server.requests if r.path.endswith("/completions")]
     assert models.count(trained.version) == 4 and len(models) == 8  # 4 plays each
     base = overall["base"]
