@@ -15,19 +15,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from spade.inference.models import HF_LOADING
+
 ADAPTER = "default"  # peft's name of the one adapter the trainer makes
 
 
 def is_peft(model: nn.Module) -> bool:
     """Whether ``model`` carries peft adapters."""
-    from peft import PeftModel
+    with HF_LOADING:  # peft's first import is not thread-safe (models.HF_LOADING)
+        from peft import PeftModel
 
     return isinstance(model, PeftModel)
 
 
 def adapter_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """The adapter tensors under peft's saved names, detached CPU copies."""
-    from peft import get_peft_model_state_dict
+    with HF_LOADING:  # peft's first import is not thread-safe (models.HF_LOADING)
+        from peft import get_peft_model_state_dict
 
     state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
@@ -37,7 +41,8 @@ def full_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every weight under the base model's names, LoRA merged in; detached CPU copies."""
     if not is_peft(model):
         return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    from peft.tuners.lora import LoraLayer
+    with HF_LOADING:  # peft's first import is not thread-safe (models.HF_LOADING)
+        from peft.tuners.lora import LoraLayer
 
     base = model.get_base_model()  # type: ignore[operator]
     out: dict[str, torch.Tensor] = {}
@@ -59,7 +64,8 @@ def full_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def load_adapter_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
     """Copy adapter tensors (peft's saved names) into a LoRA model; every adapter must fit."""
-    from peft import set_peft_model_state_dict
+    with HF_LOADING:  # peft's first import is not thread-safe (models.HF_LOADING)
+        from peft import set_peft_model_state_dict
 
     if not is_peft(model):
         raise ValueError("adapter weights need a LoRA model (training.lora.enabled)")

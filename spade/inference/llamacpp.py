@@ -87,7 +87,12 @@ def gguf_path(model: ModelConfig) -> Path:
 def client_files(model: ModelConfig) -> Path:
     """A folder with the model's tokenizer and ``config.json``: the converted copy of the GGUF
     model if it exists, else ``$SPADE_CACHE/llamacpp/<name>-<hash>`` (built once)."""
-    from spade.inference.models import cache_root, converted_cache_dir, save_pretrained_once
+    from spade.inference.models import (
+        HF_LOADING,
+        cache_root,
+        converted_cache_dir,
+        save_pretrained_once,
+    )
 
     resolved = resolve_model(model)
     gguf_path(model)  # GGUF weights, or a ConfigError naming the field
@@ -97,21 +102,25 @@ def client_files(model: ModelConfig) -> Path:
     target = cache_root().parent / "llamacpp" / converted.name
     if (target / "config.json").is_file():
         return target
-    from transformers import AutoConfig, AutoTokenizer
-
     assert isinstance(resolved.path, Path)
     log.info("building the tokenizer of %s from its GGUF file (once)", resolved.name)
-    tokenizer = AutoTokenizer.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
-    config = AutoConfig.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
+    with HF_LOADING:
+        from transformers import AutoConfig, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
+        config = AutoConfig.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
     save_pretrained_once(target, tokenizer, config)
     return target
 
 
 def load_tokenizer(folder: Path) -> Any:
     """The tokenizer in ``folder``; ConfigError if it cannot render chats."""
-    from transformers import AutoTokenizer
+    from spade.inference.models import HF_LOADING
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with HF_LOADING:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder)
     if getattr(tokenizer, "chat_template", None) is None:
         raise ConfigError(f"the tokenizer in {folder} has no chat template")
     return tokenizer

@@ -23,6 +23,7 @@ a temporary folder and renamed into place, so a crashed or concurrent conversion
 half-written cache behind.
 
 torch and transformers are imported lazily: resolving a model is cheap and import-light.
+Loading one holds :data:`HF_LOADING`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +45,13 @@ from typing import TYPE_CHECKING, Any
 from spade.config import ModelConfig
 from spade.errors import ConfigError, InferenceError
 from spade.inference.shipped import SHIPPED_MODELS, ShippedModel, ensure_assembled
+
+HF_LOADING = threading.RLock()
+"""Held while transformers or peft load a model, a tokenizer or adapters in this process.
+Their lazy imports are not thread-safe: two threads resolving them at once can see a partly
+initialised module (``ImportError: cannot import name 'AutoModelForCausalLM'``; met when a
+round's training, in a worker thread, loaded the model while the next round's plays loaded a
+tokenizer: ``run.overlap``)."""
 
 if TYPE_CHECKING:
     import torch
@@ -169,6 +178,13 @@ def load_model_and_tokenizer(
     device: str | torch.device = "auto",
 ) -> tuple[Any, Any]:
     """(model, tokenizer) in eval mode on ``device``; GGUF models go through the converted cache."""
+    with HF_LOADING:
+        return _load_model_and_tokenizer(resolved, dtype, device)
+
+
+def _load_model_and_tokenizer(
+    resolved: ResolvedModel, dtype: str | torch.dtype, device: str | torch.device
+) -> tuple[Any, Any]:
     import torch
 
     dev = device if isinstance(device, torch.device) else pick_device(device)
@@ -221,7 +237,8 @@ def _ensure_converted(resolved: ResolvedModel, dtype: torch.dtype | None = None)
         log.info("using converted copy of %s at %s", resolved.name, target)
         return target
     started = time.perf_counter()
-    model, tokenizer = _convert_gguf(resolved)
+    with HF_LOADING:
+        model, tokenizer = _convert_gguf(resolved)
     if dtype is not None:
         model = model.to(dtype)
     save_pretrained_once(target, model, tokenizer)
@@ -289,9 +306,10 @@ def read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
 
     if path.is_dir() and (path / "config.json").is_file():
         # from_pretrained applies the checkpoint's key conversions, which a raw read would miss
-        from transformers import AutoModelForCausalLM
+        with HF_LOADING:
+            from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM.from_pretrained(path).state_dict()
+            return AutoModelForCausalLM.from_pretrained(path).state_dict()
     if path.is_dir():
         files = sorted(path.glob("*.safetensors"))
         if not files:

@@ -78,14 +78,19 @@ class Retokenizer:
         """The tokenizer, loaded on first use; InferenceError if it cannot be."""
         if self._tokenizer is None:
             source = self._source() if callable(self._source) else self._source
-            from transformers import AutoTokenizer
+            from spade.inference.models import HF_LOADING
 
-            try:  # a missing or broken tokenizer folder is a set-up problem, said as such
-                self._tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
-            except (OSError, ValueError) as exc:
-                raise InferenceError(
-                    f"cannot load the tokenizer at {source} to re-derive token ids: {exc}"
-                ) from exc
+            with HF_LOADING:
+                from transformers import AutoTokenizer
+
+                try:  # a missing or broken tokenizer folder is a set-up problem, said as such
+                    self._tokenizer = AutoTokenizer.from_pretrained(
+                        str(source), local_files_only=True
+                    )
+                except (OSError, ValueError) as exc:
+                    raise InferenceError(
+                        f"cannot load the tokenizer at {source} to re-derive token ids: {exc}"
+                    ) from exc
         return self._tokenizer
 
     def fill(

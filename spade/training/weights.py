@@ -28,6 +28,7 @@ from torch import nn
 
 from spade.config import LoraConfig
 from spade.inference.adapters import ADAPTER, is_peft
+from spade.inference.models import HF_LOADING
 
 __all__ = ["adapter_config", "hf_model_files", "load_full_tensors", "wrap_lora"]
 
@@ -39,8 +40,9 @@ def wrap_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
     come from ``seed`` without touching the global RNG. A model that already is a peft model is
     returned as is.
     """
-    from peft import LoraConfig as PeftLoraConfig
-    from peft import get_peft_model
+    with HF_LOADING:  # peft's first import pulls in transformers modules: one thread at a time
+        from peft import LoraConfig as PeftLoraConfig
+        from peft import get_peft_model
 
     if is_peft(model):
         return model
@@ -52,7 +54,7 @@ def wrap_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
         task_type="CAUSAL_LM",
     )
     devices = [model.device] if getattr(model, "device", torch.device("cpu")).type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=devices), HF_LOADING:
         torch.manual_seed(seed)
         try:
             wrapped = get_peft_model(model, peft_config)
