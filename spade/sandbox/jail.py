@@ -8,7 +8,10 @@ tmpfs. Nothing else of the host is visible; ``/`` is never bound whole.
 from __future__ import annotations
 
 import errno
+import functools
+import logging
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,8 @@ import spade
 from spade.errors import SandboxError
 from spade.sandbox.cgroups import CgroupSupport, apply_cgroups
 from spade.sandbox.policy import SandboxPolicy
+
+log = logging.getLogger(__name__)
 
 RUNTIME_ROOT = "/opt/spade"  # where the server and the spade.envs runtime appear in the jail
 CODE_DIR = "/code"  # where the session's code folder appears in the jail
@@ -70,6 +75,28 @@ def _runtime_mounts() -> list[MountPt]:
         _ro(_PKG / "__init__.py", f"{RUNTIME_ROOT}/spade/__init__.py"),
         _ro(_PKG / "envs", f"{RUNTIME_ROOT}/spade/envs"),
     ]
+
+
+@functools.cache
+def compile_runtime(interpreter: Path) -> bool:
+    """Byte-compile the ``spade.envs`` runtime for the jail's ``interpreter``, once per process.
+
+    The jail mounts the runtime read-only and runs with ``PYTHONDONTWRITEBYTECODE``: without a
+    ``__pycache__`` of the jail's Python version beside the sources, every session compiled
+    them again (~40 ms of a ~80 ms start, measured). This is our own code, never a design's;
+    the ``.pyc`` files are checked against the sources' mtime and size as usual. Where the
+    package folder is not writable the sessions still work, only slower (logged once)."""
+    targets = [str(_PKG / "__init__.py"), str(_PKG / "envs")]
+    argv = [str(interpreter), "-s", "-S", "-m", "compileall", "-q", "-l", *targets]
+    try:  # a missing interpreter is reported by the session start that follows, as before
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("could not byte-compile the jail's runtime with %s: %s", interpreter, exc)
+        return False
+    if done.returncode != 0:
+        why = (done.stdout + done.stderr).decode(errors="replace").strip()[-500:]
+        log.warning("could not byte-compile the jail's runtime with %s: %s", interpreter, why)
+    return done.returncode == 0
 
 
 def seccomp_policy(policy: SandboxPolicy) -> str:

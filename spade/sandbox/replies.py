@@ -61,6 +61,8 @@ def nesting_exceeds(line: bytes, limit: int = MAX_DEPTH) -> bool:
     are cut out first, then everything but brackets; each pass of ``replace`` removes the
     innermost level, so at most ``limit`` passes. Brackets that do not pair up are left to the
     decoder, which rejects them."""
+    if line.count(b"[") + line.count(b"{") <= limit:  # too few to nest deeper (most replies)
+        return False
     brackets = _STRING.sub(b"", line).translate(_SQUARE, _NON_BRACKETS)
     for done in range(limit):
         if not brackets:

@@ -35,6 +35,7 @@ from spade.sandbox.jail import (
     CODE_DIR,
     JailFiles,
     build_config,
+    compile_runtime,
     nsjail_binary,
     write_config,
 )
@@ -123,6 +124,7 @@ class JailedSession:
         t0 = time.perf_counter()
         cgroups = detect_cgroups(self.policy)
         require_memory_bound(self.policy, cgroups)  # SandboxError: no memory cgroup here
+        compile_runtime(self.policy.interpreter)  # once per process and interpreter
         self._files = JailFiles(Path(tempfile.mkdtemp(prefix="spade-jail-")))
         self._files.root.chmod(0o755)
         self._files.code_dir.mkdir(mode=0o755)

@@ -162,3 +162,35 @@ def test_datetime_strptime_works_under_the_import_guard(policy):
     )
     with JailedSession(code, policy=policy) as s:
         assert s.reset(0)[0] == "065"
+
+
+def test_the_jail_finds_a_fresh_bytecode_cache_of_its_runtime(policy):
+    """The runtime is compiled for the jail's Python once per process (``compile_runtime``):
+    inside the jail each runtime module has a ``.pyc`` whose header matches its source (mtime
+    and size), which the interpreter then loads instead of compiling the source again."""
+    policy = policy.model_copy(
+        update={"imports": policy.imports.model_copy(update={"allow": ["*"]})}
+    )
+    code = (
+        "import importlib.util, os, struct, sys\n"
+        "class PycEnv:\n"
+        "    def reset(self, seed=None):\n"
+        "        found = {}\n"
+        "        for name in ('spade.envs', 'spade.envs.base', 'spade.envs.reference'):\n"
+        "            src = sys.modules[name].__file__\n"
+        "            pyc = importlib.util.cache_from_source(src)\n"
+        "            if not os.path.exists(pyc):\n"
+        "                found[name] = 'missing'\n"
+        "                continue\n"
+        "            with open(pyc, 'rb') as fh:\n"
+        "                flags, mtime, size = struct.unpack('<4xIII', fh.read(16))\n"
+        "            st = os.stat(src)\n"
+        "            fresh = (flags, mtime, size) == (0, int(st.st_mtime) & 0xFFFFFFFF, st.st_size)\n"
+        "            found[name] = 'fresh' if fresh else 'stale'\n"
+        "        return repr(sorted(found.items())), {}\n"
+        "    def step(self, a):\n"
+        "        return '', 0.0, True, False, {}\n"
+    )
+    with JailedSession(code, policy=policy) as s:
+        names = ["spade.envs", "spade.envs.base", "spade.envs.reference"]
+        assert s.reset(0)[0] == repr(sorted((n, "fresh") for n in names))
