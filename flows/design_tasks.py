@@ -195,6 +195,6 @@ async def _verified(
     """Verify the batch's designs awaiting a verdict (mapped), then settle the batch."""
     todo = awaiting_verdict(batch)
     codes, refs = [a.code for a in todo], [a.references for a in todo]
-    verdicts = results(t.verify.map(unmapped(ctx), codes, refs)) if todo else []
+    verdicts = await results(t.verify.map(unmapped(ctx), codes, refs)) if todo else []
     settled = await t.settle(ctx, unwalked(earlier), unwalked(batch), unwalked(verdicts))
     return list(settled[0]), list(settled[1])

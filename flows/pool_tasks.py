@@ -107,7 +107,7 @@ async def pool_phase(
     while candidates and len(chosen) < need:
         batch, candidates = candidates[: need - len(chosen)], candidates[need - len(chosen) :]
         waivers = [e.waive for e in batch]
-        verdicts = results(t.verify_pool.map(unmapped(ctx), [e.code for e in batch], waivers))
+        verdicts = await results(t.verify_pool.map(unmapped(ctx), [e.code for e in batch], waivers))
         ok, bad = pool_stage.take(need - len(chosen), batch, verdicts)
         chosen, rejected = chosen + ok, rejected + bad
     return list(await t.fill_pool(ctx, need, unwalked(chosen), unwalked(rejected)))

@@ -235,7 +235,7 @@ async def _round(ctx: RoundContext, wait_for_parent: bool = False) -> RoundOutco
         attempts = await design_phase(t.design, ctx, plan, carried.memory)
     designed = accepted_specs(attempts)
     specs = designed + await pool_phase(t.pool, ctx, plan, designed)
-    evaluations = results(t.evaluate.map(unmapped(ctx), specs)) if specs else []
+    evaluations = await results(t.evaluate.map(unmapped(ctx), specs)) if specs else []
     await t.commit_evaluate(ctx, unwalked(evaluations))
     await t.run(
         score_stage.score_round, ctx, unwalked(attempts), unwalked(evaluations), carried.ema

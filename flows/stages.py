@@ -137,10 +137,15 @@ def unwalked[T](value: T) -> T:
     return cast(T, quote(value))
 
 
-def results[R](futures: PrefectFutureList[Coroutine[Any, Any, R]]) -> list[R]:
-    """The results of a mapped async task, waited for. (Prefect's overloads of ``Task.map`` type
-    an async task's futures as coroutines; their results are the values.)"""
-    return cast(list[R], futures.result())
+async def results[R](futures: PrefectFutureList[Coroutine[Any, Any, R]]) -> list[R]:
+    """The results of a mapped async task, waited for in a worker thread: Prefect's wait blocks,
+    and on the event loop it would stall every other flow on it. With ``run.overlap`` that is
+    the other round in flight, and a deadlock when this round's tasks wait for it (a resumed
+    overlapped demo hung: round 2's evaluate held the loop, its plays waited at the inference
+    pool's version gate for round 1's held-out stage, which could not run). (Prefect's
+    overloads of ``Task.map`` type an async task's futures as coroutines; their results are
+    the values.)"""
+    return cast(list[R], await asyncio.to_thread(futures.result))
 
 
 def bind[**P, R](

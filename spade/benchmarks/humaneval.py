@@ -142,8 +142,16 @@ def run_check(program: str, test: str, entry_point: str, seconds: float) -> str 
         return f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})"
     except BaseException as exc:  # anything the agent's program raises (SystemExit too) fails
         # Past the deadline every tick raises (a swallowed CheckTimeout leaves the chain
-        # exhausted: StopIteration), so whatever came out then is the timeout's doing.
-        return timed_out if time.monotonic() > deadline else failure_summary(exc, test)
+        # exhausted: StopIteration), so whatever came out then is the timeout's doing. So is a
+        # chain that died early: a RecursionError raised inside ``refill`` (a tick at the
+        # stack's limit) ends it too, and a loop that swallowed that would run for ever.
+        if time.monotonic() > deadline:
+            return timed_out
+        try:  # a healthy chain never ends
+            tick()
+        except (StopIteration, CheckTimeout):
+            return timed_out
+        return failure_summary(exc, test)
     return timed_out if time.monotonic() > deadline else None
 
 
