@@ -15,7 +15,7 @@ lint: bootstrap
 	.venv/bin/lint-imports
 
 test: lint
-	.venv/bin/pytest -m "not slow and not gpu" -q --durations=25
+	.venv/bin/pytest -m "not slow and not gpu" -n auto -q --durations=25
 
 bench: bootstrap
 	.venv/bin/python bench/sandbox.py

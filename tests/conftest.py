@@ -17,6 +17,18 @@ from spade.envs.examples import example_paths
 from spade.processes import free_port
 from spade.sandbox.policy import SandboxPolicy, load_policy
 from tests.leaks import HostSnapshot, own_leaks
+from tests.xdist_schedule import ModuleScheduling, rank
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest modules first (``tests/xdist_schedule.py``): with ``-n``, the workers start
+    on the long units; in one process it changes nothing but the order of the modules."""
+    items.sort(key=lambda item: rank(item.nodeid))  # stable: a module's tests keep their order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole modules as pytest-xdist's work units (``tests/xdist_schedule.py``)."""
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,6 +12,7 @@ import pytest
 from tests.bench.runner import run_bench
 
 
+@pytest.mark.slow  # a bench's smoke run (44 s); its statistics are tested below, without it
 @pytest.mark.sandbox
 @pytest.mark.timeout(660)
 def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> None:

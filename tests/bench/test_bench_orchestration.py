@@ -11,6 +11,7 @@ from spade.storage import STAGES
 from tests.bench.runner import run_bench
 
 
+@pytest.mark.slow  # a bench's smoke run (59 s): what it runs, the flow tests check faster
 @pytest.mark.sandbox
 @pytest.mark.timeout(660)
 def test_orchestration_bench_scripted_overhead_and_resume(tmp_path: Path) -> None:

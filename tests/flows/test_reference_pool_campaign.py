@@ -20,7 +20,9 @@ from spade.pipeline.record import campaign_store, read_jsonl
 from spade.pipeline.summary import summarize_round
 from tests.flows.test_closed_loop import _config, _run
 
-pytestmark = pytest.mark.sandbox
+# slow (43 s): the pool's designs load and play in tests/sandbox/test_reference_pool.py, and a
+# fixed-pool campaign trains in the round-flow tests
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 POOL = Path(__file__).resolve().parents[1] / "fixtures" / "reference_pool"
 ACCEPTED = {
     "game_file_organiser",

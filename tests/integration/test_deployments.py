@@ -140,6 +140,8 @@ def test_round_deployment_runs_on_a_worker_and_writes_to_s3(
     _check_round_in_s3(cfg, "cli-run")
 
 
+@pytest.mark.slow  # 49 s: a round from a worker (above) and a UI run with a changed
+# parameter (tests/integration/test_prefect_live.py) are each checked in the default run
 def test_a_round_started_from_the_ui_with_a_changed_parameter_completes(
     prefect_server, prefect_client, deployed, gpu_worker, live_campaign, browser, tmp_path
 ):

@@ -21,7 +21,9 @@ from spade.pipeline.context import RoundContext
 from spade.pipeline.record import read_jsonl
 from spade.pipeline.score import score_round
 
-pytestmark = pytest.mark.sandbox
+# slow (56 s): the demo campaign's test (tests/dashboard/test_demo_campaign.py) plays the same
+# real SmolLM2 path through the flow, and tests/cli/test_selfplay_cli.py these commands
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "spade" / "envs" / "examples"
 
