@@ -115,10 +115,13 @@ def test_a_jail_that_cannot_start_is_a_loud_sandbox_error(policy):
         assert session._files is None
 
 
+def guard_off(policy):
+    """``policy`` with every import allowed: the jail alone is the barrier (jail-only tests)."""
+    return policy.model_copy(update={"imports": policy.imports.model_copy(update={"allow": ["*"]})})
+
+
 def test_seccomp_denies_namespace_and_ptrace_syscalls(policy):
-    policy = policy.model_copy(
-        update={"imports": policy.imports.model_copy(update={"allow": ["*"]})}
-    )
+    policy = guard_off(policy)
     code = (
         "import ctypes\n"
         "class SEnv:\n"
@@ -168,9 +171,7 @@ def test_the_jail_finds_a_fresh_bytecode_cache_of_its_runtime(policy):
     """The runtime is compiled for the jail's Python once per process (``compile_runtime``):
     inside the jail each runtime module has a ``.pyc`` whose header matches its source (mtime
     and size), which the interpreter then loads instead of compiling the source again."""
-    policy = policy.model_copy(
-        update={"imports": policy.imports.model_copy(update={"allow": ["*"]})}
-    )
+    policy = guard_off(policy)
     code = (
         "import importlib.util, os, struct, sys\n"
         "class PycEnv:\n"
