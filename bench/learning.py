@@ -34,7 +34,9 @@ random-weight policy (minutes, no real model).
 Defaults (``configs/demo-cpu.yaml``, 5 rounds, seed 0, 10 reasoning-gym tasks) are sized for
 about 90 minutes on 2 cores with the llama.cpp backend; every setting can be overridden
 (``--config``, ``--model``, ``--set key=value``). Benchmarks report; they do not assert. A table
-prints, JSON goes to ``bench/results/learning.json`` and the curve to ``learning.png``.
+prints, JSON goes to ``bench/results/learning.json`` (rewritten after every finished campaign
+with ``complete: false``, so hours of runs survive an interruption) and the curve to
+``learning.png``.
 
 Usage: ``.venv/bin/python bench/learning.py [--quick] [--config PATH] [--model NAME]
 [--rounds N] [--seeds 0 1] [--set key=value ...] [--sweep] [--store DIR] [--out PATH]``
@@ -553,6 +555,8 @@ def main() -> None:
                 cfg = load(where | arm_overrides(arm, envs))
                 print(f"seed {seed}: {arm} arm, {args.rounds} rounds ...", flush=True)
                 runs[arm][str(seed)] = [round_row(s) for s in run_arm(cfg, f"{arm}-s{seed}")]
+                # each finished campaign is on disk at once: a bench of hours loses at most one
+                write_json(args.out, results(args, heldout, base, runs, sweep_result, done=False))
             if not base:
                 cfg = load({"seed": seed, "storage.root": str(store / "base")})
                 got = base_heldout(cfg, "base")
@@ -563,9 +567,28 @@ def main() -> None:
                 }
         if args.store is None:
             shutil.rmtree(store, ignore_errors=True)
-    data = {
+    data = results(args, heldout, base, runs, sweep_result, done=True)
+    write_json(args.out, data)
+    plot(data, args.out.with_suffix(".png"))
+    print_table(data)
+    print(f"written: {args.out} and {args.out.with_suffix('.png')}")
+
+
+def results(
+    args: argparse.Namespace,
+    heldout: list[str],
+    base: dict[str, Any],
+    runs: dict[str, dict[str, list[dict[str, Any]]]],
+    sweep_result: dict[str, Any] | None,
+    *,
+    done: bool,
+) -> dict[str, Any]:
+    """The JSON the bench writes: after every campaign (``complete`` false: the seeds and arms
+    run so far, compared where both arms of a seed have run) and at the end."""
+    return {
         "machine": machine(),
         "timestamp": timestamp(),
+        "complete": done,
         "mode": "quick" if args.quick else str(args.config),
         "settings": {
             "rounds": args.rounds,
@@ -582,10 +605,6 @@ def main() -> None:
         "designed_share": share_of(runs["spade"]),
         "sweep": sweep_result,
     }
-    write_json(args.out, data)
-    plot(data, args.out.with_suffix(".png"))
-    print_table(data)
-    print(f"written: {args.out} and {args.out.with_suffix('.png')}")
 
 
 def share_of(runs: dict[str, list[dict[str, Any]]]) -> float | None:

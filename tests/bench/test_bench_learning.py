@@ -19,6 +19,7 @@ def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> No
     out = tmp_path / "learning.json"
     data = run_bench("learning.py", "--quick", "--sweep", out=out, timeout=600)
     assert data["mode"] == "quick" and data["machine"]["nproc"] > 0 and data["timestamp"]
+    assert data["complete"] is True
     spade, pool = data["runs"]["spade"]["0"], data["runs"]["pool"]["0"]
     assert [r["round"] for r in spade] == [r["round"] for r in pool] == [0, 1]
     for s, p in zip(spade, pool, strict=True):  # the same agent episodes per round
@@ -81,3 +82,21 @@ def test_the_arms_are_compared_across_seeds_with_paired_intervals():
     means = bench.per_round_means(runs["spade"])
     assert means[1]["heldout_return_interval"][0] <= means[1]["heldout_return"]
     assert "0.400 [" in bench.with_interval(last["spade"])
+
+
+def test_a_partial_result_compares_only_seeds_both_arms_have_run():
+    """What the bench writes after each campaign: the runs so far, marked incomplete, with no
+    paired comparison for a seed whose pool arm has not run yet."""
+    import argparse
+
+    bench = _learning()
+    args = argparse.Namespace(
+        quick=False, config="c.yaml", rounds=1, seeds=[0, 1], rg_size=1, set=[], model=None
+    )
+    row = {"round": 0, "heldout_return": 0.25, "heldout_win_rate": 0.0, "reasoning_gym": None}
+    spade_row = row | {"designed_episodes": 4, "pool_episodes": 4}
+    runs = {"spade": {"0": [spade_row], "1": [spade_row]}, "pool": {"0": [row]}}
+    data = bench.results(args, [], {}, runs, None, done=False)
+    assert data["complete"] is False and data["comparison"]["seeds"] == ["0"]
+    assert data["designed_share"] == 0.5
+    assert data["means"]["spade"][0]["heldout_return"] == 0.25
