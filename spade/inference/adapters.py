@@ -10,6 +10,7 @@ peft is imported by the functions that need it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -20,20 +21,24 @@ from spade.inference.models import HF_LOADING
 ADAPTER = "default"  # peft's name of the one adapter the trainer makes
 
 
+def peft() -> ModuleType:
+    """The ``peft`` package (its LoRA tuner loaded), imported under :data:`HF_LOADING`: peft's
+    first import pulls in transformers modules and is not thread-safe."""
+    with HF_LOADING:
+        import peft as module
+        import peft.tuners.lora  # LoraLayer, reached as module.tuners.lora
+
+    return module
+
+
 def is_peft(model: nn.Module) -> bool:
     """Whether ``model`` carries peft adapters."""
-    with HF_LOADING:  # peft's first import is not thread-safe (models.HF_LOADING)
-        from peft import PeftModel
-
-    return isinstance(model, PeftModel)
+    return isinstance(model, peft().PeftModel)
 
 
 def adapter_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """The adapter tensors under peft's saved names, detached CPU copies."""
-    with HF_LOADING:  # peft's first import is not thread-safe (models.HF_LOADING)
-        from peft import get_peft_model_state_dict
-
-    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    state = peft().get_peft_model_state_dict(model, adapter_name=ADAPTER)
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
@@ -41,9 +46,7 @@ def full_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every weight under the base model's names, LoRA merged in; detached CPU copies."""
     if not is_peft(model):
         return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    with HF_LOADING:  # peft's first import is not thread-safe (models.HF_LOADING)
-        from peft.tuners.lora import LoraLayer
-
+    lora_layer = peft().tuners.lora.LoraLayer
     base = model.get_base_model()  # type: ignore[operator]
     out: dict[str, torch.Tensor] = {}
     for key, value in base.state_dict().items():
@@ -52,7 +55,7 @@ def full_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
         out[key.replace(".base_layer.", ".")] = value.detach().to("cpu", copy=True)
     for name, module in base.named_modules():
         layer: Any = module  # peft's layer classes carry their own (untyped) attributes
-        if not isinstance(module, LoraLayer) or ADAPTER not in module.lora_A:
+        if not isinstance(module, lora_layer) or ADAPTER not in module.lora_A:
             continue
         if layer.lora_variant.get(ADAPTER) is not None or layer.lora_bias.get(ADAPTER):
             raise NotImplementedError(f"merging a LoRA variant or bias ({name}) is not supported")
@@ -64,9 +67,6 @@ def full_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def load_adapter_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
     """Copy adapter tensors (peft's saved names) into a LoRA model; every adapter must fit."""
-    with HF_LOADING:  # peft's first import is not thread-safe (models.HF_LOADING)
-        from peft import set_peft_model_state_dict
-
     if not is_peft(model):
         raise ValueError("adapter weights need a LoRA model (training.lora.enabled)")
     expected = set(adapter_tensors(model))
@@ -75,7 +75,7 @@ def load_adapter_tensors(model: nn.Module, tensors: Mapping[str, torch.Tensor]) 
         raise ValueError(
             f"adapter weights do not fit: missing {missing[:5]}, unexpected {extra[:5]}"
         )
-    result = set_peft_model_state_dict(model, dict(tensors), adapter_name=ADAPTER)
+    result = peft().set_peft_model_state_dict(model, dict(tensors), adapter_name=ADAPTER)
     unexpected = [k for k in getattr(result, "unexpected_keys", []) if ".lora_" in k]
     if unexpected:
         raise ValueError(f"adapter weights do not fit: unexpected {unexpected[:5]}")

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from spade.config import LoraConfig
-from spade.inference.adapters import ADAPTER, is_peft
+from spade.inference.adapters import ADAPTER, is_peft, peft
 from spade.inference.models import HF_LOADING
 
 __all__ = ["adapter_config", "hf_model_files", "load_full_tensors", "wrap_lora"]
@@ -40,13 +40,9 @@ def wrap_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
     come from ``seed`` without touching the global RNG. A model that already is a peft model is
     returned as is.
     """
-    with HF_LOADING:  # peft's first import pulls in transformers modules: one thread at a time
-        from peft import LoraConfig as PeftLoraConfig
-        from peft import get_peft_model
-
     if is_peft(model):
         return model
-    peft_config = PeftLoraConfig(
+    peft_config = peft().LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
@@ -57,7 +53,7 @@ def wrap_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
     with torch.random.fork_rng(devices=devices), HF_LOADING:
         torch.manual_seed(seed)
         try:
-            wrapped = get_peft_model(model, peft_config)
+            wrapped = peft().get_peft_model(model, peft_config)
         except ValueError as exc:  # e.g. none of target_modules exist in this model
             raise ValueError(f"cannot add LoRA adapters: {exc}") from exc
     return wrapped
