@@ -121,7 +121,7 @@ def train_step(cfg: Any, parent: str | None, batch: list[Item], outs: list[Any],
                samples_per: int) -> tuple[Any, dict[str, float]]:  # fmt: skip
     """One GRPO update of the agent from ``parent`` on the scored completions."""
     from spade.training.run import update_from_parent
-    from spade.training.samples import TrainSample, assign_advantages
+    from spade.training.samples import assign_advantages, completion_sample
 
     samples, rewards, readable = [], [], []
     for k, out in enumerate(outs):
@@ -131,10 +131,8 @@ def train_step(cfg: Any, parent: str | None, batch: list[Item], outs: list[Any],
         readable.append(ok)
         if not (out.ok and out.token_ids):
             continue  # nothing sampled to train on (counted in the rates all the same)
-        ids = out.prompt_token_ids + out.token_ids
-        mask = [0] * len(out.prompt_token_ids) + [1] * len(out.token_ids)
-        lps = [0.0] * len(out.prompt_token_ids) + list(out.logprobs)
-        samples.append(TrainSample(ids, mask, lps, float(right), item.key))
+        ids, lps = out.prompt_token_ids, out.logprobs
+        samples.append(completion_sample(ids, out.token_ids, lps, float(right), item.key))
     assign_advantages(samples, scale_by_std=cfg.training.advantage_std)
     update = update_from_parent(cfg, "agent", parent, samples, root)
     stats = {"reward": sum(rewards) / len(rewards), "format": sum(readable) / len(readable)}

@@ -177,16 +177,10 @@ def behaviour_ratios(
     """llama.cpp's log-probs of its ``sampled`` designs (at ``temperature``) against the
     trainer's model's at the same temperature."""
     from spade.training.behaviour import samples_ratio_stats
-    from spade.training.samples import TrainSample
+    from spade.training.samples import completion_sample
 
     samples = [
-        TrainSample(
-            c.prompt_token_ids + c.token_ids,
-            [0] * len(c.prompt_token_ids) + [1] * len(c.token_ids),
-            [0.0] * len(c.prompt_token_ids) + c.logprobs,
-            0.0,
-            "bench",
-        )
+        completion_sample(c.prompt_token_ids, c.token_ids, c.logprobs, 0.0, "bench")
         for c in sampled
         if c.ok and c.token_ids
     ]

@@ -124,10 +124,9 @@ def samples_from_trajectories(
         for i, turn in enumerate(traj.turns):
             if not turn.completion_token_ids:
                 continue
-            ids = turn.prompt_token_ids + turn.completion_token_ids
-            mask = [0] * len(turn.prompt_token_ids) + [1] * len(turn.completion_token_ids)
-            lps = [0.0] * len(turn.prompt_token_ids) + list(turn.logprobs)
-            out.append(_sample(ids, mask, lps, reward, traj.env_id, f"{traj.env_id} turn {i}"))
+            prompt, tokens, lps = turn.prompt_token_ids, turn.completion_token_ids, turn.logprobs
+            where = f"{traj.env_id} turn {i}"
+            out.append(completion_sample(prompt, tokens, lps, reward, traj.env_id, where))
     return out
 
 
@@ -173,13 +172,27 @@ def samples_from_design_attempts(
                 continue
             if not prompt:
                 raise ValueError(f"{where} has completion tokens but no prompt token ids")
-            ids = prompt + tokens
-            mask = [0] * len(prompt) + [1] * len(tokens)
-            lps = [0.0] * len(prompt) + list(part["logprobs"])
-            out.append(_sample(ids, mask, lps, float(reward), attempt.skill, where))
+            lps = part["logprobs"]
+            out.append(completion_sample(prompt, tokens, lps, reward, attempt.skill, where))
     if skipped:
         log.warning("%d of %d design attempts have no completion tokens", skipped, len(attempts))
     return out
+
+
+def completion_sample(
+    prompt_ids: Sequence[int],
+    token_ids: Sequence[int],
+    logprobs: Sequence[float],
+    reward: float,
+    group: str,
+    where: str = "completion",
+) -> TrainSample:
+    """One sampled completion as a sample: the prompt's tokens masked out (log-prob 0), the
+    completion's trained with the sampler's log-probs (one per completion token)."""
+    ids = [*prompt_ids, *token_ids]
+    mask = [0] * len(prompt_ids) + [1] * len(token_ids)
+    lps = [0.0] * len(prompt_ids) + [float(x) for x in logprobs]
+    return _sample(ids, mask, lps, reward, group, where)
 
 
 def _sample(

@@ -10,6 +10,7 @@ from spade.training.samples import (
     TrainSample,
     assign_advantages,
     collate,
+    completion_sample,
     micro_batches,
     samples_from_design_attempts,
     samples_from_trajectories,
@@ -25,6 +26,17 @@ def _turn(prompt, completion, reward=0.0, terminated=False, lp=-0.5):
 
 def _episode(env_id, turns, *, hinted=False, status="terminated"):
     return Trajectory(env_id, 0, hinted, turns=turns, status=status)
+
+
+# ------------------------------------------------------------------------------- completions
+
+
+def test_a_completion_sample_masks_its_prompt_and_keeps_the_sampler_logprobs():
+    s = completion_sample([7, 8, 9], [3, 4], [-0.25, -1], 1, "g")
+    assert s.input_ids == [7, 8, 9, 3, 4] and s.loss_mask == [0, 0, 0, 1, 1]
+    assert s.behaviour_logprobs == [0.0, 0.0, 0.0, -0.25, -1.0] and s.reward == 1.0
+    with pytest.raises(ValueError, match="where: 3 tokens but 2 log-probs"):
+        completion_sample([7], [3, 4], [-0.25], 0.0, "g", "where")
 
 
 # ------------------------------------------------------------------------------- trajectories
