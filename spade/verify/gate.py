@@ -6,7 +6,9 @@ reads ``self.board`` that nothing assigns, a forgotten import (``NameError: Frac
 edit that hands its parent back renamed. :func:`gate` finds those with ``ast`` and the
 standard library's ``symtable`` (analysis only: the design is never executed, compiled or
 imported here) and returns the :class:`~spade.records.Failure` the jailed verifier would give,
-with the same kind, so a caller can skip the jail for it. It only rejects what it is sure of:
+with the same kind, so a caller can skip the jail for it. Each check's :class:`Finding` also
+says where the jail would meet the failure (the method that runs it, the line), which grades
+how far a rejected design got. It only rejects what it is sure of:
 anything it cannot follow (returns of calls, ``setattr``, star imports, bases defined
 elsewhere) passes and is left to the verifier.
 
@@ -50,6 +52,16 @@ _MODULE_NAMES = frozenset(dir(builtins)) | {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Finding:
+    """What a gate check found: the failure the jail would give, the method whose run meets
+    it (``"module"`` for module level; None where no run does, as for syntax) and its line."""
+
+    failure: Failure
+    method: str | None = None
+    line: int | None = None
+
+
 @dataclass
 class Design:
     """What the gate's checks share: the source, the settings and what was parsed."""
@@ -72,18 +84,19 @@ class Design:
         return _env_class(self.tree)
 
 
-def check_parses(d: Design) -> Failure | None:
+def check_parses(d: Design) -> Finding | None:
     """The source parses and its scopes are consistent (``symtable``), as the verifier's parse
     check and the jail's loader demand: SYNTAX otherwise."""
     result = parse_source(d.code, d.max_bytes)
     if isinstance(result, Failure):
-        return result
+        return Finding(result)
     try:
         d.symbols = symtable.symtable(d.code, "env.py", "exec")
     except SyntaxError as exc:  # e.g. "name 'x' is assigned to before global declaration"
-        return Failure(FailureKind.SYNTAX, f"line {exc.lineno}: {exc.msg}")
+        return Finding(Failure(FailureKind.SYNTAX, f"line {exc.lineno}: {exc.msg}"))
     except PARSE_ERRORS as exc:
-        return Failure(FailureKind.SYNTAX, f"source cannot be parsed: {type(exc).__name__}: {exc}")
+        why = f"source cannot be parsed: {type(exc).__name__}: {exc}"
+        return Finding(Failure(FailureKind.SYNTAX, why))
     d.tree = result
     return None
 
@@ -127,7 +140,7 @@ def _walk(roots: Sequence[ast.AST], skip: Callable[[ast.AST], bool]) -> Iterator
             stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
-def check_hook_arity(d: Design) -> Failure | None:
+def check_hook_arity(d: Design) -> Finding | None:
     """The hooks the bases call return what the bases expect, where a returned tuple literal
     (without ``*``) shows otherwise: ``play`` three values (TextEnv.step unpacks them),
     ``setup`` the task text (reset()'s observation), ``check_answer`` a score (float() of it).
@@ -153,7 +166,8 @@ def check_hook_arity(d: Design) -> Failure | None:
                 continue
             if not any(isinstance(e, ast.Starred) for e in value.elts):
                 n, line = len(value.elts), value.lineno
-                return Failure(kind, f"{hook}() returns a {n}-tuple (line {line}); return {why}")
+                why = f"{hook}() returns a {n}-tuple (line {line}); return {why}"
+                return Finding(Failure(kind, why), hook, line)
     return None
 
 
@@ -235,17 +249,17 @@ def _named_attributes(nodes: list[ast.AST]) -> set[str] | None:
     return names
 
 
-def check_self_attributes(d: Design) -> Failure | None:
+def check_self_attributes(d: Design) -> Finding | None:
     """Every ``self.<name>`` the env class's methods read is assigned in one of them, defined
     in the class body or provided by the base; else the read raises AttributeError (a crash).
     ``tool_`` methods are exempt (call_tool answers their AttributeError with an error text),
     and so are reads named in ``hasattr``/``getattr`` or inside a ``try`` that catches it."""
     for fn, read in _unknown_reads(d):
-        return Failure(
-            FailureKind.CRASH,
+        why = (
             f"self.{read.attr} is read in {fn.name} (line {read.lineno}) but never "
-            "assigned (AttributeError when it runs)",
+            "assigned (AttributeError when it runs)"
         )
+        return Finding(Failure(FailureKind.CRASH, why), fn.name, read.lineno)
     return None
 
 
@@ -315,7 +329,7 @@ def _evaluated_loads(tree: ast.Module) -> dict[str, int]:
     return first
 
 
-def check_bare_names(d: Design) -> Failure | None:
+def check_bare_names(d: Design) -> Finding | None:
     """Every name the code reads from its module's globals is bound there, by the prelude (all
     of it, as if the policy allowed every module) or a builtin; else reading it raises
     NameError (a crash). Star imports and ``globals()`` pass: the names are out of sight."""
@@ -342,15 +356,16 @@ def check_bare_names(d: Design) -> Failure | None:
     if not missing:
         return None
     table, name = min(missing, key=lambda m: loads[m[1]])
-    scope = "at module level" if table is top else f"in {table.get_name()}"
-    return Failure(
-        FailureKind.CRASH,
+    where = "module" if table is top else table.get_name()
+    scope = "at module level" if table is top else f"in {where}"
+    why = (
         f"name {name!r} is read {scope} (line {loads[name]}) but never defined or imported "
-        "(NameError when it runs)",
+        "(NameError when it runs)"
     )
+    return Finding(Failure(FailureKind.CRASH, why), where, loads[name])
 
 
-def check_near_copy(d: Design) -> Failure | None:
+def check_near_copy(d: Design) -> Finding | None:
     """Not a near-verbatim copy of its parent: the verifier's novelty test on source, alone."""
     if d.parent is None:
         return None
@@ -361,15 +376,15 @@ def check_near_copy(d: Design) -> Failure | None:
         return None
     score = near_verbatim(mine, theirs, d.max_similarity)
     if score is not None:
-        return Failure(
-            FailureKind.DUPLICATE,
+        why = (
             f"a near-verbatim copy of {d.parent_name!r}: source similarity {score:.3f} >= "
-            f"{d.max_similarity:g}",
+            f"{d.max_similarity:g}"
         )
+        return Finding(Failure(FailureKind.DUPLICATE, why))
     return None
 
 
-GATE_CHECKS: list[tuple[str, Callable[[Design], Failure | None]]] = [
+GATE_CHECKS: list[tuple[str, Callable[[Design], Finding | None]]] = [
     ("parses", check_parses),
     ("hook_arity", check_hook_arity),
     ("self_attributes", check_self_attributes),
@@ -392,6 +407,6 @@ def gate(
     (:class:`~spade.config.VerifyConfig`); pass the campaign's own where they differ."""
     design = Design(code, parent, parent_name, max_similarity, max_tokens, max_bytes)
     for _name, check in GATE_CHECKS:
-        if (failure := check(design)) is not None:
-            return failure
+        if (found := check(design)) is not None:
+            return found.failure
     return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ from spade.records import CheckResult, FailureKind, Verdict
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.verify.checks import CHECKS, Context
-from spade.verify.gate import GATE_CHECKS, Design
+from spade.verify.gate import GATE_CHECKS, Design, Finding
 from spade.verify.novelty import Reference, similarity, source_tokens
 from spade.verify.static import parsed_share
 
@@ -119,9 +118,10 @@ def gate_verdict(
         designs += [Design(code, r.code, r.name, *limits) for r in references]
     for name, check in GATE_CHECKS:
         for design in designs if name == "near_copy" else designs[:1]:
-            failure = check(design)
-            if failure is None:
+            found = check(design)
+            if found is None:
                 continue
+            failure = found.failure
             verdict = Verdict(failure=failure, seconds=time.perf_counter() - t0)
             verdict.checks.append(
                 CheckResult(f"gate_{name}", False, failure.reason, str(failure.kind))
@@ -134,7 +134,7 @@ def gate_verdict(
             if failure.kind in (FailureKind.SYNTAX, FailureKind.DUPLICATE):
                 verdict.progress = _progress(verdict, config, code)
             else:  # no check ran: graded by where the jail would have failed
-                verdict.progress = _gate_progress(failure.reason, code)
+                verdict.progress = _gate_progress(found, code)
             return verdict
     return None
 
@@ -144,26 +144,21 @@ _FIRST_CALLED_BY = {
     "setup": "reset_contract",
     "reset": "reset_contract",
     "solution": "feasibility",
-    "module": "class_found",  # "read at module level"
+    "module": "class_found",  # read at module level: runs when the class is loaded
 }
 """The verifier check that first runs a method in the jail (any other: ``step_contract``)."""
-_GATE_WHERE = re.compile(r"(?:read (?:in|at) (?P<read>\w+)|^(?P<hook>\w+)\(\) returns)")
-_GATE_LINE = re.compile(r"\(line (\d+)\)")
 
 
-def _gate_progress(reason: str, code: str) -> float:
+def _gate_progress(found: Finding, code: str) -> float:
     """How far a design the gate rejected would have got in the jail: the share of the
     verifier's checks before the first one that runs the method it names (a crash in
     ``solution`` ranks above one in ``setup``, as the jail's own progress does), plus, within
     that check's step, the share of the code above the offending line. Without a jail run the
     graded rewards of a round's gate rejections would otherwise all tie at 0 (a demo round of
     four gate crashes gave the designer equal rewards and no update)."""
-    found = _GATE_WHERE.search(reason)
-    where = (found.group("read") or found.group("hook")) if found else ""
-    check = _FIRST_CALLED_BY.get(where, "step_contract")
+    check = _FIRST_CALLED_BY.get(found.method or "", "step_contract")
     names = [name for name, _ in CHECKS]
-    line = _GATE_LINE.search(reason)
-    within = int(line.group(1)) / (code.count("\n") + 2) if line else 0.0
+    within = found.line / (code.count("\n") + 2) if found.line else 0.0
     return (names.index(check) + min(within, 0.99)) / len(CHECKS)
 
 

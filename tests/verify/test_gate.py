@@ -9,7 +9,7 @@ import pytest
 
 from spade.envs.examples import example_paths
 from spade.records import Failure, FailureKind
-from spade.verify.gate import GATE_CHECKS, gate
+from spade.verify.gate import GATE_CHECKS, Design, Finding, check_parses, gate
 
 EXAMPLES = {p.stem: p.read_text() for p in example_paths()}
 POOL = Path(__file__).parents[1] / "fixtures" / "reference_pool" / "games"
@@ -198,6 +198,31 @@ def test_a_forgotten_import_is_a_crash():
         "    TOP = 9\n\n    def setup(self):\n        self.secret = self.rng.randint(1, TOP)",
     )
     rejected(method_sees_no_class_names, FailureKind.CRASH, r"^name 'TOP' is read in setup")
+
+
+def findings(code: str) -> list[Finding]:
+    """What every check finds in ``code`` (parsed first, as the gate does)."""
+    design = Design(code)
+    assert check_parses(design) is None
+    return [found for _, check in GATE_CHECKS[1:] if (found := check(design)) is not None]
+
+
+def test_a_finding_says_which_method_meets_the_failure_and_on_which_line():
+    """Where the jail would meet it (grading a rejected design's progress), given as data, not
+    read back out of the reason."""
+    lines = GAME.splitlines()
+    [found] = findings(GAME.replace('return "no", 0.0, False', "return self.nope, 0.0, False"))
+    assert (found.method, found.line) == (
+        "play",
+        lines.index('            return "no", 0.0, False') + 1,
+    )
+    [found] = findings(GAME.replace('return "yes", 1.0, True', 'return "yes", 1.0'))
+    assert found.method == "play" and found.line is not None
+    [found] = findings("import math\n\nX = Y + 1\n")
+    assert (found.method, found.line) == ("module", 3)
+    syntax = check_parses(Design("class ("))  # nothing runs: no method, no line
+    assert syntax is not None and syntax.failure.kind is FailureKind.SYNTAX
+    assert (syntax.method, syntax.line) == (None, None)
 
 
 def test_names_bound_before_or_outside_the_module_body_pass():
