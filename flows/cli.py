@@ -43,6 +43,7 @@ PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
 # soft_wrap: paths and commands stay whole (copyable); no file given, so it prints to sys.stdout
 # as it is when printing (a console bound at import kept a stream tests had swapped out)
 console = Console(soft_wrap=True)
+LIVE_HELP = "Redraw a live progress table (--no-live: a line per stage as it commits)."
 _LOG_POLL_S = 5.0  # how often the stage log (output that is not a terminal) reads the store
 
 
@@ -66,9 +67,7 @@ def _run_campaign(cfg: CampaignConfig, cid: str, rounds: int | None, live: bool)
     async def go() -> Any:
         return await campaign_flow(config=cfg, campaign_id=cid, rounds=rounds, return_state=True)
 
-    if not live:
-        return asyncio.run(go())
-    if not console.is_terminal:  # a log or a pipe gets a line per stage, not one final table
+    if not (live and console.is_terminal):  # a log, a pipe or --no-live: a line per stage
         return _with_stage_log(StageLog(view, console.print), go)
     with Live(view, console=console, refresh_per_second=2, redirect_stderr=True):
         return asyncio.run(go())
@@ -116,7 +115,7 @@ def run(
     campaign_id: Annotated[
         str | None, typer.Option("--campaign-id", help="Id of a new campaign (default: generated).")
     ] = None,
-    live: Annotated[bool, typer.Option(help="Show the live progress view.")] = True,
+    live: Annotated[bool, typer.Option(help=LIVE_HELP)] = True,
 ) -> None:
     """Run a self-play campaign (the main job)."""
     try:  # bad input of any kind is one clear error before any work starts
@@ -137,7 +136,7 @@ def resume(
     campaign_id: Annotated[str, typer.Argument(help="The campaign to continue.")],
     store: Annotated[str, typer.Option("--store", "-s", help="Its object store root.")] = "./runs",
     rounds: Annotated[int | None, typer.Option(help="Total rounds (default: as saved).")] = None,
-    live: Annotated[bool, typer.Option(help="Show the live progress view.")] = True,
+    live: Annotated[bool, typer.Option(help=LIVE_HELP)] = True,
     options: StorageOptionsOpt = None,
 ) -> None:
     """Continue a campaign from its last committed stage, with the config it was started with

@@ -105,6 +105,7 @@ def test_run_status_resume_on_the_embedded_prefect(tmp_path, scripted_server):
     requests = len(scripted_server.chat_requests)
     again = spade("resume", "cli1", "--store", str(root), "--no-live", home=home)
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "round 0 heldout done" in again.stdout  # --no-live: still a line per stage
     assert len(scripted_server.chat_requests) == requests  # the round was complete
 
     unknown = spade("resume", "nope", "--store", str(root), "--no-live", home=home)
