@@ -57,7 +57,9 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
   see ``agent_skipped`` / ``designer_skipped``);
 - ``weights``: the version the round published (what the next round serves).
 
-``summarize_round`` also gives ``training_health`` (role -> :data:`HEALTH_METRICS`), printed
+``summarize_round`` also gives each role's budget, ``agent_updates`` / ``designer_updates``
+(optimizer steps) and ``agent_tokens`` / ``designer_tokens`` (sampled tokens trained on), and
+``training_health`` (role -> :data:`HEALTH_METRICS`), printed
 under ``spade status``'s table.
 """
 
@@ -119,6 +121,19 @@ token ids."""
 
 def _training(outcome: dict[str, Any]) -> tuple[float | None, str | None]:
     return (outcome.get("metrics") or {}).get("loss"), outcome.get("skipped")
+
+
+def _budget(outcomes: dict[str, dict[str, Any]]) -> dict[str, int | None]:
+    """Per role, the optimizer steps its update took and the sampled tokens it trained on (0
+    for a skipped update; None for a role whose training stage has not committed): what a
+    comparison of campaigns matches."""
+    out: dict[str, int | None] = {}
+    for role, outcome in outcomes.items():
+        metrics = outcome.get("metrics") or {}
+        ran = bool(outcome)
+        out[f"{role}_updates"] = int(metrics.get("updates", 1) if metrics else 0) if ran else None
+        out[f"{role}_tokens"] = int(metrics.get("trained_tokens", 0)) if ran else None
+    return out
 
 
 def _health(outcome: dict[str, Any]) -> dict[str, float] | None:
@@ -188,6 +203,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "agent_skipped": agent_skipped,
         "designer_loss": designer_loss,
         "designer_skipped": designer_skipped,
+        **_budget(outcomes),
         "training_health": {
             role: health for role, o in outcomes.items() if (health := _health(o)) is not None
         },

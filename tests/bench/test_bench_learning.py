@@ -16,8 +16,10 @@ from tests.bench.runner import run_bench
 @pytest.mark.sandbox
 @pytest.mark.timeout(660)
 def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> None:
-    out = tmp_path / "learning.json"
-    data = run_bench("learning.py", "--quick", "--sweep", out=out, timeout=600)
+    out, store = tmp_path / "learning.json", tmp_path / "store"
+    data = run_bench(
+        "learning.py", "--quick", "--sweep", "--store", str(store), out=out, timeout=600
+    )
     assert data["mode"] == "quick" and data["machine"]["nproc"] > 0 and data["timestamp"]
     assert data["complete"] is True
     spade, pool = data["runs"]["spade"]["0"], data["runs"]["pool"]["0"]
@@ -38,6 +40,17 @@ def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> No
     assert all(r["validation_return"] is not None for r in sweep["results"])
     png = out.with_suffix(".png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    spent = data["spent"]  # matched agent episodes and updates; the designer's cost is SPADE's
+    assert spent["spade"]["episodes"]["mean"] == spent["pool"]["episodes"]["mean"] > 0
+    assert spent["pool"]["designer_updates"]["values"] == [0]
+    assert all(spent[arm]["agent_tokens"]["mean"] is not None for arm in ("spade", "pool"))
+
+    # the same command again, on the same store: every campaign is read back, none replayed
+    manifests = {p: p.stat().st_mtime_ns for p in store.rglob("manifest.json")}
+    assert manifests
+    again = run_bench("learning.py", "--quick", "--store", str(store), out=out, timeout=600)
+    assert again["runs"] == data["runs"] and again["base"] == data["base"]
+    assert {p: p.stat().st_mtime_ns for p in store.rglob("manifest.json")} == manifests
 
 
 def _learning():
@@ -56,8 +69,16 @@ def _learning():
     return module
 
 
+def _report():
+    """bench/learning_report.py, as bench/learning.py imports it."""
+    import importlib
+
+    _learning()
+    return importlib.import_module("learning_report")
+
+
 def test_the_arms_are_compared_across_seeds_with_paired_intervals():
-    bench = _learning()
+    bench = _report()
 
     def rows(returns: list[float]) -> list[dict[str, float | int]]:
         return [
@@ -100,3 +121,14 @@ def test_a_partial_result_compares_only_seeds_both_arms_have_run():
     assert data["complete"] is False and data["comparison"]["seeds"] == ["0"]
     assert data["designed_share"] == 0.5
     assert data["means"]["spade"][0]["heldout_return"] == 0.25
+
+
+def test_each_arm_spends_the_sum_over_its_rounds_per_seed():
+    bench = _report()
+    row = {"designed_episodes": 4, "pool_episodes": 6, "agent_updates": 1, "agent_tokens": 90,
+           "designer_updates": 1, "designer_tokens": 300}  # fmt: skip
+    unknown = row | {"designer_tokens": None}  # a stage that did not commit
+    spent = bench.spent({"0": [row, row], "1": [row, unknown]})
+    assert spent["episodes"] == {"values": [20, 20], "mean": 20}
+    assert spent["agent_tokens"] == {"values": [180, 180], "mean": 180}
+    assert spent["designer_tokens"] == {"values": [600, None], "mean": 600}

@@ -189,3 +189,23 @@ def test_the_closing_lines_set_the_last_held_out_numbers_beside_the_base_weights
         "  mean return 0.30 [0.20, 0.40], win rate 0.00 [0.00, 0.56]",
     ]
     assert heldout_lines([summarize_round(cs, 5)]) == []  # nothing played: nothing said
+
+
+def test_each_role_reports_its_optimizer_steps_and_trained_tokens(tmp_path):
+    """The budget a comparison of campaigns matches: a skipped update took no step, a stage
+    not yet committed is unknown (None)."""
+    import json
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    cs = campaign_store(cfg, "c")
+    agent = {"metrics": {"loss": 0.1, "updates": 2, "trained_tokens": 183, "tokens": 5751}}
+    key = cs.layout.stage_key(0, "train_agent", "outcome.json")
+    cs.store.write_bytes(key, json.dumps(agent).encode())
+    row = summarize_round(cs, 0)
+    assert (row["agent_updates"], row["agent_tokens"]) == (2, 183)
+    assert (row["designer_updates"], row["designer_tokens"]) == (None, None)
+    skipped = {"metrics": None, "skipped": "every advantage is zero"}
+    key = cs.layout.stage_key(0, "train_designer", "outcome.json")
+    cs.store.write_bytes(key, json.dumps(skipped).encode())
+    row = summarize_round(cs, 0)
+    assert (row["designer_updates"], row["designer_tokens"]) == (0, 0)
