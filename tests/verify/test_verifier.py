@@ -319,3 +319,13 @@ def test_gate_rejections_at_the_same_check_rank_by_the_offending_line(policy):
     late = GOOD.replace('return "yes", 1.0, True', "return self.cheer, 1.0, True")
     low, high = (verify(c, policy=policy, gate=True).progress for c in (early, late))
     assert low < high
+
+
+def test_the_gate_grades_by_checks_the_verifier_runs():
+    """The checks a gate rejection is graded against (the first to run a method in the jail)
+    are the verifier's own: a renamed check fails here, not in a round's reward."""
+    from spade.verify.verifier import _FIRST_CALLED_BY
+
+    assert set(_FIRST_CALLED_BY.values()) | {"step_contract"} <= set(CHECK_NAMES)
+    order = [CHECK_NAMES.index(_FIRST_CALLED_BY[m]) for m in ("module", "setup", "solution")]
+    assert order == sorted(order)  # loading the class, then reset, then the solution's replay
