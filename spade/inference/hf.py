@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from spade.config import InferenceConfig, ModelConfig
 from spade.errors import InferenceError
@@ -62,6 +61,7 @@ from spade.inference.base import (
     SamplingParams,
 )
 from spade.inference.models import (
+    HF_LOADING,
     eos_token_ids,
     load_model_and_tokenizer,
     load_state_into,
@@ -70,6 +70,9 @@ from spade.inference.models import (
     resolve_model,
 )
 from spade.inference.retokenize import render_prompt
+
+with HF_LOADING:  # transformers' lazy imports are not thread-safe (models.HF_LOADING)
+    from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 log = logging.getLogger(__name__)
 _Job = tuple[int, list[int]]  # (request index, prompt token ids)

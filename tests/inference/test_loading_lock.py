@@ -48,3 +48,27 @@ def test_a_model_load_and_a_lora_wrap_wait_too(policy) -> None:
     lora = LoraConfig(enabled=True, rank=2, target_modules=["q_proj"])
     wrapped = waits_for_the_lock(lambda: wrap_lora(model, lora, seed=0))
     assert any("lora_A" in name for name, _ in wrapped.named_parameters())
+
+
+def test_importing_the_in_process_backend_waits_too() -> None:
+    """spade.inference.hf imports from transformers at module level: under the lock as well
+    (a fresh interpreter, where nothing has imported it yet)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, threading\n"
+        "from spade.inference.models import HF_LOADING\n"
+        "assert 'spade.inference.hf' not in sys.modules\n"
+        "import torch\n"  # what it needs, loaded: unlocked, its import takes milliseconds
+        "from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList\n"
+        "import spade.inference.base, spade.inference.retokenize\n"
+        "t = threading.Thread(target=lambda: __import__('spade.inference.hf'))\n"
+        "with HF_LOADING:\n"
+        "    t.start(); t.join(1.5)\n"
+        "    assert t.is_alive(), 'imported while another thread held HF_LOADING'\n"
+        "t.join(120)\n"
+        "assert 'spade.inference.hf' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
