@@ -96,7 +96,7 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 
 def print_table(data: dict[str, Any]) -> None:
-    console = Console()
+    console = Console(width=max(Console().width, 120))  # a log file: columns not cut to 80
     spade, pool = data["means"]["spade"], data["means"]["pool"]
     table = Table(title="Held-out (never trained on): SPADE vs the fixed pool, mean over seeds")
     for col in (
