@@ -11,7 +11,9 @@ update per round each:
   regeneration, nothing designed (the reference's fixed-environment GRPO baseline).
 
 Both arms play ``envs_per_round x evaluation.unhinted_plays`` unhinted episodes per round (what
-the agent trains on) and the same hinted plays (measurement only). The pool is the config's
+the agent trains on) and the same hinted plays (measurement only); the SPADE arm plays more
+in a round where more designs pass than it has slots (``designer.samples_per_slot`` > 1:
+every accepted sample is played), which its budget (``spent``) shows. The pool is the config's
 ``run.env_pool`` (the demo's: the two bundled games in which the 0.5B's plays earned partial
 rewards), or every bundled example not held out when the config names none. Held out from
 both arms: ``run.heldout_envs`` (bundled examples) and a seeded reasoning-gym subset
