@@ -64,7 +64,7 @@ from typing import Any
 import yaml
 from learning_report import (  # bench/learning_report.py (scripts run from bench/)
     ARMS,
-    BUDGET,
+    TRAINED,
     Runs,
     comparison,
     fmt,
@@ -182,7 +182,7 @@ def round_row(summary: dict[str, Any]) -> dict[str, Any]:
         "designed_share": designed / (designed + pool) if designed + pool else None,
         "agent_loss": summary.get("train_loss"),
         "agent_skipped": summary.get("agent_skipped"),
-        **{key: summary.get(key) for key in BUDGET[1:]},  # updates and tokens per role
+        **{key: summary.get(key) for key in TRAINED},  # updates and tokens per role
         "weights": summary.get("weights"),
         "seconds": round(sum((summary.get("stage_seconds") or {}).values()), 1),
     }

@@ -224,7 +224,9 @@ def share_of(runs: dict[str, list[dict[str, Any]]]) -> float | None:
     return designed / (designed + pool) if designed + pool else None
 
 
-BUDGET = ("episodes", "agent_updates", "agent_tokens", "designer_updates", "designer_tokens")
+TRAINED = ("agent_updates", "agent_tokens", "designer_updates", "designer_tokens")
+"""The round summary's training budget per role (``spade.pipeline.summary``)."""
+BUDGET = ("episodes", *TRAINED)
 """What each arm spent, summed over a campaign's rounds: the agent's unhinted episodes (what it
 trains on), the optimizer steps and trained (sampled) tokens of each role's updates. The arms
 are matched on the agent's; the designer's are SPADE's extra cost."""

@@ -129,10 +129,12 @@ def _budget(outcomes: dict[str, dict[str, Any]]) -> dict[str, int | None]:
     comparison of campaigns matches."""
     out: dict[str, int | None] = {}
     for role, outcome in outcomes.items():
-        metrics = outcome.get("metrics") or {}
-        ran = bool(outcome)
-        out[f"{role}_updates"] = int(metrics.get("updates", 1) if metrics else 0) if ran else None
-        out[f"{role}_tokens"] = int(metrics.get("trained_tokens", 0)) if ran else None
+        if not outcome:  # the stage has not committed
+            out[f"{role}_updates"] = out[f"{role}_tokens"] = None
+            continue
+        metrics = outcome.get("metrics") or {}  # none: the update was skipped
+        out[f"{role}_updates"] = int(metrics.get("updates", 1)) if metrics else 0
+        out[f"{role}_tokens"] = int(metrics.get("trained_tokens", 0))
     return out
 
 

@@ -191,7 +191,7 @@ def completion_sample(
     completion's trained with the sampler's log-probs (one per completion token)."""
     ids = [*prompt_ids, *token_ids]
     mask = [0] * len(prompt_ids) + [1] * len(token_ids)
-    lps = [0.0] * len(prompt_ids) + [float(x) for x in logprobs]
+    lps = [0.0] * len(prompt_ids) + list(logprobs)  # _sample makes them floats
     return _sample(ids, mask, lps, reward, group, where)
 
 
