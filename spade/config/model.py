@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from spade.config.base import Section
 
@@ -78,9 +78,30 @@ class VllmServerConfig(Section):
     )
     host: str = Field("127.0.0.1", description="Address the server binds.")
     port: int = Field(8000, ge=1, le=65535, description="Port the server binds.")
+    devices: str | None = Field(
+        None,
+        pattern=r"^\d{1,4}(,\d{1,4})*$",
+        description="GPU indices the server uses, as CUDA_VISIBLE_DEVICES writes them ('0,1,2,3');"
+        " exactly tensor_parallel_size x data_parallel_size of them. None: the node's first"
+        " that many GPUs.",
+    )
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="GPUs one model replica is split over (--tensor-parallel-size): only for a"
+        " model that does not fit one GPU; it adds communication to every token.",
+    )
+    data_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Model replicas the server runs, each on its own GPUs"
+        " (--data-parallel-size): throughput for a model that fits one GPU.",
+    )
     extra_args: list[str] = Field(
         default_factory=list,
-        description="More `vllm serve` arguments (tensor parallel size, memory fraction, ...).",
+        description="More `vllm serve` arguments (memory fraction, context length, ...).",
     )
     enable_lora: bool = Field(
         True, description="Allow runtime LoRA adapter loading (VLLM_ALLOW_RUNTIME_LORA_UPDATING)."
@@ -92,6 +113,29 @@ class VllmServerConfig(Section):
     shutdown_timeout_s: float = Field(
         30.0, gt=0, le=600, description="Grace period after SIGTERM before SIGKILL."
     )
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs the server uses: one per tensor-parallel shard of each data-parallel replica."""
+        return self.tensor_parallel_size * self.data_parallel_size
+
+    @property
+    def gpu_indices(self) -> list[int] | None:
+        """``devices`` as a list of GPU indices (None: not set)."""
+        return None if self.devices is None else [int(d) for d in self.devices.split(",")]
+
+    @model_validator(mode="after")
+    def _devices_fit_the_parallelism(self) -> VllmServerConfig:
+        gpus = self.gpu_indices
+        if gpus is not None and len(set(gpus)) != len(gpus):
+            raise ValueError("inference.vllm.devices must be distinct GPU indices")
+        if gpus is not None and len(gpus) != self.gpu_count:
+            raise ValueError(
+                f"inference.vllm.devices names {len(gpus)} GPU(s), the server needs"
+                f" tensor_parallel_size {self.tensor_parallel_size} x data_parallel_size"
+                f" {self.data_parallel_size} = {self.gpu_count}"
+            )
+        return self
 
 
 class LlamaCppServerConfig(Section):
