@@ -303,7 +303,7 @@ def test_resolved_yaml_round_trips_changed_values(tmp_path):
             "designer.positive_win_rate": [0.3, 0.7],
             "sandbox.policy_path": str(tmp_path / "policy.yaml"),
             "corpus.storage_options": {"endpoint_url": "http://x:1", "key": "k"},
-            "inference.vllm.extra_args": ["--tensor-parallel-size", "2"],
+            "inference.vllm.extra_args": ["--max-model-len", "2048"],
             "model.gguf_file": "m.gguf",
             "sandbox.verify.garbage_actions": ["", "\\boxed{"],
         }

@@ -6,9 +6,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from spade.config.base import Section
+
+_VLLM_FLAG_FIELDS = {
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--data-parallel-size": "data_parallel_size",
+    "-dp": "data_parallel_size",
+    "--generation-config": "generation_config",
+}
+"""``vllm serve`` flags the launcher writes from a field (the field's name as the value)."""
 
 
 class ModelConfig(Section):
@@ -56,7 +65,10 @@ class VllmContainerConfig(Section):
         "vllm/vllm-openai:latest", min_length=1, description="Image with vLLM on its PATH."
     )
     gpus: str | None = Field(
-        "all", description="`--gpus` value (None: no flag; give CDI devices in extra_args)."
+        "all",
+        description="`--gpus` value when the model is not placed on GPUs; on GPUs the flag names"
+        " the server's own ('\"device=0,1\"', see inference.vllm.devices). None: no flag (give"
+        " CDI devices in extra_args).",
     )
     extra_args: list[str] = Field(
         default_factory=lambda: ["--ipc=host"],
@@ -99,9 +111,17 @@ class VllmServerConfig(Section):
         description="Model replicas the server runs, each on its own GPUs"
         " (--data-parallel-size): throughput for a model that fits one GPU.",
     )
+    generation_config: Literal["vllm", "auto"] = Field(
+        "vllm",
+        description="Default sampling parameters (--generation-config): 'vllm', vLLM's neutral"
+        " ones; 'auto' (vLLM's default) takes the model's generation_config.json (top-k, top-p,"
+        " repetition penalty), which reshape the distribution sampled from, while the trainer"
+        " scores softmax(logits / temperature).",
+    )
     extra_args: list[str] = Field(
         default_factory=list,
-        description="More `vllm serve` arguments (memory fraction, context length, ...).",
+        description="More `vllm serve` arguments (memory fraction, context length, ...); not"
+        " those the fields above set.",
     )
     enable_lora: bool = Field(
         True, description="Allow runtime LoRA adapter loading (VLLM_ALLOW_RUNTIME_LORA_UPDATING)."
@@ -123,6 +143,21 @@ class VllmServerConfig(Section):
     def gpu_indices(self) -> list[int] | None:
         """``devices`` as a list of GPU indices (None: not set)."""
         return None if self.devices is None else [int(d) for d in self.devices.split(",")]
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_flag_of_a_field(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if flag.startswith("--"):  # vLLM reads --tensor_parallel_size as --tensor-parallel-size
+                flag = "--" + flag[2:].replace("_", "-")
+            if flag in _VLLM_FLAG_FIELDS:
+                field = _VLLM_FLAG_FIELDS[flag]
+                raise ValueError(
+                    f"inference.vllm.extra_args holds {arg!r}: set inference.vllm.{field}"
+                    " instead (the launcher writes that flag from it)"
+                )
+        return args
 
     @model_validator(mode="after")
     def _devices_fit_the_parallelism(self) -> VllmServerConfig:

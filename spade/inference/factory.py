@@ -8,7 +8,8 @@ Which model each backend is given:
   and other GGUF weights -> the converted copy (a ``save_pretrained`` folder, converted once and
   cached, as the transformers backend uses); a Hugging Face id -> passed on (vLLM fetches it).
   vLLM names the model after that path; with ``inference.served_model`` set, it serves it under
-  that name instead (``--served-model-name``), which is the name requests ask for.
+  that name instead (``--served-model-name``), which is the name requests ask for. The server
+  runs on the GPUs :mod:`spade.placement` gives it (:func:`vllm_devices`).
 - ``llamacpp``: the resolved model's GGUF file, served by a llama.cpp server process started
   here (:mod:`spade.inference.llamacpp`); a model without a GGUF file is a ConfigError.
 - ``openai`` (a server someone else runs): only a name is sent (:func:`served_model_name`):
@@ -75,6 +76,16 @@ def tokenizer_source(model: ModelConfig) -> str:
     return str(client_files(model))
 
 
+def vllm_devices(cfg: CampaignConfig) -> tuple[int, ...]:
+    """The node's GPUs the managed vLLM server runs on (:func:`spade.placement.placement`);
+    empty when the model does not run on GPUs (``model.device`` cpu, or auto on a node without
+    any), and the server then starts with the environment as it is."""
+    from spade.placement import placement, visible_gpus
+
+    gpus = visible_gpus() if cfg.model.device == "auto" else None  # nvidia-smi only for auto
+    return placement(cfg, gpus).serve
+
+
 def vllm_inference_config(inf: InferenceConfig) -> InferenceConfig:
     """``inf`` with ``--served-model-name`` added when ``served_model`` is set, so the managed
     server answers to the name requests ask for (and keeps it across restarts on new weights).
@@ -123,7 +134,8 @@ async def open_backend(cfg: CampaignConfig) -> AsyncIterator[Backend]:
         from spade.inference.vllm_server import ManagedVllmBackend
 
         source = await asyncio.to_thread(vllm_model_source, cfg.model)  # may convert GGUF
-        managed = ManagedVllmBackend(vllm_inference_config(inf), source)
+        devices = await asyncio.to_thread(vllm_devices, cfg)  # may ask nvidia-smi
+        managed = ManagedVllmBackend(vllm_inference_config(inf), source, devices=devices)
         await asyncio.to_thread(managed.start)
         backend = managed
     try:

@@ -4,12 +4,16 @@ Wire format (one ``POST {base_url}/chat/completions`` per request, never streame
 
 - sent: ``model`` (``ChatRequest.model`` — a LoRA adapter name on vLLM — else the backend's
   model), ``messages``, ``tools`` (only when given), ``max_tokens``, ``temperature``, ``top_p``,
-  ``stop`` (only when given), ``seed`` (only when set), ``logprobs: true`` (when
-  ``SamplingParams.logprobs``). With ``vllm_extras`` (default) also vLLM's documented extra
-  parameters ``return_token_ids: true`` and, with log-probs, ``return_tokens_as_token_ids: true``
-  (vLLM ``ChatCompletionRequest`` "extra params"; plain OpenAI rejects unknown fields, so pass
-  ``vllm_extras=False`` there). ``skip_special_tokens`` is left at vLLM's default (true): the
-  text stays clean and the token ids are exact either way.
+  ``presence_penalty: 0``, ``frequency_penalty: 0``, ``stop`` (only when given), ``seed`` (only
+  when set), ``logprobs: true`` (when ``SamplingParams.logprobs``). With ``vllm_extras``
+  (default) also vLLM's documented extra parameters: the neutral samplers ``top_k: -1``,
+  ``min_p: 0``, ``repetition_penalty: 1`` and ``return_token_ids: true`` and, with log-probs,
+  ``return_tokens_as_token_ids: true`` (vLLM ``ChatCompletionRequest`` "extra params"; plain
+  OpenAI rejects unknown fields, so pass ``vllm_extras=False`` there). Every sampler is sent,
+  neutral, rather than left to the server: a vLLM started with ``--generation-config auto``
+  (its default) fills what a request leaves out from the model's generation_config.json, and
+  the trainer scores softmax(logits / temperature), nothing else. ``skip_special_tokens`` is
+  left at vLLM's default (true): the text stays clean and the token ids are exact either way.
 - parsed: ``choices[0].message.content`` (plus any parsed ``tool_calls`` rendered back as
   ``<tool_call>{...}</tool_call>``, the environments' action format), ``choices[0].finish_reason``
   (``"length"`` kept, anything else is ``"stop"``), ``choices[0].logprobs.content[i].logprob``.
@@ -157,6 +161,8 @@ class OpenAIBackend:
             "max_tokens": p.max_tokens,
             "temperature": p.temperature,
             "top_p": p.top_p,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
         }
         if request.tools:
             payload["tools"] = list(request.tools)
@@ -169,6 +175,8 @@ class OpenAIBackend:
         if p.logprobs:
             payload["logprobs"] = True
         if self._vllm_extras:
+            # -1 (off) is what every vLLM accepts; 0 only newer ones (0.32 takes both)
+            payload |= {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0}
             payload["return_token_ids"] = True
             if p.logprobs:
                 payload["return_tokens_as_token_ids"] = True

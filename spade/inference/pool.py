@@ -163,7 +163,7 @@ def _shared_transformers(cfg: CampaignConfig, weights: WeightsRef) -> Backend:
 
 
 def _shared_vllm(cfg: CampaignConfig) -> Any:
-    from spade.inference.factory import vllm_inference_config, vllm_model_source
+    from spade.inference.factory import vllm_devices, vllm_inference_config, vllm_model_source
     from spade.inference.vllm_server import ManagedVllmBackend
 
     key = _pool_key(cfg)
@@ -172,7 +172,9 @@ def _shared_vllm(cfg: CampaignConfig) -> Any:
         if entry is None:
             # the model as vLLM can load it (the shipped GGUF alias: its converted folder)
             source = vllm_model_source(cfg.model)
-            managed = ManagedVllmBackend(vllm_inference_config(cfg.inference), source).start()
+            managed = ManagedVllmBackend(
+                vllm_inference_config(cfg.inference), source, devices=vllm_devices(cfg)
+            ).start()
             entry = _entries[key] = _Entry(managed)
     return entry
 

@@ -25,6 +25,15 @@ virtualenv of its own and prints the executable to configure; on CPU, size the K
 ``--kv-cache-memory-bytes`` in ``extra_args`` (the default reserves 92% of RAM).
 Launch failures (the process exits, or is not healthy in time) raise
 :class:`spade.errors.InferenceError` with the tail of the server's log.
+
+Placement and sampling. The server runs on the GPUs it is given (``devices``: node indices
+from :func:`spade.placement.placement`, as the factory passes them): the process gets
+``CUDA_VISIBLE_DEVICES`` naming them, a container ``--gpus '"device=..."'`` (Docker's form for
+a list of GPUs); with none (a CPU model) the environment is left as it is. The parallelism is
+``inference.vllm``'s (``--tensor-parallel-size``, ``--data-parallel-size``, written when above
+1), and ``--generation-config vllm`` (the default of ``generation_config``) keeps the model's
+generation_config.json out of the default sampling parameters, so what is sampled is
+softmax(logits / temperature), what the trainer scores.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from typing import Any, NoReturn, Self
 import httpx
 
 from spade.config import InferenceConfig, VllmServerConfig
-from spade.errors import InferenceError
+from spade.errors import ConfigError, InferenceError
 from spade.inference.base import ChatRequest, Completion
 from spade.inference.managed import ManagedServer, healthy, temp_path
 from spade.inference.openai import OpenAIBackend
@@ -62,7 +71,9 @@ class VllmServer(ManagedServer):
     """One managed ``vllm serve MODEL`` process; ``model`` is a hub id or a checkpoint folder.
 
     ``served_name``: serve the model under this name (``--served-model-name``, replacing any in
-    ``extra_args``); None: as configured, else vLLM names it after ``model``.
+    ``extra_args``); None: as configured, else vLLM names it after ``model``. ``devices``: the
+    node's GPU indices the server uses (:func:`spade.placement.placement`'s ``serve``); empty:
+    none chosen here (a CPU model), the environment's GPUs, if any, stay visible.
     """
 
     def __init__(
@@ -70,11 +81,13 @@ class VllmServer(ManagedServer):
         config: VllmServerConfig,
         model: str,
         *,
+        devices: Sequence[int] = (),
         log_path: str | Path | None = None,
         served_name: str | None = None,
     ) -> None:
         self.config = config
         self.model = model
+        self.devices = tuple(devices)
         self.served_name = served_name
         self.log_path = Path(log_path) if log_path else temp_path("spade-vllm-", ".log")
         self._process: subprocess.Popen[bytes] | None = None
@@ -107,11 +120,17 @@ class VllmServer(ManagedServer):
         return self.model
 
     def serve_args(self) -> list[str]:
-        """``serve MODEL --host H --port P [--logprobs-mode processed_logprobs] [LoRA flags]
-        [extra args] [--served-model-name N]``."""
+        """``serve MODEL --host H --port P [--tensor-parallel-size T] [--data-parallel-size D]
+        --generation-config G [--logprobs-mode processed_logprobs] [LoRA flags] [extra args]
+        [--served-model-name N]``."""
         cfg = self.config
         host = "0.0.0.0" if cfg.container is not None else cfg.host  # published on cfg.host
         cmd = ["serve", self.model_arg, "--host", host, "--port", str(cfg.port)]
+        if cfg.tensor_parallel_size > 1:  # 1 is vLLM's default: the flag would say nothing
+            cmd += ["--tensor-parallel-size", str(cfg.tensor_parallel_size)]
+        if cfg.data_parallel_size > 1:
+            cmd += ["--data-parallel-size", str(cfg.data_parallel_size)]
+        cmd += ["--generation-config", cfg.generation_config]
         if not any(a.split("=", 1)[0] == _LOGPROBS_MODE for a in cfg.extra_args):
             # the sampled tokens' log-probs under the distribution sampled from (temperature
             # applied), as the trainer computes them at the role's temperature; vLLM's default
@@ -139,7 +158,9 @@ class VllmServer(ManagedServer):
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
         publish = f"{host}:{cfg.port}:{cfg.port}" if host else f"{cfg.port}:{cfg.port}"
         cmd = [box.runtime, "run", "--rm", "--name", self.container_name, "-p", publish]
-        if box.gpus:
+        if box.gpus and self.devices:  # the quotes keep Docker's CSV parser from splitting it
+            cmd += ["--gpus", f'"device={self.cuda_visible_devices()}"']
+        elif box.gpus:
             cmd += ["--gpus", box.gpus]
         if cfg.enable_lora:
             cmd += ["-e", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"]
@@ -151,7 +172,30 @@ class VllmServer(ManagedServer):
         env = dict(os.environ)
         if self.config.enable_lora:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if self.devices and self.config.container is None:  # a container gets them by --gpus
+            env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices()
         return env
+
+    def cuda_visible_devices(self) -> str:
+        """``devices`` as the server's ``CUDA_VISIBLE_DEVICES``: the indices themselves, or,
+        where this process has a ``CUDA_VISIBLE_DEVICES`` of its own, the entries of that list
+        they number (indices are this process's view of the node, as
+        :func:`spade.placement.visible_gpus` counts it).
+
+        Raises:
+            ConfigError: an index past the GPUs this process sees.
+        """
+        inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if inherited is None:
+            return ",".join(map(str, self.devices))
+        seen = [d.strip() for d in inherited.split(",") if d.strip()]
+        if max(self.devices) >= len(seen):
+            raise ConfigError(
+                f"the vLLM server's GPUs {list(self.devices)} (inference.vllm.devices, or its"
+                f" first tensor_parallel_size x data_parallel_size) are not all among the"
+                f" {len(seen)} GPU(s) this process sees (CUDA_VISIBLE_DEVICES={inherited!r})"
+            )
+        return ",".join(seen[i] for i in self.devices)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -253,10 +297,16 @@ class ManagedVllmBackend:
     """
 
     def __init__(
-        self, config: InferenceConfig, model: str, *, log_path: str | Path | None = None
+        self,
+        config: InferenceConfig,
+        model: str,
+        *,
+        devices: Sequence[int] = (),
+        log_path: str | Path | None = None,
     ) -> None:
+        """``devices``: the server's GPUs (see :class:`VllmServer`)."""
         self.base_model = model
-        self.server = VllmServer(config.vllm, model, log_path=log_path)
+        self.server = VllmServer(config.vllm, model, devices=devices, log_path=log_path)
         self._client_config = config.model_copy(update={"base_url": self.server.base_url})
         # the model's own tokenizer re-derives token ids an older vLLM does not return
         self.client = OpenAIBackend(self._client_config, self.server_model_name, tokenizer=model)

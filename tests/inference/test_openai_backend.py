@@ -100,9 +100,14 @@ def test_completion_carries_text_logprobs_and_token_ids(server: FakeOpenAIServer
         "max_tokens": 64,
         "temperature": 0.6,
         "top_p": 0.9,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
         "stop": ["\n\n"],
         "seed": 7,
         "logprobs": True,
+        "top_k": -1,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
         "return_token_ids": True,
         "return_tokens_as_token_ids": True,
     }
@@ -125,6 +130,8 @@ def test_without_logprobs_or_vllm_extras_only_openai_fields_are_sent(
     assert not {"logprobs", "return_token_ids", "return_tokens_as_token_ids", "stop", "seed"} & set(
         sent
     )
+    assert not {"top_k", "min_p", "repetition_penalty"} & set(sent)  # vLLM's, not OpenAI's
+    assert sent["presence_penalty"] == sent["frequency_penalty"] == 0.0
 
 
 def test_max_tokens_cut_gives_finish_reason_length(server: FakeOpenAIServer) -> None:

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from spade.config import InferenceConfig, VllmServerConfig
-from spade.errors import InferenceError
+from spade.config import InferenceConfig, VllmServerConfig, load_config
+from spade.errors import ConfigError, InferenceError
 from spade.inference.base import Backend, ChatRequest
+from spade.inference.factory import vllm_devices
 from spade.inference.vllm_server import ManagedVllmBackend, VllmServer, group_alive, staging_root
 from spade.testing.openai_server import FakeOpenAIServer
 
@@ -41,7 +42,8 @@ args, rest = parser.parse_known_args()
 worker = subprocess.Popen(["sleep", "300"])  # stays in the group, like vLLM's engine core
 with open(os.environ["STUB_RECORD"], "a") as f:
     record = {"argv": sys.argv[1:], "worker": worker.pid,
-              "lora_env": os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING")}
+              "lora_env": os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING"),
+              "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
     f.write(json.dumps(record) + "\\n")
 os.environ["PYTHONPATH"] = REPO
 os.execv(sys.executable, [sys.executable, "-m", "spade.testing.openai_server", "--host", args.host,
@@ -122,7 +124,7 @@ def test_command_line_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     server = VllmServer(config, "org/model")
     assert server.command() == [
         "vllm", "serve", "org/model", "--host", "127.0.0.1", "--port", "9001",
-        "--logprobs-mode", "processed_logprobs",
+        "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
         "--enable-lora", "--max-lora-rank", "32", "--dtype", "bfloat16",
     ]  # fmt: skip
     kept = config.model_copy(update={"extra_args": ["--logprobs-mode=raw_logprobs"]})
@@ -273,7 +275,7 @@ def test_container_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "-e", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
         "-v", f"{folder}:{folder}:ro", "-v", f"{staged}:{staged}:ro",
         "--ipc=host", "--entrypoint", "vllm", "vllm/vllm-openai:v0.11.0",
-        "serve", str(folder), "--host", "0.0.0.0", "--port", "9001",
+        "serve", str(folder), "--host", "0.0.0.0", "--port", "9001", "--generation-config", "vllm",
         "--logprobs-mode", "processed_logprobs", "--enable-lora", "--max-lora-rank", "32",
         "--dtype", "bfloat16", "--served-model-name", "r0001-agent",
     ]  # fmt: skip
@@ -293,7 +295,8 @@ def test_container_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "podman", "run", "--rm", "--name", f"spade-vllm-9001-{os.getpid()}",
         "-p", "[::1]:9001:9001", "--shm-size=8g", "--entrypoint", "vllm",
         "vllm/vllm-openai:v0.11.0", "serve", "org/model", "--host", "0.0.0.0", "--port", "9001",
-        "--logprobs-mode", "processed_logprobs", "--served-model-name=alias",
+        "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
+        "--served-model-name=alias",
     ]  # fmt: skip
     hub.served_name = "v2"
     assert hub.command()[-2:] == ["--served-model-name", "v2"]
@@ -416,3 +419,110 @@ def test_the_served_name_follows_the_version_else_the_configuration() -> None:
     versioned = managed("--served-model-name", "alias")
     versioned.server.served_name = "r0002-agent"
     assert versioned.server_model_name == "r0002-agent"
+
+
+# ------------------------------------------------------------------ placement, sampling defaults
+
+
+def test_the_parallelism_and_the_sampling_defaults_are_passed_from_their_fields() -> None:
+    config = VllmServerConfig(
+        port=9001, tensor_parallel_size=2, data_parallel_size=4, enable_lora=False
+    )
+    assert VllmServer(config, "m").serve_args() == [
+        "serve", "m", "--host", "127.0.0.1", "--port", "9001",
+        "--tensor-parallel-size", "2", "--data-parallel-size", "4",
+        "--generation-config", "vllm", "--logprobs-mode", "processed_logprobs",
+    ]  # fmt: skip
+    auto = config.model_copy(update={"generation_config": "auto", "tensor_parallel_size": 1})
+    args = VllmServer(auto, "m").serve_args()
+    assert "--tensor-parallel-size" not in args  # 1, vLLM's default
+    assert args[args.index("--generation-config") + 1] == "auto"
+
+
+@pytest.mark.parametrize(
+    ("arg", "field"),
+    [
+        ("--tensor-parallel-size", "tensor_parallel_size"),
+        ("-tp", "tensor_parallel_size"),
+        ("--tensor_parallel_size=4", "tensor_parallel_size"),
+        ("--data-parallel-size=2", "data_parallel_size"),
+        ("-dp", "data_parallel_size"),
+        ("--generation-config", "generation_config"),
+    ],
+)
+def test_extra_args_that_repeat_a_field_are_refused_naming_it(arg: str, field: str) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"extra_args holds '{arg}': set inference\.vllm\.{field}"
+    ):
+        load_config(None, {"inference.vllm.extra_args": [arg, "4"]})
+    kept = ["--data-parallel-size-local", "2", "--max-model-len", "4096"]  # other flags pass
+    assert VllmServerConfig(extra_args=kept).extra_args == kept
+
+
+def test_the_server_process_sees_only_its_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Placed on GPUs 2,3 it is launched with CUDA_VISIBLE_DEVICES=2,3; a CPU model (no
+    devices) leaves the variable unset."""
+    record = tmp_path / "launches.jsonl"
+    monkeypatch.setenv("STUB_RECORD", str(record))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    config = server_config(write_stub(tmp_path, SERVING_STUB), enable_lora=False)
+    for devices in [(2, 3), ()]:
+        with VllmServer(config, "m", devices=devices, log_path=tmp_path / "v.log") as server:
+            assert server.running
+    launches = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [launch["cuda"] for launch in launches] == ["2,3", None]
+
+
+def test_gpu_indices_are_this_processs_view_of_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that itself sees GPUs 4-7 (CUDA_VISIBLE_DEVICES) numbers them 0-3, as
+    visible_gpus counts them: its index 1 is the node's GPU 5."""
+    config = VllmServerConfig(data_parallel_size=2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert VllmServer(config, "m", devices=(1, 2)).environment()["CUDA_VISIBLE_DEVICES"] == "5,6"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa,GPU-bbb")  # UUIDs are passed on as such
+    assert VllmServer(config, "m", devices=(1,)).cuda_visible_devices() == "GPU-bbb"
+    with pytest.raises(ConfigError, match=r"GPUs \[1, 2\].*2 GPU\(s\) this process sees"):
+        VllmServer(config, "m", devices=(1, 2)).environment()
+
+
+def test_a_container_gets_the_servers_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    config = VllmServerConfig(data_parallel_size=4, container={"image": "img"})
+    placed = VllmServer(config, "org/model", devices=(0, 1, 2, 3))
+    command = placed.command()
+    assert command[command.index("--gpus") + 1] == '"device=0,1,2,3"'  # Docker's list form
+    assert "CUDA_VISIBLE_DEVICES" not in placed.environment()  # the docker CLI's: not vLLM's
+    unplaced = VllmServer(config, "org/model").command()  # a CPU model: the configured value
+    assert unplaced[unplaced.index("--gpus") + 1] == "all"
+    cdi = VllmServerConfig(data_parallel_size=4, container={"image": "img", "gpus": None})
+    assert "--gpus" not in VllmServer(cdi, "org/model", devices=(0, 1, 2, 3)).command()
+
+
+NVIDIA_SMI = """#!/bin/sh
+echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"
+echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
+"""
+
+
+def test_the_factory_places_the_server_as_placement_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cuda: the configured devices; auto on a node with GPUs (a stand-in nvidia-smi lists
+    two): the first ones; cpu, or auto without GPUs: none."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(NVIDIA_SMI)
+    smi.chmod(0o755)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    base = {"inference.backend": "vllm", "inference.vllm.data_parallel_size": 2}
+
+    def devices(**overrides: object) -> tuple[int, ...]:
+        return vllm_devices(load_config(None, {**base, **overrides}))
+
+    assert devices(**{"model.device": "cuda", "inference.vllm.devices": "2,5"}) == (2, 5)
+    assert devices(**{"model.device": "cpu"}) == ()
+    monkeypatch.setenv("PATH", str(tmp_path), prepend=os.pathsep)
+    assert devices(**{"model.device": "auto"}) == (0, 1)
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))  # no nvidia-smi: a node without GPUs
+    assert devices(**{"model.device": "auto"}) == ()
