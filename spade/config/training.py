@@ -108,6 +108,22 @@ class TrainingConfig(Section):
         le=10_000_000,
         description="Token budget of one micro-batch (padding included).",
     )
+    activation_checkpointing: bool = Field(
+        False,
+        description="Recompute each decoder layer's activations in the backward pass instead of"
+        " keeping them (transformers' gradient checkpointing, non-reentrant): a layer keeps only"
+        " its input, about 2 x tokens x hidden bytes in bf16, for a third more compute. On in"
+        " the GPU presets, where a micro-batch's activations would not fit otherwise"
+        " (`spade plan` shows both).",
+    )
+    logprob_chunk_tokens: int = Field(
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="Trained positions scored per chunk of the vocabulary projection: the fp32"
+        " logits of a chunk (tokens x vocabulary x 4 bytes, 0.6 GB at 1024 x 152k) live at once,"
+        " never a whole micro-batch's; a chunk's logits are recomputed in the backward pass.",
+    )
     updates_per_batch: int = Field(
         1,
         ge=1,

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from spade.training.samples import TrainSample, collate, micro_batches, token_logprobs
+from spade.training.samples import TrainSample, collate, micro_batches
+from spade.training.scoring import token_logprobs
 
 __all__ = ["RatioStats", "ratio_stats", "samples_ratio_stats"]
 

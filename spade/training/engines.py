@@ -36,9 +36,19 @@ DeepSpeed specifics:
   ``TORCH_EXTENSIONS_DIR``, which is set to ``$SPADE_CACHE/torch_extensions`` (default
   ``~/.cache/spade/torch_extensions``) unless already set, so only the first run on a machine
   pays for them; ``scripts/bootstrap.sh`` builds the communicator there ahead of time.
-- **Optimizer.** AdamW: torch's own on CPU without offload (nothing to compile, numerically the
-  torch engine's), ``DeepSpeedCPUAdam`` when the optimizer state is offloaded, DeepSpeed's fused
-  Adam on GPUs.
+- **Autocast.** DeepSpeed's engine forward turns an outer ``torch.autocast`` off unless its
+  config has a ``torch_autocast`` section (``deepspeed/runtime/torch_autocast.py``; it asks
+  ``torch.is_autocast_enabled()``, CUDA's state, so only a GPU run shows it). With fp32 masters
+  from bf16 weights the section is on, with no "lower-precision-safe" modules: autocast casts
+  inside each op as on the torch engine, while ZeRO gathers the fp32 masters and reduces fp32
+  gradients, so a 1e-6 update is neither rounded in the gradient nor in the saved weights.
+  (DeepSpeed's own bf16 mode instead holds the module in bf16; ``deepspeed.bf16``.)
+- **Optimizer.** AdamW: torch's own (``torch_adam``) on CPU and GPU, so no op is compiled at the
+  first step (DeepSpeed's fused Adam needs nvcc and a matching host compiler on the node);
+  ``DeepSpeedCPUAdam`` when the optimizer state is offloaded.
+- **Scoring.** The engine's module is a :class:`~spade.training.scoring.TokenScorer` around the
+  model: DeepSpeed's forward runs the whole log-prob computation (chunks of the vocabulary
+  projection included), and the model's parameters are the ones it trains.
 - **Accumulation.** The number of micro-batches varies from step to step (it follows the token
   budget), so accumulation is unmanaged (``managed_gradient_accumulation: false``): ``backward``
   only accumulates and ``step()`` is the boundary. ``gradient_accumulation_steps`` is still set to
@@ -63,6 +73,7 @@ from torch import nn
 from spade.config import TrainingConfig
 from spade.errors import ConfigError
 from spade.processes import free_port
+from spade.training.scoring import TokenScorer
 
 __all__ = [
     "DeepSpeedEngine",
@@ -147,6 +158,10 @@ class Engine(ABC):
     def max_across_ranks(self, value: int) -> int:
         return value
 
+    def max_each_across_ranks(self, values: list[int]) -> list[int]:
+        """Element by element, the largest of every rank's ``values`` (same length on all)."""
+        return list(values)
+
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank."""
         return obj
@@ -176,7 +191,7 @@ class TorchEngine(Engine):
     name = "torch"
 
     def __init__(self, model: nn.Module, config: TrainingConfig, lr: float) -> None:
-        self.module = model
+        self.module = TokenScorer(model, config.logprob_chunk_tokens)
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
@@ -254,8 +269,15 @@ def _init_process_group(on_cpu: bool) -> None:
     deepspeed.init_distributed(dist_backend="gloo" if on_cpu else None, auto_mpi_discovery=False)
 
 
-def deepspeed_config(config: TrainingConfig, lr: float, *, on_cpu: bool) -> dict[str, Any]:
-    """The DeepSpeed config dict of ``config`` (see the module docstring for the choices)."""
+def deepspeed_config(
+    config: TrainingConfig,
+    lr: float,
+    *,
+    on_cpu: bool,
+    autocast_dtype: torch.dtype | None = None,
+) -> dict[str, Any]:
+    """The DeepSpeed config dict of ``config`` (see the module docstring for the choices);
+    ``autocast_dtype``: the forward's compute dtype over fp32 master weights (None: fp32)."""
     ds = config.deepspeed
     if ds.offload_params and ds.zero_stage != 3:
         raise ConfigError("training.deepspeed.offload_params needs zero_stage 3")
@@ -272,8 +294,19 @@ def deepspeed_config(config: TrainingConfig, lr: float, *, on_cpu: bool) -> dict
         "eps": _ADAM_EPS,
         "weight_decay": config.weight_decay,
     }
-    if on_cpu and not ds.offload_optimizer:
-        adam["torch_adam"] = True  # no fused op to compile; the torch engine's numerics
+    if not ds.offload_optimizer:
+        adam["torch_adam"] = True  # nothing to compile, on CPU or GPU; the torch engine's numerics
+    autocast: dict[str, Any] = {"enabled": False}
+    if autocast_dtype is not None:
+        # DeepSpeed's forward turns an outer torch.autocast off unless this section is on. No
+        # module computes or communicates in bf16 beyond what autocast casts: ZeRO gathers the
+        # fp32 masters and reduces fp32 gradients (an empty list of "safe" modules), so what a
+        # step updates and what a checkpoint saves are the fp32 masters, as on the torch engine.
+        autocast = {
+            "enabled": True,
+            "dtype": str(autocast_dtype).removeprefix("torch."),
+            "lower_precision_safe_modules": [],
+        }
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,  # set per step: the step's micro-batch count
@@ -282,6 +315,7 @@ def deepspeed_config(config: TrainingConfig, lr: float, *, on_cpu: bool) -> dict
         "optimizer": {"type": "AdamW", "params": adam},
         "zero_optimization": zero,
         "bf16": {"enabled": ds.bf16},
+        "torch_autocast": autocast,
         "steps_per_print": 2**31 - 1,  # the trainer reports its own metrics
         "wall_clock_breakdown": False,
     }
@@ -311,11 +345,14 @@ class DeepSpeedEngine(Engine):
         if not params:
             raise ValueError("the model has no trainable parameters")
         self.zero_stage = config.deepspeed.zero_stage
-        self.ds_config = deepspeed_config(config, lr, on_cpu=on_cpu)
         if not config.deepspeed.bf16:  # else DeepSpeed's bf16 mode keeps its own fp32 masters
             self.compute_dtype = _fp32_masters(params)
+        self.ds_config = deepspeed_config(
+            config, lr, on_cpu=on_cpu, autocast_dtype=self.compute_dtype
+        )
+        scorer = TokenScorer(model, config.logprob_chunk_tokens)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
-            model=model, model_parameters=params, config=self.ds_config
+            model=scorer, model_parameters=params, config=self.ds_config
         )
         self.module = self.engine
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -397,6 +434,13 @@ class DeepSpeedEngine(Engine):
         t = torch.tensor([value], dtype=torch.int64, device=self.device)
         self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX)
         return int(t.item())
+
+    def max_each_across_ranks(self, values: list[int]) -> list[int]:
+        if self.world_size == 1 or not values:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.int64, device=self.device)
+        self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX)
+        return [int(v) for v in t.tolist()]
 
     def broadcast(self, obj: Any) -> Any:
         if self.world_size == 1:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
 from spade.training.advantages import get_advantage_fn, group_advantages
 
@@ -41,7 +40,6 @@ __all__ = [
     "missing_token_ids",
     "samples_from_design_attempts",
     "samples_from_trajectories",
-    "token_logprobs",
 ]
 
 log = logging.getLogger(__name__)
@@ -342,41 +340,3 @@ def collate(samples: Sequence[TrainSample], pad_id: int) -> Batch:
         "behaviour_logprobs": behaviour,
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
     }
-
-
-def token_logprobs(
-    module: nn.Module, batch: Batch, *, entropy: bool = False, temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs ``[B, T]`` of ``batch["target_ids"]`` and, optionally, the entropy ``[B, T]``.
-
-    Only the trained positions (``loss_mask > 0``) are scored: the model's vocabulary projection
-    runs on those hidden states alone (transformers' ``logits_to_keep`` with a boolean ``[B, T]``
-    mask gives ``[N, V]`` logits, N the trained positions). On a prompt-heavy sample (a design
-    prompt, an agent's observations) that skips most of the ``[B, T, V]`` logits, a large share
-    of a small model's compute with a 150k vocabulary. ``logits[n]`` (float32) scores its target;
-    the log-prob is ``logit[target] - logsumexp(logits)`` (no ``[N, V]`` log-softmax kept). The
-    entropy of the next-token distribution is a diagnostic, computed without gradient. Both are
-    of ``logits / temperature`` (the distribution a sampler at that temperature draws from) and
-    scattered back to ``[B, T]``; values at untrained positions are 0 and mean nothing (the loss
-    and every metric mask them).
-    """
-    keep = batch["loss_mask"] > 0  # [B, T]
-    out = module(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        use_cache=False,
-        logits_to_keep=keep,
-    )
-    logits = out.logits.float()  # [N, V]
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)  # [N]
-    picked = logits.gather(-1, batch["target_ids"][keep].unsqueeze(-1)).squeeze(-1)  # [N]
-    lp = torch.zeros(keep.shape, dtype=logits.dtype, device=logits.device)
-    lp = lp.masked_scatter(keep, picked - lse)  # differentiable in the scattered values
-    ent = None
-    if entropy:
-        with torch.no_grad():
-            per_token = lse - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
-            ent = torch.zeros_like(lp).masked_scatter(keep, per_token)
-    return lp, ent

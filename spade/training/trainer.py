@@ -55,7 +55,8 @@ from spade.errors import ConfigError
 from spade.inference.adapters import is_peft
 from spade.training.engines import make_engine
 from spade.training.loss import LossOutput, policy_loss
-from spade.training.samples import Batch, TrainSample, collate, micro_batches, token_logprobs
+from spade.training.samples import Batch, TrainSample, collate, micro_batches
+from spade.training.scoring import enable_activation_checkpointing, token_logprobs
 from spade.training.trainer_state import TrainerState
 from spade.training.weights import wrap_lora
 
@@ -110,6 +111,7 @@ class _Plan:
     """One optimizer step's micro-batches (padded to the ranks' common count) and shares."""
 
     batches: list[Batch]
+    chunks: list[int]  # projection chunks of each micro-batch (the ranks' most: see scoring)
     denoms: list[float]  # what each micro-batch's aggregation divides by (0: padding)
     total: float  # the sum of denoms over all ranks
     samples: int  # this rank's samples in it
@@ -159,6 +161,8 @@ class GRPOTrainer(TrainerState):
             raise ConfigError("the model has adapters but training.lora.enabled is false")
         if config.kl_coef > 0 and ref_model is None and not self.lora:
             raise ConfigError("training.kl_coef > 0 needs a ref_model for a full fine-tune")
+        if config.activation_checkpointing:
+            enable_activation_checkpointing(model)
         self.model = model
         self.lr = config.lr if role == "agent" else config.designer_lr
         self.engine = make_engine(model, config, self.lr)
@@ -179,7 +183,8 @@ class GRPOTrainer(TrainerState):
             raise ValueError("every sample needs an advantage: call assign_advantages first")
         plans = [self._plan(chunk) for chunk in self._split(samples)]
         old, ref = self._reference_logprobs(
-            [b for plan in plans for b in plan.batches], on_policy=len(plans) == 1
+            [(b, c) for plan in plans for b, c in zip(plan.batches, plan.chunks, strict=True)],
+            on_policy=len(plans) == 1,
         )
         updates, at = [], 0
         for plan in plans:  # pi_old stays the weights before the first update
@@ -215,10 +220,14 @@ class GRPOTrainer(TrainerState):
         filler = batches[-1] if batches else self._to_device(self._empty_batch())
         batches += [filler] * (n_micro - len(batches))
         denoms += [0.0] * (n_micro - len(denoms))
+        # ZeRO-3 gathers the output head at each chunk: the ranks run as many per micro-batch
+        size = self.config.logprob_chunk_tokens
+        need = [max(-(-int((b["loss_mask"] > 0).sum().item()) // size), 1) for b in batches]
+        chunks = self.engine.max_each_across_ranks(need)
         total = self.engine.sum_across_ranks([sum(denoms)])[0]
         if total <= 0:
             raise ValueError("the step has no trained tokens (empty batch or all-zero masks)")
-        return _Plan(batches, denoms, total, len(samples))
+        return _Plan(batches, chunks, denoms, total, len(samples))
 
     def _update(
         self, plan: _Plan, old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None
@@ -236,7 +245,11 @@ class GRPOTrainer(TrainerState):
             share = plan.denoms[i] / plan.total
             with self.engine.autocast():
                 lp, entropy = token_logprobs(
-                    self.engine.module, batch, entropy=True, temperature=self.temperature
+                    self.engine.module,
+                    batch,
+                    entropy=True,
+                    temperature=self.temperature,
+                    chunks=plan.chunks[i],
                 )
             pi_old = lp.detach() if old is None else old[i]
             out = self._loss(lp, pi_old, ref[i] if ref is not None else None, batch)
@@ -300,7 +313,7 @@ class GRPOTrainer(TrainerState):
         )
 
     def _reference_logprobs(
-        self, batches: list[Batch], *, on_policy: bool
+        self, batches: list[tuple[Batch, int]], *, on_policy: bool
     ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
         """pi_old's log-probs (current weights) and the reference's, without gradient.
 
@@ -311,17 +324,23 @@ class GRPOTrainer(TrainerState):
         module = self.engine.module
         module.eval()  # pi_old without dropout noise
         use_ref = self.ref_model is not None or (self.lora and self.config.kl_coef > 0)
+        t, size = self.temperature, self.config.logprob_chunk_tokens
         with torch.no_grad(), self.engine.autocast():
-            t = self.temperature
             old = None
             if not on_policy:
-                old = [token_logprobs(module, b, temperature=t)[0] for b in batches]
+                old = [token_logprobs(module, b, temperature=t, chunks=c)[0] for b, c in batches]
             if not use_ref:
                 return old, None
-            if self.ref_model is not None:
-                return old, [token_logprobs(self.ref_model, b, temperature=t)[0] for b in batches]
+            if self.ref_model is not None:  # not sharded: no chunk count to agree on
+                ref_model = self.ref_model
+                return old, [
+                    token_logprobs(ref_model, b, temperature=t, chunk_tokens=size)[0]
+                    for b, _ in batches
+                ]
             with self.model.disable_adapter():  # type: ignore[operator]
-                return old, [token_logprobs(module, b, temperature=t)[0] for b in batches]
+                return old, [
+                    token_logprobs(module, b, temperature=t, chunks=c)[0] for b, c in batches
+                ]
 
     def _denominator(self, batch: Batch) -> float:
         """What this micro-batch's aggregation divides by (see the module docstring)."""

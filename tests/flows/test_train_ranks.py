@@ -30,7 +30,8 @@ from spade.records import BASE, DesignAttempt, WeightsRef
 from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.loss import policy_loss
 from spade.training.run import designer_samples, sampling_temperature
-from spade.training.samples import collate, token_logprobs
+from spade.training.samples import collate
+from spade.training.scoring import token_logprobs
 from tests.training.tiny_task import GRAD_REL, adam_first_step_slack
 
 pytest.importorskip("deepspeed")

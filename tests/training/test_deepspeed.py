@@ -21,7 +21,7 @@ import torch
 from spade.config import TrainingConfig
 from spade.errors import ConfigError
 from spade.training.engines import deepspeed_config
-from spade.training.samples import micro_batches
+from spade.training.samples import collate, micro_batches
 from spade.training.trainer import GRPOTrainer
 from tests.training import ds_worker
 from tests.training.tiny_task import (
@@ -63,7 +63,10 @@ def test_config_choices_on_cpu():
     assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert cfg["zero_optimization"]["offload_param"]["device"] == "cpu"
     gpu = deepspeed_config(_ds(), 1e-6, on_cpu=False)
-    assert "torch_adam" not in gpu["optimizer"]["params"]  # fused Adam
+    assert gpu["optimizer"]["params"]["torch_adam"] is True  # no op compiled at the first step
+    assert gpu["torch_autocast"] == {"enabled": False}
+    bf16 = deepspeed_config(_ds(3), 1e-6, on_cpu=False, autocast_dtype=torch.bfloat16)
+    assert bf16["torch_autocast"]["enabled"] and bf16["torch_autocast"]["dtype"] == "bfloat16"
     with pytest.raises(ConfigError, match="zero_stage 3"):
         deepspeed_config(_ds(2, deepspeed={"offload_params": True}), 1e-6, on_cpu=True)
 
@@ -100,6 +103,31 @@ def test_bf16_weights_learn_at_a_small_learning_rate(stage):
     with trainer.engine.full_parameters():
         rise = sequence_logprob(trainer.model, PROMPT, GOOD) - sequence_logprob(base, PROMPT, GOOD)
     assert rise > 0.05  # ~0.09 nats, as on the torch engine
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_bf16_compute_holds_inside_deepspeeds_forward(monkeypatch, stage):
+    """The forward computes in bf16 over fp32 masters when DeepSpeed runs it, on the device it
+    runs on. DeepSpeed's forward asks ``torch.is_autocast_enabled()`` (no device: CUDA's state)
+    and, without a ``torch_autocast`` config section, turns an outer autocast off: on a GPU
+    the trainer's bf16 autocast was silently undone and the step ran in fp32, which a CPU run
+    cannot see (CUDA's flag is off here). The patch makes that question answer for this run's
+    device (cpu), as it does for cuda on a GPU; each linear layer's output dtype is recorded."""
+    trainer = GRPOTrainer(tiny_llama().to(torch.bfloat16), PAD, _ds(stage, lr=1e-5))
+    samples = task_samples(trainer.model)
+    seen: list[torch.dtype] = []
+    proj = trainer.model.model.layers[0].mlp.down_proj
+    proj.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    asks = torch.is_autocast_enabled
+    monkeypatch.setattr(torch, "is_autocast_enabled", lambda *d: asks(*d) if d else asks("cpu"))
+    trainer.step(samples)  # the trainer's path: its own autocast around DeepSpeed's forward
+    batch = collate(samples, PAD)
+    with torch.no_grad():  # DeepSpeed's forward alone, no autocast around it
+        trainer.engine.module(
+            **{k: batch[k] for k in ("input_ids", "attention_mask", "loss_mask", "target_ids")}
+        )
+    assert len(seen) == 2 and set(seen) == {torch.bfloat16}
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}  # the masters
 
 
 def test_several_updates_per_batch_keep_the_ranks_in_step():

@@ -14,8 +14,8 @@ from spade.training.samples import (
     micro_batches,
     samples_from_design_attempts,
     samples_from_trajectories,
-    token_logprobs,
 )
+from spade.training.scoring import token_logprobs
 from tests.training.tiny_task import PAD, own_logprobs, tiny_llama
 
 

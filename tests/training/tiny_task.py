@@ -13,7 +13,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from spade.training.loss import policy_loss
-from spade.training.samples import TrainSample, assign_advantages, collate, token_logprobs
+from spade.training.samples import TrainSample, assign_advantages, collate
+from spade.training.scoring import token_logprobs
 from spade.training.trainer import GRPOTrainer
 
 VOCAB = 64
