@@ -18,9 +18,12 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
+from flows.deployments import GPU_POOL
+from flows.gpu_limit import ensure_gpu_limit
 from flows.round import RoundOutcome, round_flow
 from flows.storage import flow_run_label
 from spade.config import CampaignConfig
+from spade.errors import ConfigError
 from spade.metrics.sinks import log_round
 from spade.pipeline.campaign import (
     campaign_lease,
@@ -32,6 +35,7 @@ from spade.pipeline.campaign import (
 )
 from spade.pipeline.record import campaign_store
 from spade.pipeline.summary import SUMMARY_COLUMNS, campaign_status
+from spade.placement import check_placement, placement, visible_gpus
 from spade.storage import CampaignStore
 
 
@@ -76,6 +80,7 @@ async def campaign_flow(
     (its flow run, host and pid); a deployment's concurrency limit makes ticks wait instead.
     """
     log = get_run_logger()
+    await _check_node(config, log)
     cid = campaign_id or new_campaign_id(config)
     cs = campaign_store(config, cid)
     with campaign_lease(cs, config, holder=flow_run_label()):
@@ -94,6 +99,28 @@ async def campaign_flow(
             await _finished(config, cs, outcome)
             r += 1
         return await _report(cs)
+
+
+async def _check_node(config: CampaignConfig, log: Any) -> None:
+    """What must hold before round 0 on the node this flow run landed on (a deployment's work
+    pool decides which): the GPUs the config places its server and training ranks on are
+    visible, and the GPU concurrency limit exists (created with one slot if missing)."""
+    gpus = await asyncio.to_thread(visible_gpus)  # nvidia-smi
+    try:  # too few GPUs here is most likely a deployment on the CPU pool: say which pool fits
+        where = check_placement(config, gpus)
+    except ConfigError as exc:
+        if placement(config, gpus).needed <= gpus:
+            raise
+        raise ConfigError(
+            f"{exc}; a config that runs on GPUs belongs on the {GPU_POOL} work pool: `spade"
+            " deploy --config <its YAML>` registers a deployment of it there"
+        ) from None
+    if where.needed:
+        log.info("campaign placement: %s", where.describe())
+    name = config.run.gpu_concurrency_limit
+    if name is not None:
+        limit = await ensure_gpu_limit(name)
+        (log.warning if limit.created else log.info)("GPU concurrency limit %s", limit.describe())
 
 
 async def _finished(config: CampaignConfig, cs: CampaignStore, outcome: RoundOutcome) -> None:

@@ -16,19 +16,26 @@ import tempfile
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.live import Live
 
+from flows.deployments import (
+    CPU_POOL,
+    GPU_POOL,
+    campaign_pool,
+    gpu_job_variables,
+    with_config_deployment,
+)
 from flows.schedule import tick_deployment_name, with_tick_deployment
 from spade.cli import app
 from spade.cli.campaign import show_status
 from spade.cli.common import StorageOptionsOpt, err, fail, storage_options
 from spade.cli.progress import CampaignProgress, StageLog
 from spade.config import CampaignConfig, load_config
-from spade.errors import SpadeError
+from spade.errors import ConfigError, SpadeError
 from spade.pipeline.campaign import (
     check_not_running,
     new_campaign_id,
@@ -36,7 +43,11 @@ from spade.pipeline.campaign import (
     saved_config,
 )
 from spade.pipeline.record import campaign_store
+from spade.placement import placement
 from spade.storage import ObjectStore, RunLayout
+
+if TYPE_CHECKING:  # Prefect is imported by the commands that talk to it, not by `spade --help`
+    from flows.gpu_limit import GpuLimit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREFECT_FILE = REPO_ROOT / "infra" / "prefect.yaml"
@@ -48,12 +59,34 @@ _LOG_POLL_S = 5.0  # how often the stage log (output that is not a terminal) rea
 
 
 def _check_inputs(cfg: CampaignConfig) -> None:
-    """Every input checked before any expensive stage: store, sandbox, corpus, model."""
+    """Every input checked before any expensive stage: store, sandbox, corpus, model, and the
+    GPU concurrency limit the training stages take a slot of (created with one slot if the
+    Prefect server has none)."""
     from spade.preflight import preflight
 
     with console.status("checking the object store, sandbox, corpus and model ..."):
         for result in preflight(cfg):
             console.print(f"  [green]ok[/] {result.name}: {result.detail}")
+    if cfg.run.gpu_concurrency_limit is not None:
+        limit = _ensure_gpu_limit(cfg.run.gpu_concurrency_limit)
+        console.print(f"  [green]ok[/] GPU concurrency limit {limit.describe()}")
+
+
+def _ensure_gpu_limit(name: str) -> GpuLimit:
+    """:func:`flows.gpu_limit.ensure_gpu_limit`; a Prefect server that does not answer is a
+    :class:`ConfigError` naming it."""
+    import httpx
+
+    from flows.gpu_limit import ensure_gpu_limit
+
+    try:  # the server PREFECT_API_URL names (or the embedded one) must answer before round 0
+        return asyncio.run(ensure_gpu_limit(name))
+    except httpx.HTTPError as exc:
+        where = os.environ.get("PREFECT_API_URL") or "the embedded Prefect server"
+        raise ConfigError(
+            f"{where} did not answer ({type(exc).__name__}: {exc}) when looking up the GPU"
+            f" concurrency limit {name!r} (run.gpu_concurrency_limit)"
+        ) from None
 
 
 def _run_campaign(cfg: CampaignConfig, cid: str, rounds: int | None, live: bool) -> Any:
@@ -158,7 +191,12 @@ def deploy(
         Path, typer.Option("--prefect-file", help="Deployment definitions.")
     ] = PREFECT_FILE,
     gpu_slots: Annotated[
-        int, typer.Option(help="Concurrent GPU stages (the spade-gpu limit).")
+        int,
+        typer.Option(
+            min=1,
+            help="Concurrent training stages: the size of the spade-gpu limit (and of the"
+            " --config's run.gpu_concurrency_limit).",
+        ),
     ] = 1,
     schedule: Annotated[
         str | None,
@@ -179,53 +217,87 @@ def deploy(
         typer.Option(
             "--config",
             "-c",
-            help="Campaign YAML of the scheduled campaign (default: the campaign deployment's).",
+            help="Campaign YAML: without --schedule, also register spade-campaign/<its name>"
+            " with it as the default config; with --schedule, the scheduled campaign's config"
+            " (default: the campaign deployment's). Either runs on the pool its placement"
+            " needs: spade-gpu when it uses GPUs, asking a Kubernetes pool for that many.",
         ),
     ] = None,
     work_pool: Annotated[
         str | None,
         typer.Option(
             "--work-pool",
-            help="Work pool of the scheduled campaign (default: the campaign deployment's;"
-            " spade-gpu when its rounds train on a GPU).",
+            help="Work pool of the --config or scheduled campaign's deployment (default:"
+            " spade-gpu for a --config that uses GPUs, spade-cpu for one that does not, the"
+            " campaign deployment's without --config).",
         ),
     ] = None,
 ) -> None:
-    """Register the campaign, round and held-out deployments with the configured Prefect server
-    (with --schedule and --campaign-id, also a scheduled deployment continuing that campaign)."""
+    """Register the campaign, round and held-out deployments with the configured Prefect server,
+    the work pools and the GPU concurrency limit (with --config, also a deployment of that
+    config on the pool it needs; with --schedule and --campaign-id, a scheduled deployment
+    continuing that campaign)."""
     if not os.environ.get("PREFECT_API_URL"):
         raise fail("set PREFECT_API_URL to the Prefect server to deploy to")
     if (schedule is None) != (campaign_id is None):
         raise fail("--schedule and --campaign-id go together (a schedule continues a campaign)")
+    try:  # an invalid config is one clear error before anything is registered
+        cfg = load_config(config) if config is not None else None
+    except SpadeError as exc:
+        raise fail(exc) from None
     prefect = str(Path(sys.executable).with_name("prefect"))
     env = {**os.environ, "SPADE_PROJECT_DIR": str(REPO_ROOT)}
     with tempfile.TemporaryDirectory(prefix="spade-deploy-") as tmp:
+        out = Path(tmp) / "prefect.yaml"
         if schedule is not None and campaign_id is not None:  # checked before any registration
             prefect_file = _scheduled_file(
                 prefect_file,
-                Path(tmp) / "prefect.yaml",
+                out,
                 cron=schedule,
                 campaign_id=campaign_id,
                 rounds=rounds_per_tick,
-                config=config,
+                cfg=cfg,
                 work_pool=work_pool,
             )
+        elif cfg is not None:
+            try:  # a name the file's deployments already use: one clear error, nothing registered
+                prefect_file = with_config_deployment(prefect_file, out, cfg, work_pool)
+            except ValueError as exc:
+                raise fail(exc) from None
         _work_pools(prefect, env)
         _prefect_deploy(prefect, env, prefect_file)
-    _gpu_limit(prefect, env, gpu_slots)
+    limits = {"spade-gpu"} | ({cfg.run.gpu_concurrency_limit} if cfg is not None else set())
+    _gpu_limits(sorted(name for name in limits if name), gpu_slots)
     console.print("deployments registered: spade-campaign, spade-round, spade-heldout")
     if schedule is not None and campaign_id is not None:
         console.print(
             f"campaign [bold]{campaign_id}[/]: {rounds_per_tick} round(s) at every tick of"
             f" {schedule!r} (UTC), deployment spade-campaign/{tick_deployment_name(campaign_id)}"
         )
+    elif cfg is not None:
+        console.print(f"config {cfg.name}: deployment spade-campaign/{cfg.name}")
+    if cfg is not None:
+        console.print(f"  {_where(cfg, work_pool)}")
+
+
+def _where(cfg: CampaignConfig, work_pool: str | None) -> str:
+    """The pool a deployment of ``cfg`` runs on and the GPUs its flow runs ask for."""
+    pool = work_pool or campaign_pool(cfg)
+    gpus = gpu_job_variables(cfg).get("gpus")
+    if not gpus:
+        return f"work pool {pool}, no GPU"
+    return (
+        f"work pool {pool}, {gpus} GPU(s) per flow run ({placement(cfg).describe()}): job"
+        f" variable gpus={gpus} (a Kubernetes pool asks for them); a process worker must see"
+        f" them (compose: `spade infra env --config` prints its SPADE_GPU_WORKER_DEVICES)"
+    )
 
 
 def _work_pools(prefect: str, env: dict[str, str]) -> None:
     """Create the ``spade-cpu`` and ``spade-gpu`` process pools (an existing pool, maybe
     Kubernetes, is kept as it is)."""
     template = str(REPO_ROOT / "infra" / "work-pools" / "process.json")
-    for pool in ("spade-cpu", "spade-gpu"):
+    for pool in (CPU_POOL, GPU_POOL):
         create = [prefect, "work-pool", "create", pool, "--type", "process"]
         subprocess.run(
             [*create, "--base-job-template", template],
@@ -252,37 +324,42 @@ def _scheduled_file(
     cron: str,
     campaign_id: str,
     rounds: int,
-    config: Path | None,
+    cfg: CampaignConfig | None,
     work_pool: str | None,
 ) -> Path:
-    """The deployment file with the scheduled campaign's deployment added; bad input (an
-    invalid cron, campaign id or config) is one clear error before anything is registered."""
+    """The deployment file with the scheduled campaign's deployment added (on the pool ``cfg``
+    needs unless ``work_pool`` is given); bad input (an invalid cron or campaign id) is one
+    clear error before anything is registered."""
     from prefect.client.schemas.schedules import CronSchedule
 
     try:  # each of these names its problem
         CronSchedule(cron=cron, timezone="UTC")
         RunLayout(campaign_id)
-        cfg = load_config(config).model_dump(mode="json") if config is not None else None
-        return with_tick_deployment(prefect_file, out, campaign_id, cron, rounds, cfg, work_pool)
+        if cfg is None:  # the campaign deployment's config and pool
+            return with_tick_deployment(
+                prefect_file, out, campaign_id, cron, rounds, None, work_pool
+            )
+        config, pool = cfg.model_dump(mode="json"), work_pool or campaign_pool(cfg)
+        return with_tick_deployment(
+            prefect_file, out, campaign_id, cron, rounds, config, pool, gpu_job_variables(cfg)
+        )
     except (SpadeError, ValueError) as exc:
         raise fail(exc) from None
 
 
-def _gpu_limit(prefect: str, env: dict[str, str], slots: int) -> None:
-    """Create the ``spade-gpu`` global concurrency limit, or set its size if it exists."""
-    for verb in ("create", "update"):
-        done = subprocess.run(
-            [prefect, "gcl", verb, "spade-gpu", "--limit", str(slots)],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode == 0:
-            console.print(f"GPU slots (spade-gpu): {slots}")
-            return
-    err.print(done.stdout + done.stderr)
-    raise typer.Exit(done.returncode)
+def _gpu_limits(names: list[str], slots: int) -> None:
+    """Create each global concurrency limit with ``slots`` slots, or set its size if it exists
+    (through Prefect's client: the server PREFECT_API_URL names)."""
+    import httpx
+
+    from flows.gpu_limit import set_gpu_limit
+
+    for name in names:
+        try:  # the server answered `prefect deploy` a moment ago; say so if it stops answering
+            asyncio.run(set_gpu_limit(name, slots))
+        except httpx.HTTPError as exc:
+            raise fail(f"setting the concurrency limit {name!r}: {exc}") from None
+        console.print(f"GPU slots ({name}): {slots}")
 
 
 app.command("run")(run)

@@ -33,10 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect import flow, task, unmapped
-from prefect.concurrency.asyncio import concurrency
+from prefect import flow, get_run_logger, task, unmapped
 
 from flows.design_tasks import DesignTasks, design_phase
+from flows.gpu_limit import gpu_slot
 from flows.pool_tasks import PoolTasks, pool_phase
 from flows.stages import (
     BACKOFF,
@@ -113,7 +113,7 @@ async def train(ctx: RoundContext, data: TrainData, parent: WeightsRef) -> Train
     limit = ctx.config.run.gpu_concurrency_limit
     if limit is None:
         return await _in_training_thread(train_stage.train, ctx, data, parent)
-    async with concurrency(limit, occupy=1, strict=True):
+    async with gpu_slot(limit, get_run_logger()):  # created with 1 slot if the server lacks it
         return await _in_training_thread(train_stage.train, ctx, data, parent)
 
 

@@ -32,16 +32,20 @@ def tick_deployment(
     config: dict[str, Any] | None = None,
     work_pool: str | None = None,
     timezone: str = "UTC",
+    job_variables: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The scheduled deployment of one campaign, made from the file's ``spade-campaign``
     deployment ``template`` (its work pool and config, unless ``work_pool`` or ``config`` is
-    given)."""
+    given; ``job_variables``: the pool's variables it sets, as the GPUs its runs ask for)."""
+    pool = {"name": work_pool} if work_pool else dict(template["work_pool"])
+    if job_variables:
+        pool["job_variables"] = job_variables
     return {
         "name": tick_deployment_name(campaign_id),
         "description": f"Campaign {campaign_id!r}: its next {rounds_per_tick} round(s) at"
         f" every tick of {cron!r} ({timezone}); one run at a time.",
         "entrypoint": CAMPAIGN_ENTRYPOINT,
-        "work_pool": {"name": work_pool} if work_pool else template["work_pool"],
+        "work_pool": pool,
         "parameters": {
             "config": config if config is not None else template["parameters"]["config"],
             "campaign_id": campaign_id,
@@ -60,6 +64,7 @@ def with_tick_deployment(
     rounds_per_tick: int,
     config: dict[str, Any] | None = None,
     work_pool: str | None = None,
+    job_variables: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``out``: the deployments of ``prefect_file`` and the scheduled one of
     ``campaign_id`` (replacing one of that name); ``ValueError`` if the file has no
@@ -69,7 +74,9 @@ def with_tick_deployment(
     template = next((d for d in deployments if d.get("entrypoint") == CAMPAIGN_ENTRYPOINT), None)
     if template is None:
         raise ValueError(f"{prefect_file} has no deployment of {CAMPAIGN_ENTRYPOINT}")
-    tick = tick_deployment(template, campaign_id, cron, rounds_per_tick, config, work_pool)
+    tick = tick_deployment(
+        template, campaign_id, cron, rounds_per_tick, config, work_pool, job_variables=job_variables
+    )
     spec["deployments"] = [d for d in deployments if d.get("name") != tick["name"]] + [tick]
     spec.pop("definitions", None)  # YAML anchors, already resolved by the load
     out.write_text(yaml.safe_dump(spec, sort_keys=False))
