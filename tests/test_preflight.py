@@ -15,6 +15,7 @@ import yaml
 
 from spade.config import CampaignConfig, load_config
 from spade.errors import ConfigError, InferenceError, SandboxError, StorageError
+from spade.placement import Placement, check_placement
 from spade.preflight import PREFLIGHT_CHECKS, S3_FAST_FAIL, PreflightResult, preflight
 from spade.processes import free_port
 from spade.testing.scripted_designer import write_corpus
@@ -66,7 +67,7 @@ def test_invalid_config_value_names_the_field():
 def test_unknown_check_is_refused():
     with pytest.raises(ConfigError, match="unknown preflight checks"):
         preflight(config(), checks=["storage", "network"])
-    assert PREFLIGHT_CHECKS == ("storage", "sandbox", "corpus", "pool", "model")
+    assert PREFLIGHT_CHECKS == ("storage", "sandbox", "corpus", "pool", "model", "placement")
 
 
 def test_stops_at_the_first_failure(tmp_path):
@@ -377,3 +378,44 @@ def test_vllm_missing_executable_fails():
     with pytest.raises(InferenceError) as err:
         preflight(cfg, checks=["model"])
     assert "inference.vllm.executable '/no/such/vllm'" in str(err.value)
+
+
+# -- placement ---------------------------------------------------------------------------------
+
+PRESETS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def fake_nvidia_smi(folder: Path, gpus: int) -> Path:
+    """A stand-in ``nvidia-smi`` listing ``gpus`` GPUs as ``nvidia-smi -L`` does."""
+    lines = "".join(f'echo "GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})"\n' for i in range(gpus))
+    path = folder / "nvidia-smi"
+    path.write_text(f"#!/bin/sh\n{lines}")
+    path.chmod(0o755)
+    return folder
+
+
+def test_placement_on_a_cpu_config_uses_no_gpu():
+    assert only(config(model__device="cpu"), "placement").detail.startswith("no GPU used")
+
+
+def test_placement_refuses_a_cuda_config_on_a_node_without_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # this process sees no GPU, whatever the node
+    cfg = config(model__device="cuda", inference__backend="vllm")
+    with pytest.raises(ConfigError, match=r"GPUs up to index 1 .* has 0 visible GPU"):
+        preflight(cfg, checks=["placement"])
+
+
+@pytest.mark.parametrize("preset", ["games-8gpu", "tooluse-8gpu"])
+def test_the_gpu_presets_fit_an_8_gpu_node_and_no_smaller_one(preset, tmp_path, monkeypatch):
+    cfg = load_config(PRESETS / f"{preset}.yaml")
+    assert check_placement(cfg, 8) == Placement((0, 1, 2, 3), (4, 5, 6, 7))
+    with pytest.raises(ConfigError, match=r"up to index 7 .* has 7 visible GPU"):
+        check_placement(cfg, 7)
+
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path, 8)), prepend=os.pathsep)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    detail = only(cfg, "placement").detail
+    assert detail == "vLLM serves on GPU 0,1,2,3; training ranks on GPU 4,5,6,7 (8 GPU(s) visible)"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5")  # a worker given 6 of them
+    with pytest.raises(ConfigError, match=r"has 6 visible GPU"):
+        preflight(cfg, checks=["placement"])

@@ -7,7 +7,10 @@ through our OpenAI backend (log-probs and token ids, checked against transformer
 weights), trains a LoRA adapter with our trainer, loads the saved checkpoint folder into the
 running server as an adapter and generates with it (checked against the merged weights). The
 same server answering without token ids (``vllm_extras=False``) gives ids re-derived by our
-tokenizer fallback equal to the ones it returns when asked.
+tokenizer fallback equal to the ones it returns when asked. A second test checks that what vLLM
+samples at a temperature is what the trainer scores there (the mismatch k3 KL of
+:func:`spade.training.loss.mismatch_metrics`), with the model folder carrying a
+generation_config.json as Qwen3's (top-k 20, top-p 0.8).
 
 It skips only when the registry cannot be reached to build the venv; any other failure fails.
 Figures (venv build, server start, tokens/s, adapter load) are printed (``pytest -s``).
@@ -16,8 +19,10 @@ Figures (venv build, server start, tokens/s, adapter load) are printed (``pytest
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,9 +37,12 @@ import torch
 
 from spade.config import InferenceConfig, TrainingConfig, VllmServerConfig
 from spade.inference.base import ChatRequest, Completion, SamplingParams
-from spade.inference.openai import OpenAIBackend
+from spade.inference.openai import OpenAIBackend, parse_chat_completion
 from spade.inference.vllm_server import ManagedVllmBackend
 from spade.testing.tiny_models import char_tokenizer, tiny_llama_config
+from spade.training.loss import mismatch_metrics
+from spade.training.samples import collate, completion_sample
+from spade.training.scoring import token_logprobs
 from spade.training.trainer import GRPOTrainer
 from tests.training.tiny_task import LORA, own_logprobs, task_samples
 
@@ -49,6 +57,12 @@ PROMPTS = ["Say something.", "Count to five.", "Name a colour.", "Describe a cat
 FLOAT32 = ["--dtype", "float32"]  # as the transformers reference
 # float32 on both sides; vLLM's CPU kernels sum in another order than torch's: ~1e-6 apart
 ATOL = 1e-3
+TEMPERATURE = 0.7  # the presets' designer samples at 0.6, Qwen3's card advises 0.7
+# Qwen3-4B-Instruct-2507's generation_config.json sampling fields (the presets' model)
+QWEN3_SAMPLING = {"do_sample": True, "temperature": 0.7, "top_k": 20, "top_p": 0.8}
+# the mismatch k3 KL (per token) allowed between vLLM's and the trainer's log-probs: see
+# test_served_logprobs_are_the_trainers_at_the_sampling_temperature
+KL_BOUND = 1e-4
 
 
 def _free_port() -> int:
@@ -220,3 +234,121 @@ async def _check_rederived_ids(
             assert set(want.token_ids) & {0, 1}
     assert plain.retokenizer is not None and plain.retokenizer.unaligned == len(asked) - aligned
     return aligned
+
+
+def test_served_logprobs_are_the_trainers_at_the_sampling_temperature(
+    vllm_executable: str, tiny_model: Path, tmp_path: Path
+) -> None:
+    """vLLM samples at temperature T from softmax(logits / T), the distribution the trainer
+    scores (:func:`spade.training.samples.token_logprobs`), though the model folder carries a
+    generation_config.json with Qwen3's top-k 20 / top-p 0.8: the mismatch k3 KL between the
+    served log-probs and the trainer's, over ~250 sampled tokens, is under ``KL_BOUND``.
+
+    Both defences are checked, each alone: the server's ``--generation-config vllm`` (a request
+    naming no sampler but the temperature) and the client's neutral samplers (our backend's
+    request to a server restarted with ``generation_config: auto``). The control, the same bare
+    request to that ``auto`` server, samples from the top-k/top-p-masked distribution and must
+    land far above the bound: the measure sees the mask this test is about.
+
+    The bound. Both sides run float32 (``--dtype float32``; transformers in float32); vLLM's
+    CPU kernels sum in another order than torch's, ~1e-6 nats per token apart, so the k3
+    (~gap**2 / 2 per token) is ~1e-12 when they agree. 1e-4 leaves eight orders of magnitude
+    for numerics, and still sits far below the mask: a top-k/top-p mask keeping mass Z of the
+    distribution raises every sampled token's log-prob by -log Z, k3 = Z - 1 - log Z (Z 0.9:
+    5e-3). With bf16 on either side the per-token gaps are ~1e-2 (8-bit mantissa on logits of
+    a few units: the level the trainer's importance-ratio correction absorbs), k3 ~1e-4..1e-3:
+    this bound is for float32, not a claim about a bf16 server.
+    """
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model, folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps(generation | QWEN3_SAMPLING))
+    tok = AutoTokenizer.from_pretrained(folder)
+    trainer_model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+    server = VllmServerConfig(
+        executable=vllm_executable,
+        port=_free_port(),
+        enable_lora=False,
+        startup_timeout_s=600,
+        extra_args=[*FLOAT32, "--max-model-len", "512", "--kv-cache-memory-bytes", str(2**28)],
+    )
+    config = InferenceConfig(vllm=server, request_timeout_s=120, max_retries=1)
+    managed = ManagedVllmBackend(config, str(folder), log_path=tmp_path / "vllm.log")
+
+    def kl(outs: list[Completion]) -> float:
+        """The trainer's mismatch k3 KL of the served log-probs, at TEMPERATURE."""
+        samples = []
+        for out in outs:
+            assert out.ok and out.token_ids and len(out.token_ids) == len(out.logprobs), out
+            sample = completion_sample(out.prompt_token_ids, out.token_ids, out.logprobs, 0.0, "g")
+            sample.advantage = 0.0  # collate wants one; log-probs do not use it
+            samples.append(sample)
+        batch = collate(samples, tok.pad_token_id)
+        with torch.no_grad():
+            trained, _ = token_logprobs(trainer_model, batch, temperature=TEMPERATURE)
+        mask = batch["loss_mask"] > 0
+        return float(mismatch_metrics(trained, batch["behaviour_logprobs"], mask)["mismatch_kl"])
+
+    async def bare(seed: int) -> list[Completion]:
+        """Requests naming no sampler but the temperature: the server's defaults fill the rest
+        (token ids asked for, which samples nothing)."""
+        import httpx
+
+        outs = []
+        async with httpx.AsyncClient(timeout=120, trust_env=False) as client:
+            for i, prompt in enumerate(PROMPTS):
+                body = {
+                    "model": managed.model_name,
+                    "messages": [{"role": "user", "content": prompt}],
+                    "max_tokens": 64,
+                    "temperature": TEMPERATURE,
+                    "seed": seed + i,
+                    "logprobs": True,
+                    "return_token_ids": True,
+                }
+                response = await client.post(
+                    f"{managed.server.base_url}/chat/completions", json=body
+                )
+                response.raise_for_status()
+                outs.append(parse_chat_completion(response.json()))
+        return outs
+
+    def ours(seed: int) -> list[ChatRequest]:
+        params = [
+            SamplingParams(max_tokens=64, temperature=TEMPERATURE, seed=seed + i) for i in range(4)
+        ]
+        return [
+            ChatRequest([{"role": "user", "content": p}], q)
+            for p, q in zip(PROMPTS, params, strict=True)
+        ]
+
+    async def session() -> dict[str, float]:
+        await asyncio.to_thread(managed.start)
+        try:  # the server is stopped whatever happens
+            figures = {"client": kl(await managed.complete(ours(seed=11)))}
+            outs = await bare(seed=21)
+            figures["bare"] = kl(outs)
+            figures["tokens"] = float(sum(len(o.token_ids) for o in outs))
+            overridden = "have been overridden" in managed.server.log_tail(10_000)
+            assert not overridden  # vLLM says when generation_config.json sets its defaults
+            managed.server.config = server.model_copy(update={"generation_config": "auto"})
+            await asyncio.to_thread(managed.server.restart)
+            assert "have been overridden" in managed.server.log_tail(10_000)
+            figures["auto_client"] = kl(await managed.complete(ours(seed=11)))
+            figures["auto_bare"] = kl(await bare(seed=21))
+        finally:
+            await managed.aclose()
+        return figures
+
+    figures = asyncio.run(session())
+    print(
+        f"\n[figures] mismatch k3 KL at T={TEMPERATURE} over {figures['tokens']:.0f} tokens"
+        f" (bound {KL_BOUND:.0e}): our client {figures['client']:.1e}, a bare request"
+        f" {figures['bare']:.1e} (--generation-config vllm); with generation_config auto:"
+        f" our client {figures['auto_client']:.1e}, a bare request {figures['auto_bare']:.1e}"
+    )
+    assert max(figures["client"], figures["bare"], figures["auto_client"]) < KL_BOUND
+    assert figures["auto_bare"] > 10 * KL_BOUND  # the control: the mask is seen
