@@ -6,7 +6,10 @@ networks and depend only on defined services; the work-pool templates declare ev
 Kubernetes templates keep what prefect-kubernetes requires of a job manifest; the k8s
 manifests name apiVersion, kind and metadata; the campaign configs in infra/README.md validate;
 the `metrics` compose profile adds Prometheus and Grafana and nothing else (the dashboards and
-the scrape config are checked in tests/metrics/test_grafana.py).
+the scrape config are checked in tests/metrics/test_grafana.py); the GPU worker of compose (with
+`spade infra env`'s variables) and a Kubernetes flow-run Job (with the job variables `spade
+deploy --config` sets) get every GPU an 8-GPU preset places work on; the Dockerfile installs
+what the GPU path needs without a CUDA toolkit (read, not built: there is no Docker here).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-INFRA = Path(__file__).resolve().parent.parent / "infra"
+REPO = Path(__file__).resolve().parent.parent
+INFRA = REPO / "infra"
+GPU_PRESETS = ("games-8gpu.yaml", "tooluse-8gpu.yaml")
 NOT_OURS = {"prefect.yaml"}  # the deployment file has its own tests
 WORK_POOLS = INFRA / "work-pools"
 K8S_POOLS = ("kubernetes-gpu.json", "kubernetes-cpu.json")
@@ -35,6 +40,27 @@ def _yaml_docs(path: Path) -> list[Any]:
 
 def _compose() -> dict[str, Any]:
     return yaml.safe_load((INFRA / "compose.yaml").read_text())
+
+
+_COMPOSE_VAR = re.compile(r"\$\{(\w+)(?::-([^${}]*))?\}")  # innermost first: defaults nest
+
+
+def _interpolated_compose(env: dict[str, str]) -> dict[str, Any]:
+    """compose.yaml as Docker Compose reads it with ``env`` (``${VAR}`` and ``${VAR:-default}``,
+    nested; ``$$`` stays literal)."""
+    text = (INFRA / "compose.yaml").read_text()
+    while True:
+        done = _COMPOSE_VAR.sub(lambda m: env.get(m[1]) or m[2] or "", text)
+        if done == text:
+            return yaml.safe_load(done)
+        text = done
+
+
+def _gpu_request(service: dict[str, Any]) -> dict[str, Any]:
+    (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+    assert not ("count" in device and "device_ids" in device)  # Docker refuses both
+    return device
 
 
 def _pool(name: str) -> dict[str, Any]:
@@ -175,6 +201,50 @@ def test_compose_prefect_server_uses_postgres() -> None:
     assert "/api/health" in " ".join(server["healthcheck"]["test"])
 
 
+def test_compose_gpu_worker_and_vllm_take_different_gpus_by_default() -> None:
+    services = _interpolated_compose({})["services"]
+    worker, vllm = _gpu_request(services["gpu-worker"]), _gpu_request(services["vllm"])
+    assert int(worker["count"]) == 1  # Docker gives a count of N the host's GPUs 0 .. N-1
+    assert vllm["device_ids"] == ["1"]
+
+
+def _infra_env(preset: Path) -> dict[str, str]:
+    """The variables `spade infra env --config PRESET` prints (its `NAME=value` lines)."""
+    from typer.testing import CliRunner
+
+    from spade.cli import app
+
+    done = CliRunner().invoke(app, ["infra", "env", "--config", str(preset)])
+    assert done.exit_code == 0, done.output
+    lines = [line for line in done.output.splitlines() if line and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+@pytest.mark.parametrize("name", GPU_PRESETS)
+def test_an_8gpu_preset_gives_the_gpu_worker_and_its_kubernetes_job_8_gpus(name: str) -> None:
+    from prefect.utilities.templating import apply_values
+
+    from flows.deployments import config_deployment
+    from spade.config import load_config
+
+    preset = REPO / "configs" / name
+    env = _infra_env(preset)
+    worker = _gpu_request(_interpolated_compose(env)["services"]["gpu-worker"])
+    assert int(worker["count"]) == 8, env  # vLLM on 0-3 and training on 4-7, in one container
+    spec = yaml.safe_load((INFRA / "prefect.yaml").read_text())
+    (campaign,) = [d for d in spec["deployments"] if d["name"] == "campaign"]
+    deployment = config_deployment(campaign, load_config(preset))
+    assert deployment["work_pool"]["name"] == "spade-gpu"
+    template = _pool("kubernetes-gpu.json")
+    props = template["variables"]["properties"]
+    values = {k: v["default"] for k, v in props.items() if "default" in v}
+    values |= {"name": "spade-campaign", "command": "prefect flow-run execute"}
+    values |= deployment["work_pool"]["job_variables"]  # a deployment's override the pool's
+    job = apply_values(template["job_configuration"]["job_manifest"], values)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+
+
 # ---- work-pool templates ----------------------------------------------------------------------
 
 
@@ -294,6 +364,53 @@ def test_k8s_vllm_and_worker() -> None:
     server = by_name["Deployment", "prefect-server"]["spec"]["template"]["spec"]["containers"][0]
     db = next(e for e in server["env"] if e["name"] == "PREFECT_API_DATABASE_CONNECTION_URL")
     assert "secretKeyRef" in db["valueFrom"]
+
+
+# ---- Dockerfile ------------------------------------------------------------------------------
+
+
+def _dockerfile_runs() -> list[str]:
+    """The Dockerfile's RUN instructions, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", (INFRA / "Dockerfile").read_text())
+    return [line[4:] for line in text.splitlines() if line.startswith("RUN ")]
+
+
+def test_dockerfile_installs_the_gpu_path_without_a_cuda_toolkit() -> None:
+    """A CUDA torch and DeepSpeed from the project's pins, no toolkit: torch on PyPI is the CUDA
+    build (its nvidia-* runtime wheels are pinned with it; no CPU-only wheel index is named),
+    DeepSpeed compiles no op (training uses torch's Adam), nothing installs nvcc."""
+    text = (INFRA / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.12-", text, flags=re.M)
+    install = next(r for r in _dockerfile_runs() if "pip install -c constraints.txt -e" in r)
+    extras = re.search(r"-e '\.\[([a-z0-9,]+)\]'", install)
+    assert extras and {"ml", "s3"} <= set(extras[1].split(","))
+    assert "DS_BUILD_OPS=0" in install and "torch.version.cuda" in install
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert "index-url" not in code and "download.pytorch.org" not in code
+    assert not re.search(r"nvcc|cuda-toolkit|nvidia/cuda:.*devel", code)
+    pyproject = (REPO / "pyproject.toml").read_text()
+    ml = re.search(r"^ml = \[(.*)\]$", pyproject, flags=re.M)
+    assert ml and '"torch' in ml[1] and '"deepspeed' in ml[1]
+    pins = dict(
+        line.split("==", 1)
+        for line in (REPO / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert {"torch", "deepspeed", "nvidia-cuda-runtime", "nvidia-nccl-cu13"} <= set(pins)
+    assert "nvidia-cuda-nvcc" not in pins
+
+
+def test_dockerfile_gives_the_jail_what_bootstrap_gives_it() -> None:
+    """The jail's numpy (Debian's) and its site folder, with scripts/bootstrap.sh's pins."""
+    text = (INFRA / "Dockerfile").read_text()
+    bootstrap = (REPO / "scripts" / "bootstrap.sh").read_text()
+    want = re.search(r'^jail_pins="([^"]+)"$', bootstrap, flags=re.M)
+    have = re.search(r'^ARG JAIL_PINS="([^"]+)"$', text, flags=re.M)
+    assert want and have and have[1] == want[1]
+    jail_site = next(r for r in _dockerfile_runs() if "$JAIL_PINS" in r)
+    assert "--target /usr/local/lib/spade-jail-site --python-version 3.11" in jail_site
+    apt = next(r for r in _dockerfile_runs() if "apt-get install" in r)
+    assert {"python3.11", "python3-numpy", "libnl-route-3-200"} <= set(apt.split())
 
 
 # ---- README ----------------------------------------------------------------------------------

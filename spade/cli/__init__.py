@@ -8,6 +8,7 @@ from spade.cli.benchmark import benchmark
 from spade.cli.campaign import status, stop
 from spade.cli.dashboard import dashboard
 from spade.cli.env import env_app
+from spade.cli.infra import infra_app
 from spade.cli.pool import pool_app
 from spade.cli.selfplay import design, evaluate
 from spade.cli.train import train
@@ -20,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(env_app, name="env")
 app.add_typer(pool_app, name="pool")
+app.add_typer(infra_app, name="infra")
 app.command("design")(design)
 app.command("evaluate")(evaluate)
 app.command("benchmark")(benchmark)
