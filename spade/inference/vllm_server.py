@@ -186,7 +186,7 @@ class VllmServer(ManagedServer):
             ConfigError: an index past the GPUs this process sees.
         """
         inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if inherited is None:
+        if inherited is None or not self.devices:  # none placed: "" (never set as such)
             return ",".join(map(str, self.devices))
         seen = [d.strip() for d in inherited.split(",") if d.strip()]
         if max(self.devices) >= len(seen):
