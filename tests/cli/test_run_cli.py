@@ -112,6 +112,42 @@ def test_run_status_resume_on_the_embedded_prefect(tmp_path, scripted_server):
     assert unknown.returncode == 2 and "no campaign 'nope'" in unknown.stderr
 
 
+@pytest.mark.sandbox
+def test_run_on_a_server_without_the_gpu_limit_creates_it_before_round_0_and_trains(
+    tmp_path, scripted_server
+):
+    """A GPU preset's `run.gpu_concurrency_limit` without `spade deploy` first: the embedded
+    server of a fresh PREFECT_HOME has no limit; the run makes it with one slot, says so before
+    round 0, and the round's training stages take their slot of it (strictly: a missing limit
+    would fail them)."""
+    from spade.testing.scripted_designer import tiny_policy_overrides, write_tiny_policy
+
+    root = tmp_path / "store"
+    overrides = round_overrides(scripted_server, write_corpus(tmp_path / "corpus.jsonl"))
+    overrides |= tiny_policy_overrides(write_tiny_policy(tmp_path / "policy"))
+    config = _write(
+        tmp_path / "c.yaml",
+        {
+            **overrides,
+            "storage.root": str(root),
+            "model.device": "cpu",
+            "run.rounds": 1,
+            "run.gpu_concurrency_limit": "spade-gpu",
+        },
+    )
+    done = spade(
+        "run", "--config", str(config), "--campaign-id", "gpu1", "--no-live", home=tmp_path / "p"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    created = out.index("GPU concurrency limit spade-gpu: created with 1 slot")
+    assert created < out.index("round 0 sample_documents done")  # before round 0
+    assert "round 0 train_agent done" in out and "round 0 train_designer done" in out
+    status = spade("status", "gpu1", "--store", str(root), "--json", home=tmp_path / "p")
+    (round0,) = json.loads(status.stdout)["rounds"]
+    assert round0["complete"] and round0["train_loss"] is not None  # trained, not skipped
+
+
 @pytest.mark.attack
 def test_a_second_run_of_a_running_campaign_is_one_clear_error(tmp_path):
     """Another process holds the campaign's lease: resume refuses, naming it, before any work."""

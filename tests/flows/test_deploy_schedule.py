@@ -1,7 +1,10 @@
 """``spade deploy --schedule CRON --campaign-id ID`` against a real Prefect server: a scheduled
 ``spade-campaign`` deployment whose every tick continues that campaign (``more_rounds``), with
 an active schedule and a concurrency limit of 1; infra/prefect.yaml's nightly example
-continues a named campaign too. Bad input is one clear error before anything is registered."""
+continues a named campaign too. ``spade deploy --config PRESET`` adds the preset's own
+deployment on the pool its placement needs (an 8-GPU preset: spade-gpu, its flow runs asking
+for 8 GPUs), as a schedule of it does. Bad input is one clear error before anything is
+registered."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import yaml
 from flows.cli import PREFECT_FILE, REPO_ROOT
 
 SPADE = str(Path(sys.executable).with_name("spade"))
+GAMES_8GPU = REPO_ROOT / "configs" / "games-8gpu.yaml"
 
 
 def _spade(*args: str, api_url: str) -> subprocess.CompletedProcess[str]:
@@ -60,6 +64,44 @@ def test_deploy_with_a_schedule_continues_the_named_campaign(prefect_api, tmp_pa
     assert nightly.schedules and not any(s.active for s in nightly.schedules)
     assert nightly.global_concurrency_limit and nightly.global_concurrency_limit.limit == 1
     assert not plain.schedules  # the plain campaign deployment runs when asked
+
+
+def test_deploy_with_a_gpu_preset_registers_it_on_the_gpu_pool_asking_for_its_gpus(prefect_api):
+    from prefect import get_client
+
+    done = _spade("deploy", "--config", str(GAMES_8GPU), "--gpu-slots", "2", api_url=prefect_api)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "deployment spade-campaign/games-8gpu" in done.stdout
+    assert "work pool spade-gpu, 8 GPU(s) per flow run" in done.stdout
+    with get_client(sync_client=True) as client:
+        preset = client.read_deployment_by_name("spade-campaign/games-8gpu")
+        plain = client.read_deployment_by_name("spade-campaign/campaign")
+        limit = client.read_global_concurrency_limit_by_name("spade-gpu")
+    assert preset.work_pool_name == "spade-gpu" and plain.work_pool_name == "spade-cpu"
+    assert preset.job_variables == {"gpus": 8}
+    assert preset.parameters["config"]["name"] == "games-8gpu"
+    assert preset.parameters["config"]["training"]["ranks"] == 4
+    assert "config" in preset.parameter_openapi_schema["properties"]  # the UI's typed form
+    assert limit.limit == 2  # --gpu-slots, set through Prefect's client
+
+    tick = _spade(
+        "deploy", *("--schedule", "0 4 * * *", "--campaign-id", "games-lab"),
+        *("--config", str(GAMES_8GPU)), api_url=prefect_api,
+    )  # fmt: skip
+    assert tick.returncode == 0, tick.stdout + tick.stderr
+    with get_client(sync_client=True) as client:
+        scheduled = client.read_deployment_by_name("spade-campaign/campaign-games-lab")
+    # no --work-pool: the pool the preset's placement needs, not the campaign deployment's
+    assert scheduled.work_pool_name == "spade-gpu" and scheduled.job_variables == {"gpus": 8}
+
+
+def test_deploy_refuses_a_config_named_as_a_deployment_of_the_file(tmp_path):
+    config = tmp_path / "campaign.yaml"
+    config.write_text(yaml.safe_dump({"name": "nightly"}))
+    # no server at this address: the error comes before any call to it
+    done = _spade("deploy", "--config", str(config), api_url="http://127.0.0.1:9/api")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "'nightly' is a deployment of" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(
