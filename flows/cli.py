@@ -289,7 +289,7 @@ def _where(cfg: CampaignConfig, work_pool: str | None) -> str:
     return (
         f"work pool {pool}, {gpus} GPU(s) per flow run ({placement(cfg).describe()}): job"
         f" variable gpus={gpus} (a Kubernetes pool asks for them); a process worker must see"
-        f" them (compose: `spade infra env --config` prints its SPADE_GPU_WORKER_DEVICES)"
+        " them (compose: `spade infra env --config` prints its SPADE_GPU_WORKER_GPUS)"
     )
 
 

@@ -8,7 +8,7 @@ config whose server or training ranks run on GPUs (``spade.placement.placement(c
 ``spade-cpu``. Its deployment also carries the job variable ``gpus``, that count: a Kubernetes
 pool (infra/work-pools/kubernetes-gpu.json) makes each flow-run Job ask for that many
 ``nvidia.com/gpu``; a process pool has no such variable and ignores it (its worker has the GPUs
-its host or container gives it: infra/compose.yaml's ``SPADE_GPU_WORKER_DEVICES``, which
+its host or container gives it: infra/compose.yaml's ``SPADE_GPU_WORKER_GPUS``, which
 ``spade infra env --config`` prints).
 """
 
