@@ -44,7 +44,7 @@ from spade.config.roles import (
     MemoryConfig,
     ScoringConfig,
 )
-from spade.config.training import DeepSpeedConfig, LoraConfig, TrainingConfig
+from spade.config.training import CheckpointsConfig, DeepSpeedConfig, LoraConfig, TrainingConfig
 from spade.config.verify import DEFAULT_GARBAGE_ACTIONS, VerifyConfig
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_GARBAGE_ACTIONS",
     "TOOL_SKILLS",
     "CampaignConfig",
+    "CheckpointsConfig",
     "CorpusConfig",
     "DeepSpeedConfig",
     "DesignerConfig",

@@ -20,7 +20,7 @@ from spade.config.roles import (
     MemoryConfig,
     ScoringConfig,
 )
-from spade.config.training import TrainingConfig
+from spade.config.training import CheckpointsConfig, TrainingConfig
 from spade.config.verify import VerifyConfig
 from spade.errors import ConfigError
 
@@ -237,6 +237,7 @@ class CampaignConfig(Section):
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     run: RunConfig = Field(default_factory=RunConfig)

@@ -43,6 +43,26 @@ class DeepSpeedConfig(Section):
     offload_params: bool = Field(False, description="Keep parameters in CPU memory (stage 3).")
 
 
+class CheckpointsConfig(Section):
+    """How training checkpoints are written and how many are kept."""
+
+    keep_last: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Training checkpoints kept per campaign, newest first (with their staged"
+        " serving copies); older ones are deleted after each round's publish stage, except one"
+        " still published or needed by a running stage. None: keep every one.",
+    )
+    shard_mb: int = Field(
+        4096,
+        ge=1,
+        le=1_000_000,
+        description="Largest full-weights file in MiB: bigger models are saved in shards with"
+        " transformers' index, each serialised in memory once and written by one rank in turn.",
+    )
+
+
 class TrainingConfig(Section):
     """GRPO updates of the agent and the designer (docs/architecture.md §2.9)."""
 
@@ -138,6 +158,14 @@ class TrainingConfig(Section):
         ge=0,
         le=1000,
         description="Designer updates run this many steps late, with importance correction.",
+    )
+    dist_timeout_s: float = Field(
+        3600.0,
+        ge=60.0,
+        le=86_400.0,
+        description="Timeout of the training ranks' collectives (the process group's): longer"
+        " than the slowest collective, a checkpoint save included (each rank writes its own"
+        " shard in parallel; DeepSpeed's default is 10 minutes).",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of training-side randomness.")
     lora: LoraConfig = Field(default_factory=LoraConfig)

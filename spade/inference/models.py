@@ -37,7 +37,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -325,23 +325,31 @@ def read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
     raise InferenceError(f"cannot read weights from {path}")
 
 
-def load_state_into(model: Any, state: Mapping[str, torch.Tensor]) -> None:
-    """Copy ``state`` into ``model`` after checking it all fits (a partial load is never left)."""
-    expected = model.state_dict()
-    unexpected = sorted(set(state) - set(expected))
-    wrong_shape = sorted(k for k in state if k in expected and state[k].shape != expected[k].shape)
+def check_weights_fit(model: Any, shapes: Mapping[str, Sequence[int]]) -> None:
+    """InferenceError unless weights of these names and shapes fit ``model`` exactly: no
+    unexpected name, no wrong shape, nothing missing (a tied weight may come under any one of
+    its names). Under ZeRO-3 a parameter's own shape is its ``ds_shape``."""
+    state = model.state_dict(keep_vars=True)
+    expected = {k: tuple(getattr(v, "ds_shape", v.shape)) for k, v in state.items()}
+    unexpected = sorted(set(shapes) - set(expected))
+    wrong_shape = sorted(k for k in shapes if k in expected and tuple(shapes[k]) != expected[k])
     tied: dict[int, set[str]] = {}  # tied weights share one Parameter under several names
     params = dict(model.named_parameters(remove_duplicate=False))
     for name, param in params.items():
         tied.setdefault(id(param), set()).add(name)
     missing = sorted(
         k
-        for k in set(expected) - set(state)
-        if k not in params or not tied[id(params[k])] & set(state)
+        for k in set(expected) - set(shapes)
+        if k not in params or not tied[id(params[k])] & set(shapes)
     )
     if unexpected or wrong_shape or missing:
         raise InferenceError(
             f"weights do not fit the model: unexpected {unexpected[:5]}, "
             f"wrong shape {wrong_shape[:5]}, missing {missing[:5]}"
         )
+
+
+def load_state_into(model: Any, state: Mapping[str, torch.Tensor]) -> None:
+    """Copy ``state`` into ``model`` after checking it all fits (a partial load is never left)."""
+    check_weights_fit(model, {k: v.shape for k, v in state.items()})
     model.load_state_dict(state, strict=False)

@@ -64,6 +64,7 @@ import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +123,20 @@ class Engine(ABC):
 
     @abstractmethod
     def optimizer_state(self) -> dict[str, Any]:
-        """The optimizer state (collective under DeepSpeed; complete on rank 0)."""
+        """This rank's optimizer state (under ZeRO, its own partition: no collective)."""
 
     @abstractmethod
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`optimizer_state` (after the weights were loaded)."""
+        """Restore this rank's :meth:`optimizer_state` (after the weights were loaded)."""
+
+    partitions_parameters: bool = False  # ZeRO-3: each rank holds a slice of every parameter
+
+    def gathered(
+        self, params: list[nn.Parameter], *, modify: bool = False
+    ) -> contextlib.AbstractContextManager[None]:
+        """Inside it ``params`` are whole (collective under ZeRO-3); with ``modify``, what rank 0
+        writes into them is kept on every rank."""
+        return contextlib.nullcontext()
 
     def set_lr(self, lr: float) -> None:
         """The learning rate of the next updates (an optimizer state loaded from the other
@@ -248,7 +258,7 @@ def ensure_extensions_dir() -> Path:
     return path
 
 
-def _init_process_group(on_cpu: bool) -> None:
+def _init_process_group(on_cpu: bool, timeout_s: float) -> None:
     """Join the launcher's process group, or make a one-process one."""
     import deepspeed
 
@@ -266,7 +276,11 @@ def _init_process_group(on_cpu: bool) -> None:
             WORLD_SIZE="1",
             LOCAL_RANK="0",
         )
-    deepspeed.init_distributed(dist_backend="gloo" if on_cpu else None, auto_mpi_discovery=False)
+    deepspeed.init_distributed(
+        dist_backend="gloo" if on_cpu else None,
+        auto_mpi_discovery=False,
+        timeout=timedelta(seconds=timeout_s),
+    )
 
 
 def deepspeed_config(
@@ -340,7 +354,7 @@ class DeepSpeedEngine(Engine):
         on_cpu = accelerator.device_name() == "cpu"
         if not on_cpu and "LOCAL_RANK" in os.environ:
             accelerator.set_device(int(os.environ["LOCAL_RANK"]))
-        _init_process_group(on_cpu)
+        _init_process_group(on_cpu, config.dist_timeout_s)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the model has no trainable parameters")
@@ -378,32 +392,51 @@ class DeepSpeedEngine(Engine):
         return float(norm) if norm is not None else float("nan")
 
     def optimizer_state(self) -> dict[str, Any]:
-        """``{"zero": [state of rank 0, rank 1, ...]}`` on rank 0 (``{}`` elsewhere); without
-        ZeRO (stage 0) the optimizer is replicated: ``{"replicated": state}``."""
+        """This rank's state: its ZeRO partition (the fp32 master slice and Adam's moments of
+        it), or under stage 0 the whole, replicated state. No collective."""
         if self.zero_stage == 0:
-            return {"replicated": self.optimizer.state_dict()}
+            return dict(self.optimizer.state_dict())
         mine = {k: v for k, v in self.optimizer.state_dict().items() if k not in _ZERO_OBJECT_KEYS}
-        mine = {k: int(v) if k == "zero_stage" else v for k, v in mine.items()}  # an IntEnum
-        gathered = self.gather(mine)
-        return {"zero": gathered} if gathered else {}
+        return {k: int(v) if k == "zero_stage" else v for k, v in mine.items()}  # an IntEnum
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        """Every rank needs the whole ``{"zero": [...]}`` list (it picks its own partition)."""
+        """This rank's state as :meth:`optimizer_state` gave it; also a format-1 checkpoint's
+        ``{"zero": [every rank's]}`` / ``{"replicated": state}``, of which it takes its own."""
+        if "replicated" in state:
+            state = state["replicated"]
+        if "zero" in state:
+            partitions = state["zero"]
+            if not isinstance(partitions, list) or len(partitions) != self.world_size:
+                raise ValueError(
+                    f"optimizer state holds {len(partitions or [])} ZeRO partitions, this run"
+                    f" has {self.world_size} ranks (resume with the same world size)"
+                )
+            state = partitions[self.rank]
         if self.zero_stage == 0:
-            self.optimizer.load_state_dict(state["replicated"])
+            self.optimizer.load_state_dict(state)
             return
-        partitions = state.get("zero")
-        if not isinstance(partitions, list) or len(partitions) != self.world_size:
-            raise ValueError(
-                f"optimizer state holds {len(partitions or [])} ZeRO partitions, this run has"
-                f" {self.world_size} ranks (resume with the same world size)"
-            )
         # the loss scaler was left out of the saved state (a Python object); ours is the same
         scaler = getattr(self.optimizer, "loss_scaler", None)
-        partitions = [{"loss_scaler": scaler, **p} for p in partitions]
+        mine = {"loss_scaler": scaler, **state}
+        # ZeRO reads only this rank's entry of the list (a rigid checkpoint, same world size)
+        partitions = [mine if r == self.rank else None for r in range(self.world_size)]
         self.optimizer.load_state_dict(
             partitions, load_optimizer_states=True, load_from_fp32_weights=True
         )
+
+    @property
+    def partitions_parameters(self) -> bool:  # type: ignore[override]
+        return self.zero_stage == 3
+
+    @contextlib.contextmanager
+    def gathered(self, params: list[nn.Parameter], *, modify: bool = False) -> Iterator[None]:
+        if self.zero_stage < 3:
+            yield
+            return
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modify else None):
+            yield
 
     def weights_loaded(self) -> None:
         refresh = getattr(self.optimizer, "refresh_fp32_params", None)

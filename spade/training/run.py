@@ -168,13 +168,11 @@ def trainer_from_parent(
     alternated roles and every update was a fresh AdamW's first step (about ``lr * sign(g)``
     per weight, whatever the advantages' size). Collective under several DeepSpeed ranks
     (every rank loads the parent)."""
-    from spade.inference.checkpoints import load_checkpoint
-
     trainer, files = build_trainer(cfg, role)
     if parent is None:
         return trainer, files
-    loaded = load_checkpoint(parent, storage_options=cfg.storage.storage_options)
-    trainer.load_checkpoint(loaded)  # weights, the shared optimizer's state, step; own lr
+    # weights, this rank's shard of the shared optimizer's state, step; own lr
+    trainer.load_from(parent, storage_options=cfg.storage.storage_options)
     return trainer, files
 
 
@@ -206,7 +204,7 @@ def train_once(
     root = checkpoints or checkpoint_root(cfg, role)
     if world == 1 and cfg.training.ranks > 1:  # not launched: launch the ranks, as the stage
         return _launched(cfg, role, samples, root)
-    previous = latest_checkpoint(root, cfg.storage.storage_options)
+    previous = latest_checkpoint(root, cfg.storage.storage_options, verify="size")  # loads verify
     parent = previous.uri if previous else None
     update = update_from_parent(cfg, role, parent, samples, root)
     return TrainResult(
@@ -220,7 +218,7 @@ def _launched(cfg: CampaignConfig, role: Role, samples: list[Any], root: str) ->
     from spade.inference.checkpoints import latest_checkpoint
     from spade.training.launcher import train_on_ranks
 
-    previous = latest_checkpoint(root, cfg.storage.storage_options)
+    previous = latest_checkpoint(root, cfg.storage.storage_options, verify="size")  # loads verify
     parent = previous.uri if previous else None
     result = train_on_ranks(cfg, role, parent, samples, root)
     ranks = cfg.training.ranks
@@ -245,7 +243,11 @@ def update_from_parent(
     # of the whole batch, not a rank's shard: a group split across ranks is still one group
     metrics["zero_variance_groups"] = flat_group_share(samples)
     uri = trainer.save(
-        root, storage_options=cfg.storage.storage_options, parent=parent, model_files=files
+        root,
+        storage_options=cfg.storage.storage_options,
+        parent=parent,
+        model_files=files,
+        shard_bytes=cfg.checkpoints.shard_mb * 2**20,
     )
     kind = trainer.kind
     del trainer  # the model, its optimizer and activations: freed before the heap is trimmed

@@ -209,7 +209,7 @@ def test_damaged_checkpoint_is_skipped_and_refused(tmp_path, caplog, damage):
     uri = save(tmp_path, 2, optimizer_state={"state": {}, "param_groups": []})
     folder = Path(uri)
     if damage == "missing_file":
-        (folder / "optimizer.pt").unlink()
+        (folder / "optimizer-rank-00000-of-00001.pt").unlink()
     elif damage == "truncated_file":
         data = (folder / "model.safetensors").read_bytes()
         (folder / "model.safetensors").write_bytes(data[:-10])
@@ -238,8 +238,11 @@ def test_parent_chain_is_recorded(tmp_path):
     assert [i.parent for i in infos] == [None, uris[0], uris[1]]
     assert [i.uri for i in infos] == uris and {i.config_hash for i in infos} == {"abc"}
     manifest = json.loads((Path(uris[2]) / "manifest.json").read_text())
-    assert manifest["parent"] == uris[1] and manifest["format"] == 1
-    assert set(manifest) == {"format", "step", "kind", "config_hash", "parent", "created", "files"}
+    assert manifest["parent"] == uris[1] and manifest["format"] == 2
+    assert manifest["world_size"] == 1
+    assert set(manifest) == {
+        "format", "step", "kind", "config_hash", "parent", "created", "world_size", "files"
+    }  # fmt: skip
 
 
 def test_prune_keeps_newest_and_in_progress_saves(tmp_path):
@@ -353,10 +356,11 @@ def test_s3_round_trip_list_latest_prune(s3, caplog):
 
     infos = list_checkpoints(root, opts)
     assert [i.step for i in infos] == [1, 2, 3] and infos[1].parent == infos[0].uri
-    client.delete_object(Bucket=bucket, Key="runs/agent/step-00000003/optimizer.pt")
+    shard = "optimizer-rank-00000-of-00001.pt"
+    client.delete_object(Bucket=bucket, Key=f"runs/agent/step-00000003/{shard}")
     with caplog.at_level(logging.WARNING, logger="spade.inference.checkpoints"):
         assert latest_checkpoint(root, opts).step == 2  # type: ignore[union-attr]
-    assert "step-00000003/optimizer.pt: missing" in caplog.text
+    assert f"step-00000003/{shard}: missing" in caplog.text
     with pytest.raises(CheckpointError, match="missing"):
         load_checkpoint(parent, storage_options=opts)
     save_checkpoint_again = _save(root, 4, tensors=tensors, kind="full", storage_options=opts)

@@ -76,7 +76,19 @@ def test_a_full_checkpoint_loads_as_a_transformers_model_with_the_trained_weight
         load_checkpoint(uri)
 
 
-@pytest.mark.parametrize("name", ["manifest.json", "optimizer.pt", "../config.json", "a/b", ".x"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "manifest.json",
+        "optimizer.pt",
+        "optimizer-rank-00000-of-00001.pt",
+        "model-00001-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "../config.json",
+        "a/b",
+        ".x",
+    ],
+)
 def test_model_files_must_be_plain_new_names(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="plain and new"):
         save_checkpoint(

@@ -425,7 +425,7 @@ def test_agent_designer_agent_continue_one_optimizer_each_at_its_own_rate(tmp_pa
         base = tiny_llama(seed=0 if lora or i == 0 else 7 + i)  # later: overwritten by the load
         trainer = GRPOTrainer(base, PAD, config, role=role)
         if parent is not None:
-            trainer.load_checkpoint(load_checkpoint(parent))
+            trainer.load_from(parent)
         rates.append(trainer.step(samples).lr)
         parent = trainer.save(str(tmp_path / f"{i}-{role}"), parent=parent)
     chained = trainer.export_weights(merged=False)
