@@ -9,8 +9,14 @@ accident. Indices are the node's, as ``nvidia-smi`` (or the worker's own
 ``CUDA_VISIBLE_DEVICES``) numbers them. Other backends (in-process transformers, llama.cpp, an
 external server) reserve no GPU here: an in-process model shares the training GPU by design.
 
-Pure: :func:`placement` reads the config only; :func:`check_placement` adds the node's GPU
-count, which :func:`visible_gpus` reads (``nvidia-smi``; no torch).
+A child process's ``CUDA_VISIBLE_DEVICES`` comes from :func:`cuda_visible_devices`: the indices
+themselves, or, in a worker that was itself given a ``CUDA_VISIBLE_DEVICES``, the entries of that
+list they number (the vLLM server and the training launcher both start their processes so).
+
+Pure: :func:`placement` reads the config only, :func:`cuda_visible_devices` the config's indices
+and an environment; :func:`check_placement` adds the node's GPU count, which
+:func:`visible_gpus` reads (``nvidia-smi``; no torch), as :func:`train_gpus` does for ``device:
+auto``.
 """
 
 from __future__ import annotations
@@ -18,12 +24,21 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from spade.config import CampaignConfig
 from spade.errors import ConfigError
 
-__all__ = ["Placement", "check_placement", "placement", "uses_gpus", "visible_gpus"]
+__all__ = [
+    "Placement",
+    "check_placement",
+    "cuda_visible_devices",
+    "placement",
+    "train_gpus",
+    "uses_gpus",
+    "visible_gpus",
+]
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,38 @@ def placement(cfg: CampaignConfig, gpus: int | None = None) -> Placement:
         free = (i for i in range(len(serve) + ranks) if i not in serve)
         train = [next(free) for _ in range(ranks)]
     return Placement(serve, tuple(train))
+
+
+def train_gpus(cfg: CampaignConfig) -> tuple[int, ...]:
+    """The GPUs the training ranks use (:func:`placement`'s ``train``; ``nvidia-smi`` is asked
+    only for ``model.device: auto``); empty when the model does not run on GPUs."""
+    gpus = visible_gpus() if cfg.model.device == "auto" else None
+    return placement(cfg, gpus).train
+
+
+def cuda_visible_devices(
+    devices: Sequence[int], *, what: str, fields: str, environ: Mapping[str, str] | None = None
+) -> str:
+    """``devices`` as a child process's ``CUDA_VISIBLE_DEVICES``: the indices themselves, or,
+    where this process has a ``CUDA_VISIBLE_DEVICES`` of its own (in ``environ``, default
+    ``os.environ``), the entries of that list they number: indices are this process's view of
+    the node, as :func:`visible_gpus` counts it. Entries are passed on as written (UUIDs too).
+    ``what`` and ``fields`` name whose GPUs they are and the settings that chose them, for the
+    error.
+
+    Raises:
+        ConfigError: an index past the GPUs this process sees.
+    """
+    inherited = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if inherited is None or not devices:  # none placed: "" (never set as such)
+        return ",".join(map(str, devices))
+    seen = [d.strip() for d in inherited.split(",") if d.strip()]
+    if max(devices) >= len(seen):
+        raise ConfigError(
+            f"{what} {list(devices)} ({fields}) are not all among the {len(seen)} GPU(s) this"
+            f" process sees (CUDA_VISIBLE_DEVICES={inherited!r})"
+        )
+    return ",".join(seen[i] for i in devices)
 
 
 def check_placement(cfg: CampaignConfig, visible: int) -> Placement:

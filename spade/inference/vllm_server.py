@@ -52,10 +52,11 @@ from typing import Any, NoReturn, Self
 import httpx
 
 from spade.config import InferenceConfig, VllmServerConfig
-from spade.errors import ConfigError, InferenceError
+from spade.errors import InferenceError
 from spade.inference.base import ChatRequest, Completion
 from spade.inference.managed import ManagedServer, healthy, temp_path
 from spade.inference.openai import OpenAIBackend
+from spade.placement import cuda_visible_devices
 
 _SERVED_NAME = "--served-model-name"
 _LOGPROBS_MODE = "--logprobs-mode"
@@ -177,25 +178,18 @@ class VllmServer(ManagedServer):
         return env
 
     def cuda_visible_devices(self) -> str:
-        """``devices`` as the server's ``CUDA_VISIBLE_DEVICES``: the indices themselves, or,
-        where this process has a ``CUDA_VISIBLE_DEVICES`` of its own, the entries of that list
-        they number (indices are this process's view of the node, as
-        :func:`spade.placement.visible_gpus` counts it).
+        """``devices`` as the server's ``CUDA_VISIBLE_DEVICES``
+        (:func:`spade.placement.cuda_visible_devices`: mapped through this process's own
+        ``CUDA_VISIBLE_DEVICES`` when it has one).
 
         Raises:
             ConfigError: an index past the GPUs this process sees.
         """
-        inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if inherited is None or not self.devices:  # none placed: "" (never set as such)
-            return ",".join(map(str, self.devices))
-        seen = [d.strip() for d in inherited.split(",") if d.strip()]
-        if max(self.devices) >= len(seen):
-            raise ConfigError(
-                f"the vLLM server's GPUs {list(self.devices)} (inference.vllm.devices, or its"
-                f" first tensor_parallel_size x data_parallel_size) are not all among the"
-                f" {len(seen)} GPU(s) this process sees (CUDA_VISIBLE_DEVICES={inherited!r})"
-            )
-        return ",".join(seen[i] for i in self.devices)
+        return cuda_visible_devices(
+            self.devices,
+            what="the vLLM server's GPUs",
+            fields="inference.vllm.devices, or its first tensor_parallel_size x data_parallel_size",
+        )
 
     # -- life cycle -------------------------------------------------------------------------
 
