@@ -86,8 +86,10 @@ class TrainingConfig(Section):
         None,
         pattern=r"^\d{1,4}(,\d{1,4})*$",
         description="GPU indices the ranks train on, one per rank, as CUDA_VISIBLE_DEVICES"
-        " writes them ('4,5,6,7': e.g. the GPUs vLLM does not use). None: the node's first"
-        " `ranks` visible GPUs.",
+        " writes them ('4,5,6,7'), at ranks 1 too (the update in the stage's own process);"
+        " the node's indices as the worker sees them (through its own CUDA_VISIBLE_DEVICES,"
+        " if set). None: the first `ranks` GPUs the managed vLLM server leaves free (from GPU 0"
+        " with another inference backend). Unused when the model runs on the CPU.",
     )
     lr: float = Field(1e-6, gt=0.0, le=1.0, description="Learning rate of the agent (AdamW).")
     designer_lr: float = Field(

@@ -1,11 +1,25 @@
 """Launch a multi-rank training job (:mod:`spade.training.job`) on this node and wait for it.
 
 ``training.launcher`` picks torchrun (``python -m torch.distributed.run --nproc_per_node N``)
-or DeepSpeed's launcher (``python -m deepspeed.launcher.runner --num_nodes 1 --num_gpus N``);
-either starts ``python -m spade.training.launch JOB_DIR`` on ``training.ranks`` ranks with a
-free ``MASTER_PORT`` on loopback, and stops the others when one rank fails. The launcher's own
-output goes to ``logs/launcher.log``, each rank's to ``logs/rank-<r>.log``. Any failure raises
+or DeepSpeed's launcher (``python -m deepspeed.launcher.runner``); either starts ``python -m
+spade.training.launch JOB_DIR`` on ``training.ranks`` ranks with a free ``MASTER_PORT`` on
+loopback, and stops the others when one rank fails. The launcher's own output goes to
+``logs/launcher.log``, each rank's to ``logs/rank-<r>.log``. Any failure raises
 :class:`~spade.errors.TrainingError` with the failing rank's log tail.
+
+GPUs. When the model runs on GPUs the launcher is started with ``CUDA_VISIBLE_DEVICES`` naming
+the training GPUs of :func:`spade.placement.placement` (``training.devices``, or the first
+``training.ranks`` GPUs the managed vLLM server leaves free), mapped through the worker's own
+``CUDA_VISIBLE_DEVICES`` when it has one (:func:`spade.placement.cuda_visible_devices`); rank
+``r`` then trains on the ``r``-th of them (its ``LOCAL_RANK``). torchrun passes the variable on
+to its ranks. DeepSpeed's runner reads it instead of a GPU count: given none of ``--include``,
+``--exclude``, ``--num_gpus`` and ``--num_nodes``, it turns it into ``--include
+localhost:<it>`` (the node's indices) and sets it again for its ranks; ``--num_gpus N`` would
+make it drop the variable and start the ranks on GPUs ``0..N-1``, and it refuses
+``--num_nodes`` beside an include (its own, from the variable, too), so on GPUs it gets none of
+them. It takes the entries as GPU indices: a worker whose ``CUDA_VISIBLE_DEVICES`` names GPUs
+by UUID needs torchrun. On the CPU the environment is left as it is and DeepSpeed's runner gets
+``--num_gpus N`` (its process count there).
 
 The launch variables a parent process may carry (``RANK``, ``WORLD_SIZE``, ...: a worker that
 was itself started under a launcher) are dropped, so the ranks only ever join their own group.
@@ -19,12 +33,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from spade.config import CampaignConfig, TrainingConfig
-from spade.errors import TrainingError
+from spade.errors import ConfigError, TrainingError
+from spade.placement import cuda_visible_devices, train_gpus
 from spade.processes import free_port, stop_process_group
 from spade.training.job import (
     LOGS,
@@ -37,7 +52,7 @@ from spade.training.job import (
     write_job,
 )
 
-__all__ = ["launch_command", "run_job", "train_on_ranks"]
+__all__ = ["launch_command", "rank_environment", "run_job", "train_on_ranks"]
 
 log = logging.getLogger(__name__)
 
@@ -58,27 +73,53 @@ TAIL_CHARS = 4000
 RANK_TAIL_CHARS = 2500
 
 
-def launch_command(config: TrainingConfig, folder: Path, port: int) -> list[str]:
-    """The launcher's command line for the job in ``folder``."""
+def launch_command(config: TrainingConfig, folder: Path, port: int, *, placed: bool) -> list[str]:
+    """The launcher's command line for the job in ``folder``; ``placed``: the ranks' GPUs are
+    in the launcher's ``CUDA_VISIBLE_DEVICES`` (:func:`rank_environment`)."""
     n = str(config.ranks)
     if config.launcher == "torchrun":
         head = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
         head += ["--nproc_per_node", n, "--master_addr", "127.0.0.1", "--master_port", str(port)]
         return [*head, "-m", ENTRY, str(folder)]
-    head = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_nodes", "1"]
-    if config.devices is not None:  # DeepSpeed's runner picks GPUs by --include, not the env
-        head += ["--include", f"localhost:{config.devices}"]
-    else:
+    # a hostfile that is never there: one on the node (/job/hostfile, DeepSpeed's default)
+    # would make the runner launch over ssh and ignore CUDA_VISIBLE_DEVICES
+    head = [sys.executable, "-m", "deepspeed.launcher.runner", "--hostfile", str(folder / "none")]
+    # on GPUs the runner takes them from CUDA_VISIBLE_DEVICES (see the module docstring):
+    # --num_gpus would make it drop the variable, --num_nodes is refused beside it
+    if not placed:
         head += ["--num_gpus", n]
     head += ["--master_addr", "127.0.0.1", "--master_port", str(port)]
     return [*head, "--no_local_rank", "--module", ENTRY, str(folder)]  # LOCAL_RANK: the env
 
 
-def _environment(config: TrainingConfig) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+def rank_environment(
+    config: TrainingConfig, gpus: Sequence[int], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The launcher's environment: ``environ`` without launch variables, with
+    ``CUDA_VISIBLE_DEVICES`` naming ``gpus`` (the placement's training GPUs, this process's
+    indices) when there are any; none (the CPU): the variable is left as it is.
+
+    Raises:
+        ConfigError: a GPU past those this process sees, or DeepSpeed's launcher with GPUs
+            named by UUID (its runner reads ``CUDA_VISIBLE_DEVICES`` as indices).
+    """
+    env = {k: v for k, v in environ.items() if k not in LAUNCH_VARS}
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if config.devices is not None and config.launcher == "torchrun":
-        env["CUDA_VISIBLE_DEVICES"] = config.devices
+    if not gpus:
+        return env
+    visible = cuda_visible_devices(
+        gpus,
+        what="the training ranks' GPUs",
+        fields="training.devices, or the first training.ranks GPUs vLLM leaves free",
+        environ=environ,
+    )
+    if config.launcher == "deepspeed" and not all(d.isdigit() for d in visible.split(",")):
+        raise ConfigError(
+            f"training.launcher 'deepspeed' takes GPU indices, this worker names its GPUs"
+            f" {visible!r} (its CUDA_VISIBLE_DEVICES is {environ['CUDA_VISIBLE_DEVICES']!r}):"
+            " use training.launcher 'torchrun', or give the worker GPU indices"
+        )
+    env["CUDA_VISIBLE_DEVICES"] = visible
     return env
 
 
@@ -125,17 +166,20 @@ def _failure(folder: Path, ranks: int, code: int) -> TrainingError:
     )
 
 
-def run_job(config: TrainingConfig, folder: Path) -> JobResult:
-    """Run the job in ``folder`` (already written) on ``config.ranks`` ranks; rank 0's result."""
-    command = launch_command(config, folder, free_port())
+def run_job(config: TrainingConfig, folder: Path, gpus: Sequence[int] = ()) -> JobResult:
+    """Run the job in ``folder`` (already written) on ``config.ranks`` ranks, on ``gpus`` (the
+    placement's training GPUs; empty: the CPU); rank 0's result."""
+    env = rank_environment(config, gpus, os.environ)
+    command = launch_command(config, folder, free_port(), placed=bool(gpus))
     (folder / LOGS).mkdir(parents=True, exist_ok=True)
-    log.info("training on %d ranks: %s", config.ranks, " ".join(command))
+    where = f"GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if gpus else "the CPU"
+    log.info("training on %d ranks on %s: %s", config.ranks, where, " ".join(command))
     with (folder / LOGS / "launcher.log").open("ab") as out:
         proc = subprocess.Popen(
             command,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=_environment(config),
+            env=env,
             start_new_session=True,  # its own process group: stopped as one below
         )
         try:
@@ -160,10 +204,12 @@ def train_on_ranks(
     """One update of ``role`` from checkpoint ``parent`` on ``cfg.training.ranks`` launched
     ranks, each on its shard of ``samples`` (advantages set); the checkpoint goes under
     ``root``. ``keep_log(name, data)`` gets each log (``logs/rank-<r>.log``, ...) after a
-    success; after a failure the job's local folder is left for a look (the error names it)."""
+    success; after a failure the job's local folder is left for a look (the error names it).
+    The ranks train on the placement's training GPUs (:func:`spade.placement.train_gpus`)."""
+    gpus = train_gpus(cfg)  # before the job is written: a placement error leaves no folder
     folder = Path(tempfile.mkdtemp(prefix=f"spade-train-{role}-"))
     write_job(folder, TrainJob(cfg, role, parent, root, list(samples)))
-    result = run_job(cfg.training, folder)
+    result = run_job(cfg.training, folder, gpus)
     if keep_log is not None:
         for path in sorted((folder / LOGS).glob("*.log")):
             keep_log(f"{LOGS}/{path.name}", path.read_bytes())

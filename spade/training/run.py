@@ -14,7 +14,7 @@ import ctypes
 import gc
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -120,20 +120,71 @@ def load_samples(
     return designer_samples(cfg, attempts, rewards)
 
 
+def in_process_gpu(cfg: CampaignConfig, environ: Mapping[str, str]) -> int | None:
+    """The GPU an update in this process trains on, as torch numbers them (``cuda:<it>``): the
+    one training GPU of the placement (:func:`spade.placement.train_gpus`: ``training.devices``,
+    or the first GPU the managed vLLM server leaves free). None on the CPU, and on a launched
+    rank (``WORLD_SIZE`` in ``environ`` above 1), which trains on its ``LOCAL_RANK`` among the
+    GPUs its launcher was given. Torch numbers the GPUs this process sees as the placement
+    does, so the index needs no mapping, only a check against an inherited
+    ``CUDA_VISIBLE_DEVICES``.
+
+    Raises:
+        ConfigError: the GPU is past those this process sees.
+    """
+    from spade.placement import cuda_visible_devices, train_gpus
+
+    if int(environ.get("WORLD_SIZE", "1")) > 1:
+        return None
+    gpus = train_gpus(cfg)  # nvidia-smi only for device auto
+    if not gpus:  # the model is not on GPUs
+        return None
+    cuda_visible_devices(  # an index past the inherited list is refused, naming the fields
+        gpus,
+        what="the training GPU",
+        fields="training.devices, or the first GPU vLLM leaves free",
+        environ=environ,
+    )
+    return gpus[0]
+
+
+def single_rank_variables(gpu: int, environ: Mapping[str, str]) -> dict[str, str]:
+    """What DeepSpeed needs in the environment to train one in-process rank on ``gpu``:
+    ``LOCAL_RANK`` (the device its engine sets and moves the model to) and, unless ``environ``
+    has them all, a one-process group's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+    ``MASTER_PORT``: without them the engine makes that group itself
+    (:mod:`spade.training.engines`) and sets ``LOCAL_RANK`` 0, the GPU vLLM may hold."""
+    from spade.processes import free_port
+
+    out = {"LOCAL_RANK": str(gpu)}
+    if all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        return out  # a group was made before (an earlier update): the engine joins it
+    return out | {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+
+
 def build_trainer(cfg: CampaignConfig, role: Role) -> tuple[Any, dict[str, bytes] | None]:
     """A GRPO trainer on the configured model (with the KL's reference model when a full
     fine-tune needs one), and the model files its full-weight checkpoints carry so that each
-    is a loadable model folder (None for LoRA). A launched rank (``LOCAL_RANK`` set) loads onto
-    its own GPU."""
+    is a loadable model folder (None for LoRA). On GPUs, one rank in this process loads onto
+    the training GPU of the placement (:func:`in_process_gpu`), a launched rank (``LOCAL_RANK``
+    set) onto its own GPU."""
     from spade.inference.models import load_model_and_tokenizer, resolve_model
     from spade.training.trainer import GRPOTrainer
     from spade.training.weights import hf_model_files
 
-    if cfg.model.device != "cpu" and "LOCAL_RANK" in os.environ:
+    gpu = in_process_gpu(cfg, os.environ)
+    if gpu is not None or (cfg.model.device != "cpu" and "LOCAL_RANK" in os.environ):
         import torch
 
-        if torch.cuda.is_available():  # a launched rank: "cuda" is the current device, its own
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        if torch.cuda.is_available():  # "cuda" is the current device: the placed GPU, or its own
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) if gpu is None else gpu)
+        if gpu is not None and cfg.training.engine == "deepspeed":
+            os.environ.update(single_rank_variables(gpu, os.environ))
     resolved = resolve_model(cfg.model)
     model, tokenizer = load_model_and_tokenizer(resolved, cfg.model.dtype, cfg.model.device)
     lora = cfg.training.lora.enabled

@@ -6,6 +6,7 @@ The training stage on several ranks inside a flow run is tests/flows/test_train_
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -17,10 +18,11 @@ from pydantic import ValidationError
 
 from spade.config import CampaignConfig, TrainingConfig
 from spade.errors import ConfigError
+from spade.placement import placement
 from spade.processes import free_port
 from spade.records import DesignAttempt
 from spade.training.job import TrainJob, failure_marker, rank_log, read_job, shard, write_job
-from spade.training.launcher import LAUNCH_VARS, _failure, launch_command
+from spade.training.launcher import LAUNCH_VARS, _failure, launch_command, rank_environment
 from spade.training.samples import TrainSample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,18 +52,152 @@ def test_several_ranks_need_deepspeed_and_one_device_each():
 
 
 def test_the_launchers_start_the_rank_entry_on_the_nodes_ranks(tmp_path):
-    torchrun = launch_command(TrainingConfig(engine="deepspeed", ranks=4), tmp_path, 29555)
+    torchrun = launch_command(
+        TrainingConfig(engine="deepspeed", ranks=4), tmp_path, 29555, placed=True
+    )
     assert torchrun[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert torchrun[torchrun.index("--nproc_per_node") + 1] == "4"
     assert torchrun[torchrun.index("--master_port") + 1] == "29555"
     assert torchrun[-3:] == ["-m", "spade.training.launch", str(tmp_path)]
     ds = TrainingConfig(engine="deepspeed", ranks=2, launcher="deepspeed", devices="6,7")
-    cmd = launch_command(ds, tmp_path, 29555)
+    cmd = launch_command(ds, tmp_path, 29555, placed=True)
     assert cmd[:3] == [sys.executable, "-m", "deepspeed.launcher.runner"]
-    assert cmd[cmd.index("--include") + 1] == "localhost:6,7" and "--num_gpus" not in cmd
     assert cmd[-4:] == ["--no_local_rank", "--module", "spade.training.launch", str(tmp_path)]
-    plain = launch_command(ds.model_copy(update={"devices": None}), tmp_path, 29555)
-    assert plain[plain.index("--num_gpus") + 1] == "2"
+
+
+def _placed(launcher: str, device: str = "cuda", **training: object) -> CampaignConfig:
+    """An 8-GPU preset's placement: vLLM on 4 GPUs, 4 ranks on the GPUs it leaves free."""
+    return CampaignConfig.model_validate({
+        "model": {"device": device},
+        "inference": {"backend": "vllm", "vllm": {"data_parallel_size": 4}},
+        "training": {"engine": "deepspeed", "ranks": 4, "launcher": launcher} | training,
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
+def test_both_launchers_get_the_training_gpus_of_the_placement(launcher):
+    """Default placement (the GPUs vLLM leaves free) or training.devices; mapped through the
+    worker's own CUDA_VISIBLE_DEVICES; the parent's launch variables dropped."""
+    cfg = _placed(launcher)
+    gpus = placement(cfg).train
+    env = rank_environment(cfg.training, gpus, {"RANK": "3", "PATH": "/bin"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7" and "RANK" not in env
+    explicit = _placed(launcher, devices="0,2,5,7").training
+    assert rank_environment(explicit, (0, 2, 5, 7), {})["CUDA_VISIBLE_DEVICES"] == "0,2,5,7"
+    worker = {"CUDA_VISIBLE_DEVICES": "8,9,10,11,12,13,14,15"}  # the node's second half
+    assert rank_environment(cfg.training, gpus, worker)["CUDA_VISIBLE_DEVICES"] == "12,13,14,15"
+    with pytest.raises(ConfigError, match=r"ranks' GPUs \[4, 5, 6, 7\].*among the 4 GPU\(s\)"):
+        rank_environment(cfg.training, gpus, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+
+
+def test_on_the_cpu_the_launch_environment_keeps_its_gpus_variable():
+    cpu = _placed("deepspeed", device="cpu")
+    assert placement(cpu).train == ()
+    env = rank_environment(cpu.training, (), {"CUDA_VISIBLE_DEVICES": "3", "LOCAL_RANK": "1"})
+    assert env == {"CUDA_VISIBLE_DEVICES": "3", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def test_deepspeeds_launcher_refuses_gpus_named_by_uuid_torchrun_passes_them_on():
+    worker = {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b,GPU-c"}
+    torchrun = TrainingConfig(engine="deepspeed", ranks=2)
+    assert rank_environment(torchrun, (1, 2), worker)["CUDA_VISIBLE_DEVICES"] == "GPU-b,GPU-c"
+    ds = torchrun.model_copy(update={"launcher": "deepspeed"})
+    with pytest.raises(ConfigError, match=r"'deepspeed' takes GPU indices.*'GPU-b,GPU-c'"):
+        rank_environment(ds, (1, 2), worker)
+
+
+def _deepspeed_starts(
+    command: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, list[int]], list[str], dict[str, str]]:
+    """What DeepSpeed's runner (its real ``main``: argument parsing, the include/exclude and
+    count rules, the resource filter) starts on the 8-GPU node for our ``command`` under our
+    ``env``'s CUDA_VISIBLE_DEVICES: the GPUs of each host (the world info its local launch
+    sets CUDA_VISIBLE_DEVICES from for the ranks), that launch's command and environment. The
+    launch itself is recorded, not run (the process boundary)."""
+    from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
+    from deepspeed.launcher import runner
+
+    class EightGpuNode(CUDA_Accelerator):
+        """DeepSpeed's own CUDA accelerator on a node of 8 GPUs (the hardware is the one thing
+        stood in for), counted as torch's NVML count does: through CUDA_VISIBLE_DEVICES as it
+        is at the time of the call."""
+
+        def device_count(self) -> int:
+            listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+            return 8 if listed is None else len([d for d in listed.split(",") if d])
+
+    assert command[:3] == [sys.executable, "-m", "deepspeed.launcher.runner"]
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    class Recorded:
+        returncode = 0
+
+        def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+            started.append((cmd, env))
+
+        def wait(self) -> int:
+            return 0
+
+    node = EightGpuNode()
+    monkeypatch.setattr(runner, "get_accelerator", lambda: node)
+    monkeypatch.setattr(runner.subprocess, "Popen", Recorded)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if "CUDA_VISIBLE_DEVICES" in env:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env["CUDA_VISIBLE_DEVICES"])
+    runner.main(command[3:])
+    [(cmd, launch_env)] = started
+    [info] = [a.split("=", 1)[1] for a in cmd if a.startswith("--world_info=")]
+    return json.loads(base64.urlsafe_b64decode(info)), cmd, launch_env
+
+
+@pytest.mark.parametrize(
+    ("worker", "devices", "ranks", "gpus"),
+    [
+        ({}, None, 4, [4, 5, 6, 7]),  # the GPUs vLLM (on 0-3) leaves free
+        ({}, "1,3,5,7", 4, [1, 3, 5, 7]),
+        # a worker given the node's GPUs 2-7: vLLM on its first 4, 2 ranks on its last 2
+        ({"CUDA_VISIBLE_DEVICES": "2,3,4,5,6,7"}, None, 2, [6, 7]),
+    ],
+)
+def test_deepspeeds_runner_starts_the_ranks_on_the_placed_gpus(
+    tmp_path, monkeypatch, worker, devices, ranks, gpus
+):
+    """Through DeepSpeed's real runner, our command and environment start one rank on each
+    training GPU of the placement, by the node's indices."""
+    pytest.importorskip("deepspeed")
+    cfg = _placed("deepspeed", devices=devices, ranks=ranks)
+    env = rank_environment(cfg.training, placement(cfg).train, worker)
+    command = launch_command(cfg.training, tmp_path, 29555, placed=True)
+    hosts, launch, launch_env = _deepspeed_starts(command, env, monkeypatch)
+    assert hosts == {"localhost": gpus}
+    assert "CUDA_VISIBLE_DEVICES" not in launch_env  # the launch sets it from the world info
+    assert launch[-2:] == ["spade.training.launch", str(tmp_path)]
+    assert {"--module", "--no_local_rank", "--master_port=29555"} <= set(launch)
+
+
+def test_deepspeeds_runner_on_the_cpu_starts_the_configured_count(tmp_path, monkeypatch):
+    pytest.importorskip("deepspeed")
+    cpu = TrainingConfig(engine="deepspeed", ranks=2, launcher="deepspeed")
+    command = launch_command(cpu, tmp_path, 29555, placed=False)
+    hosts, _, _ = _deepspeed_starts(command, rank_environment(cpu, (), {}), monkeypatch)
+    assert hosts == {"localhost": [0, 1]}
+
+
+def test_deepspeeds_runner_refuses_a_node_count_beside_gpus_and_a_gpu_count_drops_them(
+    tmp_path, monkeypatch
+):
+    """Why our command names neither on GPUs: the runner refuses --num_nodes beside an
+    --include (also the one it makes of CUDA_VISIBLE_DEVICES), and --num_gpus makes it drop
+    CUDA_VISIBLE_DEVICES and start the ranks on GPUs 0..N-1 (where vLLM serves)."""
+    pytest.importorskip("deepspeed")
+    ours = launch_command(_placed("deepspeed").training, tmp_path, 29555, placed=True)
+    visible = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    for extra, env in [(["--num_nodes", "1", "--include", "localhost:4,5,6,7"], {}),
+                       (["--num_nodes", "1"], visible)]:  # fmt: skip
+        with pytest.raises(ValueError, match="Cannot specify num_nodes/gpus with include/exclude"):
+            _deepspeed_starts([*ours[:3], *extra, *ours[3:]], env, monkeypatch)
+    count = [*ours[:3], "--num_gpus", "4", *ours[3:]]
+    assert _deepspeed_starts(count, visible, monkeypatch)[0] == {"localhost": [0, 1, 2, 3]}
 
 
 def test_a_job_round_trips_and_a_corrupt_one_is_a_config_error(tmp_path):
