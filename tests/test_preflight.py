@@ -67,7 +67,9 @@ def test_invalid_config_value_names_the_field():
 def test_unknown_check_is_refused():
     with pytest.raises(ConfigError, match="unknown preflight checks"):
         preflight(config(), checks=["storage", "network"])
-    assert PREFLIGHT_CHECKS == ("storage", "sandbox", "corpus", "pool", "model", "placement")
+    assert PREFLIGHT_CHECKS == (
+        "storage", "sandbox", "corpus", "pool", "model", "placement", "plan"
+    )  # fmt: skip
 
 
 def test_stops_at_the_first_failure(tmp_path):

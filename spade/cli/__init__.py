@@ -7,8 +7,10 @@ import typer
 from spade.cli.benchmark import benchmark
 from spade.cli.campaign import status, stop
 from spade.cli.dashboard import dashboard
+from spade.cli.doctor import doctor
 from spade.cli.env import env_app
 from spade.cli.infra import infra_app
+from spade.cli.plan import plan
 from spade.cli.pool import pool_app
 from spade.cli.selfplay import design, evaluate
 from spade.cli.train import train
@@ -26,6 +28,8 @@ app.command("design")(design)
 app.command("evaluate")(evaluate)
 app.command("benchmark")(benchmark)
 app.command("train")(train)
+app.command("plan")(plan)
+app.command("doctor")(doctor)
 app.command("status")(status)
 app.command("stop")(stop)
 app.command("dashboard")(dashboard)

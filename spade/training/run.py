@@ -290,7 +290,11 @@ def update_from_parent(
 
     trainer, files = trainer_from_parent(cfg, role, parent)
     rank, world = trainer.engine.rank, trainer.engine.world_size
+    device = trainer.engine.device
+    _reset_peak(device)
     metrics = trainer.step(shard(samples, rank, world)).to_dict()
+    for r, peak in enumerate(trainer.engine.gather(_peak(device))):  # rank 0 gets them all
+        metrics[f"peak_memory_rank{r}"] = peak
     # of the whole batch, not a rank's shard: a group split across ranks is still one group
     metrics["zero_variance_groups"] = flat_group_share(samples)
     uri = trainer.save(
@@ -304,6 +308,25 @@ def update_from_parent(
     del trainer  # the model, its optimizer and activations: freed before the heap is trimmed
     release_host_memory()
     return JobResult(metrics, uri, kind, rank, world)
+
+
+def _reset_peak(device: Any) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak(device: Any) -> int:
+    """The most memory this rank's step held: on a GPU the allocator's peak of live tensors
+    (what ``spade plan`` predicts), on the CPU the process's peak resident memory."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
 def release_host_memory() -> None:
