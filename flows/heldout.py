@@ -12,6 +12,7 @@ from spade.config import CampaignConfig
 from spade.metrics.prom import start_metrics_server
 from spade.pipeline import heldout as heldout_stage
 from spade.pipeline.context import RoundContext
+from spade.pipeline.retention import check_not_pruned
 from spade.pipeline.state import published_weights
 from spade.records import BASE, WeightsRef
 
@@ -26,8 +27,10 @@ async def heldout_flow(
     config: CampaignConfig, campaign_id: str, round_index: int = 0
 ) -> dict[str, Any]:
     """Held-out plays with the weights published by round ``round_index`` (base weights when
-    that round published none); results go to the round's ``heldout`` stage."""
+    that round published none); results go to the round's ``heldout`` stage. Weights whose
+    checkpoint was pruned (``checkpoints.keep_last``) are a CheckpointError saying so."""
     start_metrics_server(config.metrics.prometheus_port)  # None: off; once per process
     ctx = RoundContext.open(config, campaign_id, round_index)
     weights = published_weights(ctx.store, round_index) or BASE
+    check_not_pruned(ctx.store, weights)
     return await play_heldout(ctx.serving(weights), weights)

@@ -184,16 +184,25 @@ def serving_folder(cfg: CampaignConfig, weights: WeightsRef, *, copy: bool = Fal
     checkpoint folder itself on a local store (unless ``copy``), else a verified copy of its
     serving files under ``$SPADE_CACHE/published/<version>-<hash of the uri>``."""
     from spade.inference.checkpoints import local_checkpoint_path, stage_checkpoint
-    from spade.inference.vllm_server import staging_root
 
     assert weights.checkpoint is not None
     options = cfg.storage.storage_options
     local = local_checkpoint_path(weights.checkpoint, options)
     if local is not None and not copy:
         return str(local)
+    dest = staged_folder(weights)
+    return str(stage_checkpoint(weights.checkpoint, dest, storage_options=options))
+
+
+def staged_folder(weights: WeightsRef) -> Path:
+    """Where :func:`serving_folder` copies ``weights``' checkpoint on this machine (whether or
+    not it did): ``$SPADE_CACHE/published/<version>-<hash of the uri>``; checkpoint retention
+    deletes it with the checkpoint."""
+    from spade.inference.vllm_server import staging_root
+
+    assert weights.checkpoint is not None
     digest = hashlib.sha256(weights.checkpoint.encode()).hexdigest()[:12]
-    name = f"{re.sub(r'[^\w.-]', '_', weights.version)}-{digest}"
-    return str(stage_checkpoint(weights.checkpoint, staging_root() / name, storage_options=options))
+    return staging_root() / f"{re.sub(r'[^\w.-]', '_', weights.version)}-{digest}"
 
 
 def _serve_on_vllm(cfg: CampaignConfig, entry: _Entry, weights: WeightsRef) -> str:

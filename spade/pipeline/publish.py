@@ -1,14 +1,18 @@
 """The publish stage: the round's trained weights become what the next round serves (an
 in-process model swaps them in, a managed vLLM or llama.cpp server is restarted or given the
-adapter, an external server loads the adapter or is told to restart)."""
+adapter, an external server loads the adapter or is told to restart); then, with
+``checkpoints.keep_last``, the checkpoints no round needs any more are deleted
+(:mod:`spade.pipeline.retention`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from spade.errors import ConfigError
 from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord
+from spade.pipeline.retention import RETENTION, retain_checkpoints, retention_note
 from spade.pipeline.stage import Stage
 from spade.records import WeightsRef
 
@@ -27,6 +31,10 @@ async def publish(ctx: RoundContext, weights: WeightsRef) -> WeightsRef:
     - a managed llama.cpp server (``inference.backend: llamacpp``): restarted with the LoRA
       adapter converted to GGUF (cached by content), completions named after the version;
     - an external server (``openai``): see :func:`_publish_to_server`.
+
+    Then, with ``checkpoints.keep_last``, older checkpoints no round needs are deleted
+    (:mod:`spade.pipeline.retention`), and the stage is committed again with what went
+    (``retention.json``, and the note).
     """
     cfg = ctx.config
     rec = StageRecord(ctx, "publish", {"weights": weights.version})
@@ -45,6 +53,13 @@ async def publish(ctx: RoundContext, weights: WeightsRef) -> WeightsRef:
         note = await _publish_to_server(ctx, weights)
     rec.write_json("weights.json", weights.to_dict())
     rec.commit(note=note)
+    # Only once the new weights are durably published may older ones go (checkpoints.keep_last);
+    # in a thread: deleting a checkpoint takes a while, and the event loop runs another round
+    # beside this one with run.overlap
+    retention = await asyncio.to_thread(retain_checkpoints, ctx, weights)
+    if retention is not None:  # what went: with the stage's outputs, and its note
+        rec.write_json(RETENTION, retention)
+        rec.commit(note="; ".join(n for n in (note, retention_note(retention)) if n))
     return weights
 
 
@@ -89,4 +104,6 @@ async def _publish_to_server(ctx: RoundContext, weights: WeightsRef) -> str:
     return ""
 
 
-STAGE = Stage("publish", sections=("model", "training"), entries=("publish",))
+STAGE = Stage(
+    "publish", sections=("model", "training", "checkpoints.keep_last"), entries=("publish",)
+)
