@@ -387,11 +387,13 @@ def test_vllm_missing_executable_fails():
 PRESETS = Path(__file__).resolve().parents[1] / "configs"
 
 
-def fake_nvidia_smi(folder: Path, gpus: int) -> Path:
-    """A stand-in ``nvidia-smi`` listing ``gpus`` GPUs as ``nvidia-smi -L`` does."""
+def fake_nvidia_smi(folder: Path, gpus: int, mib: int = 81559) -> Path:
+    """A stand-in ``nvidia-smi``: ``-L`` lists ``gpus`` GPUs, ``--query-gpu=memory.total``
+    gives each one's MiB (an H100's 81559 by default), as the real one prints them."""
     lines = "".join(f'echo "GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})"\n' for i in range(gpus))
+    sizes = "".join(f'echo "{mib}"\n' for _ in range(gpus))
     path = folder / "nvidia-smi"
-    path.write_text(f"#!/bin/sh\n{lines}")
+    path.write_text(f'#!/bin/sh\nif [ "$1" = "-L" ]; then\n{lines}else\n{sizes}fi\n')
     path.chmod(0o755)
     return folder
 
@@ -421,3 +423,36 @@ def test_the_gpu_presets_fit_an_8_gpu_node_and_no_smaller_one(preset, tmp_path, 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5")  # a worker given 6 of them
     with pytest.raises(ConfigError, match=r"has 6 visible GPU"):
         preflight(cfg, checks=["placement"])
+
+
+# -- plan --------------------------------------------------------------------------------------
+
+
+def test_plan_on_a_cpu_config_plans_nothing():
+    assert only(config(model__device="cpu"), "plan").detail == "no GPU used: nothing to plan"
+
+
+@pytest.mark.parametrize("preset", ["games-8gpu", "tooluse-8gpu"])
+def test_the_gpu_presets_fit_80_gb_gpus_and_are_refused_on_24_gb_before_round_0(
+    preset, tmp_path, monkeypatch
+):
+    cfg = load_config(PRESETS / f"{preset}.yaml")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path, 8)), prepend=os.pathsep)
+    detail = only(cfg, "plan").detail
+    assert "a training rank needs" in detail and "of 80 GiB" in detail, detail
+    small = tmp_path / "small"
+    small.mkdir()
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(small, 8, mib=24576)), prepend=os.pathsep)
+    with pytest.raises(ConfigError, match=r"a training rank needs .* GiB, its GPU has 24 GiB"):
+        preflight(cfg, checks=["plan"])
+
+
+def test_a_preset_without_activation_checkpointing_is_refused_saying_what_to_change(
+    tmp_path, monkeypatch
+):
+    cfg = load_config(PRESETS / "games-8gpu.yaml", {"training.activation_checkpointing": False})
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", str(fake_nvidia_smi(tmp_path, 8)), prepend=os.pathsep)
+    with pytest.raises(ConfigError, match=r"turn on training\.activation_checkpointing"):
+        preflight(cfg, checks=["plan"])

@@ -35,8 +35,9 @@ class DeepSpeedConfig(Section):
     bf16: bool = Field(
         False,
         description="DeepSpeed's own bf16 mode: module in bf16, fp32 masters only inside its"
-        " optimizer, so checkpoints hold bf16 weights. Off: the trainer's mixed precision, as on"
-        " the torch engine: fp32 master weights (checkpointed as such) with bf16 autocast when"
+        " optimizer (each rank's optimizer shard: resumed exactly), weights files in bf16; less"
+        " memory (bench/memory.py; the GPU presets' choice). Off: the trainer's mixed precision,"
+        " as on the torch engine: fp32 parameters (checkpointed as such) with bf16 autocast when"
         " the model loads in bf16 (model.dtype 'auto' on GPU).",
     )
     offload_optimizer: bool = Field(False, description="Keep optimizer state in CPU memory.")

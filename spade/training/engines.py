@@ -20,9 +20,12 @@ per trained parameter, as in any mixed-precision training. LoRA adapters are fp3
 upcasts them), so a LoRA model's frozen base is left as it is.
 
 ``deepspeed.bf16: true`` instead runs DeepSpeed's own bf16 mode: the module in bf16, fp32 masters
-inside its optimizer (saved with the optimizer state, so a resume of the same role is exact), but
-exported and checkpointed weights are bf16, and a stage that starts from them (the other role's
-next update) starts from bf16-rounded masters.
+inside its optimizer. A checkpoint's weights files are then bf16 (what a server loads, half the
+size), and the fp32 masters travel in each rank's optimizer shard, from which the next stage (of
+either role) restores them exactly. It holds less than the fp32-parameter layout: 18 bytes per
+parameter of model states instead of 20 under ZeRO-3, no bf16 copy of every weight kept by
+autocast's cast cache until the forward ends, a bf16 residual stream (``bench/memory.py``
+measures both; the GPU presets use it).
 
 DeepSpeed specifics:
 

@@ -65,6 +65,7 @@ def test_zero3_states_divide_by_the_ranks_and_deepspeeds_estimate_is_used_for_it
     arch = Architecture.from_config(KNOWN_CONFIGS["Qwen/Qwen3-4B-Instruct-2507"])
     cfg = TrainingConfig(engine="deepspeed", ranks=4, deepspeed={"zero_stage": 3, "bf16": True})
     (states, bucket, prefetch) = model_states(arch, cfg, "bf16", 4)
+    assert prefetch.bytes == 50_000_000 * 2
     assert states.bytes == 4 * arch.largest_group + 18 * arch.params // 4
     assert "DeepSpeed" in states.how and bucket.bytes == 500_000_000 * 2
     plain = TrainingConfig(engine="deepspeed", ranks=4, deepspeed={"zero_stage": 3})

@@ -28,11 +28,13 @@ WORKER = ROOT / "tests" / "training" / "zero3_worker.py"
 LAUNCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _torchrun(mode: str, out: Path, root: str, options: dict[str, Any]) -> None:
+def _torchrun(
+    mode: str, out: Path, root: str, options: dict[str, Any], precision: str = "fp32"
+) -> None:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           str(WORKER), mode, str(out), root, json.dumps(options)]  # fmt: skip
+           str(WORKER), mode, str(out), root, json.dumps(options), precision]  # fmt: skip
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
 
@@ -54,11 +56,21 @@ def _equal(a: Any, b: Any, where: str = "") -> None:
         assert a == b, where
 
 
-def test_two_zero3_ranks_save_their_own_shards_and_resume_exactly(tmp_path, s3_bucket):
+@pytest.mark.parametrize(
+    "precision",
+    [
+        "bf16",  # the GPU presets' (deepspeed.bf16): masters only in the optimizer's shards
+        pytest.param("fp32", marks=pytest.mark.slow),
+    ],
+)
+def test_two_zero3_ranks_save_their_own_shards_and_resume_exactly(tmp_path, s3_bucket, precision):
+    """In DeepSpeed's bf16 mode the weights files hold bf16 copies, the fp32 masters live in
+    the optimizer shards alone: the resumed ranks must get the masters back from there, or the
+    next step would start from bf16-rounded ones and differ."""
     root = f"s3://{s3_bucket.name}/campaign/checkpoints"
     options = dict(s3_bucket.storage_options)
-    _torchrun("save", tmp_path, root, options)
-    _torchrun("resume", tmp_path, root, options)
+    _torchrun("save", tmp_path, root, options, precision)
+    _torchrun("resume", tmp_path, root, options, precision)
 
     uri = (tmp_path / "uri").read_text()
     manifest = json.loads(s3_bucket.client.get_object(
@@ -95,4 +107,6 @@ def test_a_resume_on_another_world_size_is_refused_saying_why(tmp_path, s3_bucke
     _torchrun("save", tmp_path, root, dict(s3_bucket.storage_options))
     alone = GRPOTrainer(tiny_llama(), PAD, CONFIG)  # one rank, in this process
     with pytest.raises(CheckpointError, match=r"saved by 2 training rank\(s\), this run has 1"):
-        alone.load_from((tmp_path / "uri").read_text(), storage_options=dict(s3_bucket.storage_options))
+        alone.load_from(
+            (tmp_path / "uri").read_text(), storage_options=dict(s3_bucket.storage_options)
+        )

@@ -1,5 +1,6 @@
 """One rank of the ZeRO-3 checkpoint test (tests/training/test_zero3_checkpoint.py), run under
-``torchrun --nproc_per_node N``: ``python tests/training/zero3_worker.py MODE OUT ROOT OPTIONS``.
+``torchrun --nproc_per_node N``: ``python tests/training/zero3_worker.py MODE OUT ROOT OPTIONS
+PRECISION`` (``fp32``: fp32 weights; ``bf16``: DeepSpeed's bf16 mode).
 
 ``save``: a fresh ZeRO-3 trainer takes one step on this rank's shard, saves a checkpoint under
 ROOT (full weights in several shards, each rank its own optimizer shard), and dumps what it
@@ -32,6 +33,7 @@ CONFIG = TrainingConfig(
     logprob_chunk_tokens=3,  # several projection chunks, unevenly many per rank
     deepspeed={"zero_stage": 3},
 )
+BF16 = CONFIG.model_copy(update={"deepspeed": CONFIG.deepspeed.model_copy(update={"bf16": True})})
 SHARD_BYTES = 20_000  # the tiny model's ~0.1 MB of weights in several files, by both ranks
 
 
@@ -44,9 +46,12 @@ def snapshot(trainer: GRPOTrainer, read: list[str]) -> dict:
     }
 
 
-def main(mode: str, out: Path, root: str, options: dict) -> None:
+def main(mode: str, out: Path, root: str, options: dict, precision: str) -> None:
     samples = varied_samples(n=12)
-    trainer = GRPOTrainer(tiny_llama(seed=0 if mode == "save" else 7), PAD, CONFIG)
+    model = tiny_llama(seed=0 if mode == "save" else 7)
+    if precision == "bf16":  # DeepSpeed's bf16 mode: the module in bf16, fp32 masters inside
+        model = model.to(torch.bfloat16)
+    trainer = GRPOTrainer(model, PAD, BF16 if precision == "bf16" else CONFIG)
     rank, world = trainer.engine.rank, trainer.engine.world_size
     mine = shard(samples, rank, world)
     read: list[str] = []
@@ -67,4 +72,4 @@ def main(mode: str, out: Path, root: str, options: dict) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]))
+    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]), sys.argv[5])
