@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 from typing import Annotated
@@ -38,7 +40,9 @@ def plan(
     if count > 0 and size <= 0:
         raise fail("no GPU memory size: pass --gpu-mem GiB (nvidia-smi reports none here)")
     try:  # placement refused, or an architecture the plan cannot read
-        result = plan_campaign(cfg, count, size)
+        # DeepSpeed prints its accelerator on import (its estimators'): keep stdout the plan's
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = plan_campaign(cfg, count, size)
     except SpadeError as exc:
         raise fail(exc) from None
     console = Console(width=120)
