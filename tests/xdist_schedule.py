@@ -28,6 +28,7 @@ LONGEST = [
     "tests/integration/test_deployments.py",
     "tests/flows/test_store_failures.py",
     "tests/flows/test_train_ranks.py",
+    "tests/training/test_zero3_checkpoint.py",  # two launches of 2 DeepSpeed ranks
     "tests/flows/test_resume.py",
     "tests/cli/test_run_cli.py",
     "tests/flows/test_round_flow.py",
