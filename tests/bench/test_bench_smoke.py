@@ -75,3 +75,16 @@ def test_designs_bench_quick_counts_every_attempt_per_variant(
         assert 0 <= r["novel"] <= r["accepted"] <= r["attempts"] and r["minutes"] > 0
         assert r["after_repair"] <= r["accepted"]
     assert {d["strategy"] for d in rows[0]["designs"]} == {"write"}
+
+
+@pytest.mark.slow  # ~2 min: four configurations, each in its own process
+def test_memory_bench_quick_sets_each_prediction_beside_a_measured_peak(tmp_path: Path) -> None:
+    data = run_bench("memory.py", "--quick", out=tmp_path / "memory.json", timeout=900)
+    rows = data["rows"]
+    assert {(r["checkpointing"], r["precision"]) for r in rows} == {
+        (c, p) for c in (False, True) for p in ("autocast", "bf16")
+    }
+    for r in rows:  # a real peak (more than the model's own bf16 weights) and a real prediction
+        assert r["measured"] > 2 * r["params"] and r["predicted"] > 2 * r["params"]
+        assert r["ratio"] == r["predicted"] / r["measured"]
+    assert data["configurations"] == 4 and len(data["bf16_over_autocast"]) == 2
