@@ -24,6 +24,7 @@ from flows.round import RoundOutcome, round_flow
 from flows.storage import flow_run_label
 from spade.config import CampaignConfig
 from spade.errors import ConfigError
+from spade.inference.pool import close_shared_backends
 from spade.metrics.sinks import log_round
 from spade.pipeline.campaign import (
     campaign_lease,
@@ -78,27 +79,43 @@ async def campaign_flow(
     ``campaign_id`` None starts a new campaign; an existing id resumes it. One run per
     campaign id at a time: a second one fails at once with a LeaseHeldError naming the first
     (its flow run, host and pid); a deployment's concurrency limit makes ticks wait instead.
+    When it ends, however, the backends its rounds pooled are closed: a managed model server
+    stops with the campaign.
     """
     log = get_run_logger()
     await _check_node(config, log)
     cid = campaign_id or new_campaign_id(config)
     cs = campaign_store(config, cid)
-    with campaign_lease(cs, config, holder=flow_run_label()):
-        start_campaign(cs, config)
-        r, total = rounds_to_run(cs, config, rounds, more_rounds, report=log.warning)
-        record_target(cs, total)  # a resume of this run continues to the same round count
-        log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
-        if config.run.overlap:
-            await _overlapped(config, cs, r, total)
-            return await _report(cs)
-        while total == 0 or r < total:
-            if stop_requested(cs):
-                log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
-                break
-            outcome = await round_flow(config, cid, r)
-            await _finished(config, cs, outcome)
-            r += 1
+    try:  # the backends its rounds pooled go with the campaign, however it ends
+        with campaign_lease(cs, config, holder=flow_run_label()):
+            return await _campaign(config, cs, rounds, more_rounds)
+    finally:
+        # a managed vLLM or llama.cpp server runs in a session of its own: left running, it
+        # would outlive this process (`spade run`, a deployment's flow run) and hold its port
+        await close_shared_backends()
+
+
+async def _campaign(
+    config: CampaignConfig, cs: CampaignStore, rounds: int | None, more_rounds: int | None
+) -> dict[str, Any]:
+    """The campaign's rounds, under its lease (see :func:`campaign_flow`)."""
+    log = get_run_logger()
+    cid = cs.layout.campaign_id
+    start_campaign(cs, config)
+    r, total = rounds_to_run(cs, config, rounds, more_rounds, report=log.warning)
+    record_target(cs, total)  # a resume of this run continues to the same round count
+    log.info("campaign %s: continuing at round %d (%s)", cid, r, cs.store.url())
+    if config.run.overlap:
+        await _overlapped(config, cs, r, total)
         return await _report(cs)
+    while total == 0 or r < total:
+        if stop_requested(cs):
+            log.info("campaign %s: stop requested; ending after round %d", cid, r - 1)
+            break
+        outcome = await round_flow(config, cid, r)
+        await _finished(config, cs, outcome)
+        r += 1
+    return await _report(cs)
 
 
 async def _check_node(config: CampaignConfig, log: Any) -> None:
