@@ -175,6 +175,9 @@ class ObjectStore:
     def read_bytes(self, key: str) -> bytes:
         """The bytes under ``key``; ObjectMissingError (a FileNotFoundError) if absent."""
         path = self._path(key)
+        # another process may have written it since we listed its folder: s3fs would take the
+        # cached listing's word (absent, or the old size) over the store's
+        self.fs.invalidate_cache(path)
         try:  # absent or unreachable: both name the object
             return bytes(self.fs.cat_file(path))
         except FileNotFoundError as exc:
