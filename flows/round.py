@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +62,7 @@ from flows.storage import (
     task_worker,
 )
 from spade.config import CampaignConfig
-from spade.inference.pool import shared_backend
+from spade.inference.pool import held, serve_on_managed_vllm, shared_backend, shared_vllm_server
 from spade.metrics.prom import start_metrics_server
 from spade.pipeline import evaluate as evaluate_stage
 from spade.pipeline import heldout as heldout_stage
@@ -249,7 +250,7 @@ async def _round(ctx: RoundContext, wait_for_parent: bool = False) -> RoundOutco
         attempts = await design_phase(t.design, ctx, plan, carried.memory)
     designed = accepted_specs(attempts)
     specs = designed + await pool_phase(t.pool, ctx, plan, designed)
-    evaluations = await results(t.evaluate.map(unmapped(ctx), specs)) if specs else []
+    evaluations = await _evaluate(t, ctx, specs)
     await t.commit_evaluate(ctx, unwalked(evaluations))
     await t.run(
         score_stage.score_round, ctx, unwalked(attempts), unwalked(evaluations), carried.ema
@@ -267,6 +268,31 @@ async def _round(ctx: RoundContext, wait_for_parent: bool = False) -> RoundOutco
     return RoundOutcome(
         ctx.campaign_id, ctx.round, published, summarize_round(ctx.store, ctx.round)
     )
+
+
+async def _evaluate(t: RoundTasks, ctx: RoundContext, specs: list[EnvSpec]) -> list[EnvEvaluation]:
+    """The evaluate task mapped over ``specs``.
+
+    On a Dask cluster the tasks run in the workers' processes, where this process's inference
+    pool is not: each would launch a managed vLLM server of its own (``inference.backend:
+    vllm``) on the port this one's holds, and fail. So the pooled server is brought to the
+    round's weights here and held on them while the tasks play (the pool's version gate), and
+    the tasks reach it as an external OpenAI-compatible server: its URL, the weights' model
+    name. Dask must be local to this node then (infra/README.md, "Placement").
+    """
+    if not specs:
+        return []
+    cfg = ctx.config
+    if cfg.run.task_runner != "dask" or cfg.inference.backend != "vllm":
+        return await results(t.evaluate.map(unmapped(ctx), specs))
+    async with held(cfg, ctx.weights):
+        model = await serve_on_managed_vllm(cfg, ctx.weights)
+        url = shared_vllm_server(cfg).server.base_url
+        served = {"backend": "openai", "base_url": url, "served_model": model}
+        inference = cfg.inference.model_copy(update=served)
+        # inference is in no stage's cache key: the tasks' keys and stored plays are the same
+        workers = dataclasses.replace(ctx, config=cfg.model_copy(update={"inference": inference}))
+        return await results(t.evaluate.map(unmapped(workers), specs))
 
 
 __all__ = ["RoundOutcome", "RoundTasks", "StageKey", "round_flow"]
