@@ -139,6 +139,9 @@ def fs_uri(fs: Any, path: str) -> str:
 
 
 def read_manifest(fs: Any, path: str) -> dict[str, Any]:
+    # another process (a rank, the previous stage) may have written the folder since this
+    # filesystem listed it: s3fs would answer from its cached listing (absent, or old sizes)
+    fs.invalidate_cache(path)
     try:
         raw = fs.cat_file(f"{path}/{MANIFEST}")
     except FileNotFoundError as exc:  # the commit marker is absent: the save never finished
