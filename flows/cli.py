@@ -68,19 +68,25 @@ def _check_inputs(cfg: CampaignConfig) -> None:
         for result in preflight(cfg):
             console.print(f"  [green]ok[/] {result.name}: {result.detail}")
     if cfg.run.gpu_concurrency_limit is not None:
-        limit = _ensure_gpu_limit(cfg.run.gpu_concurrency_limit)
+        limit, freed = _ensure_gpu_limit(cfg.run.gpu_concurrency_limit)
         console.print(f"  [green]ok[/] GPU concurrency limit {limit.describe()}")
+        for line in freed:
+            console.print(f"  [yellow]freed[/] GPU concurrency limit {line}")
 
 
-def _ensure_gpu_limit(name: str) -> GpuLimit:
-    """:func:`flows.gpu_limit.ensure_gpu_limit`; a Prefect server that does not answer is a
-    :class:`ConfigError` naming it."""
+def _ensure_gpu_limit(name: str) -> tuple[GpuLimit, list[str]]:
+    """:func:`flows.gpu_limit.ensure_gpu_limit`, then the slots of a killed run given back on
+    the embedded server (:func:`flows.gpu_limit.free_lost_slots`: what it said); a Prefect
+    server that does not answer is a :class:`ConfigError` naming it."""
     import httpx
 
-    from flows.gpu_limit import ensure_gpu_limit
+    from flows.gpu_limit import ensure_gpu_limit, free_lost_slots
+
+    async def go() -> tuple[GpuLimit, list[str]]:
+        return await ensure_gpu_limit(name), await free_lost_slots(name)
 
     try:  # the server PREFECT_API_URL names (or the embedded one) must answer before round 0
-        return asyncio.run(ensure_gpu_limit(name))
+        return asyncio.run(go())
     except httpx.HTTPError as exc:
         where = os.environ.get("PREFECT_API_URL") or "the embedded Prefect server"
         raise ConfigError(
@@ -373,6 +379,12 @@ PREFECT_DEFAULTS = {
     # the embedded server creates and migrates its SQLite database on start: on a busy 2-core
     # machine (a campaign and the test suite running) that took longer than Prefect's 20 s
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    # concurrency slots' leases in files under PREFECT_HOME, not in the embedded server's
+    # memory: a killed run's server took its GPU slot's lease with it, and the slot was never
+    # given back (flows/gpu_limit.py)
+    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": (
+        "prefect.server.concurrency.lease_storage.filesystem"
+    ),
 }
 """Prefect settings ``spade`` uses unless the environment sets them."""
 

@@ -201,6 +201,24 @@ def test_compose_prefect_server_uses_postgres() -> None:
     assert "/api/health" in " ".join(server["healthcheck"]["test"])
 
 
+def test_the_prefect_servers_keep_concurrency_leases_through_a_restart() -> None:
+    """The spade-gpu limit's leases in files under a PREFECT_HOME that outlives the server
+    process (compose: a volume; Kubernetes: the pod's emptyDir), not in its memory: a restart
+    lost them, and the slots they held stayed taken for good."""
+    files = "prefect.server.concurrency.lease_storage.filesystem"
+    server = _compose()["services"]["prefect-server"]
+    env = server["environment"]
+    assert env["PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"] == files
+    assert f"prefect-home:{env['PREFECT_HOME']}" in server["volumes"]
+    by_name = {(d["kind"], d["metadata"]["name"]): d for _, d in _k8s_docs()}
+    pod = by_name["Deployment", "prefect-server"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    k8s_env = {e["name"]: e.get("value") for e in container["env"]}
+    assert k8s_env["PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"] == files
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == k8s_env["PREFECT_HOME"])
+    assert {"name": mount["name"], "emptyDir": {}} in pod["volumes"]
+
+
 def test_compose_gpu_worker_and_vllm_take_different_gpus_by_default() -> None:
     services = _interpolated_compose({})["services"]
     worker, vllm = _gpu_request(services["gpu-worker"]), _gpu_request(services["vllm"])
