@@ -7,9 +7,13 @@ its own environment: the ``vllm`` executable of another virtual environment
 so the paths handed to the server need no translation). :class:`VllmServer` owns that process:
 it starts it in its own process group (vLLM forks engine workers) with its output in a log file,
 waits for ``GET /health`` to answer 200, and stops the whole group (SIGTERM, then SIGKILL after
-``shutdown_timeout_s``; a container is then removed by name). A new full checkpoint is picked up
-by :meth:`VllmServer.restart`; a new LoRA adapter needs no restart (runtime loading is enabled
-with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and done through
+``shutdown_timeout_s``; a container is then removed by name). The group does not outlive this
+process (:func:`spade.processes.guard_group`): a watcher stops it the same way once this process
+is gone (a ``kill -9``, an OOM kill), and :meth:`VllmServer.start` first stops any server a dead
+process of this machine left (:func:`spade.processes.stop_orphaned_groups`), so a resumed
+campaign finds its port free. A new full checkpoint is picked up by :meth:`VllmServer.restart`;
+a new LoRA adapter needs no restart (runtime loading is enabled with
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and done through
 :meth:`spade.inference.openai.OpenAIBackend.swap_lora_adapter`).
 
 Weights versions. A checkpoint published with a version is served under that version's name
@@ -57,6 +61,7 @@ from spade.inference.base import ChatRequest, Completion
 from spade.inference.managed import ManagedServer, healthy, temp_path
 from spade.inference.openai import OpenAIBackend
 from spade.placement import cuda_visible_devices
+from spade.processes import GroupGuard, group_alive, guard_group, stop_orphaned_groups
 
 _SERVED_NAME = "--served-model-name"
 _LOGPROBS_MODE = "--logprobs-mode"
@@ -92,6 +97,7 @@ class VllmServer(ManagedServer):
         self.served_name = served_name
         self.log_path = Path(log_path) if log_path else temp_path("spade-vllm-", ".log")
         self._process: subprocess.Popen[bytes] | None = None
+        self._guard: GroupGuard | None = None
         self.container_name = f"spade-vllm-{config.port}-{os.getpid()}"
 
     @property
@@ -197,6 +203,7 @@ class VllmServer(ManagedServer):
         """Launch and block until ``/health`` is 200; InferenceError (with log tail) if not."""
         if self.running:
             raise InferenceError(f"vLLM server already running (pid {self.pid})")
+        stop_orphaned_groups()  # a killed campaign's server would hold the port (and GPUs)
         self._ensure_port_free()
         self._launch()
         self._wait_healthy()
@@ -214,13 +221,14 @@ class VllmServer(ManagedServer):
         _reap_group(process, deadline)
         if self.config.container is not None:
             self._remove_container()
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.close()
 
     def _remove_container(self) -> None:
         """A killed ``docker run`` leaves its container running: remove it by name (it is gone
         already after a clean stop; ``rm -f`` also waits for ``--rm``, freeing the name)."""
-        box = self.config.container
-        assert box is not None
-        cmd = [box.runtime, "rm", "-f", self.container_name]
+        cmd = self._container_removal()
         try:  # best effort: a runtime that cannot be run has no container left to remove
             subprocess.run(
                 cmd,
@@ -233,6 +241,10 @@ class VllmServer(ManagedServer):
         except (OSError, subprocess.TimeoutExpired) as exc:
             with self.log_path.open("a") as log:
                 log.write(f"=== spade: {' '.join(cmd)} failed: {exc}\n")
+
+    def _container_removal(self) -> list[str]:
+        box = self.config.container
+        return [] if box is None else [box.runtime, "rm", "-f", self.container_name]
 
     def restart(self, model: str | None = None) -> None:
         """Stop, then start serving ``model`` (a new checkpoint folder) or the same weights."""
@@ -256,6 +268,14 @@ class VllmServer(ManagedServer):
         if self.config.container is not None and self.config.enable_lora:
             staging_root().mkdir(parents=True, exist_ok=True)  # mounted: must exist, ours
         self._popen(self.command(), self.environment())
+        assert self._process is not None
+        self._guard = guard_group(
+            self._process,
+            what=f"vLLM server on port {self.config.port} ({self.model})",
+            grace=self.config.shutdown_timeout_s,
+            cleanup=self._container_removal(),
+            log_path=self.log_path,
+        )
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.config.startup_timeout_s
@@ -396,22 +416,3 @@ def _reap_group(process: subprocess.Popen[bytes], deadline: float) -> None:
         time.sleep(0.05)
     _signal_group(process.pid, signal.SIGKILL)
     process.wait()
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process group still has a live member.
-
-    Zombies do not count: an orphaned worker that has exited waits for init to reap it, and
-    some container inits never do. Without ``/proc`` any member counts.
-    """
-    if not Path("/proc/self/stat").exists():
-        return _signal_group(pgid, 0)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:  # processes end while we look
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False

@@ -21,6 +21,11 @@ them. It takes the entries as GPU indices: a worker whose ``CUDA_VISIBLE_DEVICES
 by UUID needs torchrun. On the CPU the environment is left as it is and DeepSpeed's runner gets
 ``--num_gpus N`` (its process count there).
 
+The launcher runs in a session of its own, stopped as a group (SIGTERM: torchrun and DeepSpeed's
+runner stop their ranks) when the wait is cancelled; it does not outlive this process either
+(:func:`spade.processes.guard_group`: a watcher stops it once this process is killed, and the
+next launch or managed server start stops what a dead process of this machine left).
+
 The launch variables a parent process may carry (``RANK``, ``WORLD_SIZE``, ...: a worker that
 was itself started under a launcher) are dropped, so the ranks only ever join their own group.
 """
@@ -40,7 +45,7 @@ from typing import Any
 from spade.config import CampaignConfig, TrainingConfig
 from spade.errors import ConfigError, TrainingError
 from spade.placement import cuda_visible_devices, train_gpus
-from spade.processes import free_port, stop_process_group
+from spade.processes import free_port, guard_group, stop_orphaned_groups, stop_process_group
 from spade.training.job import (
     LOGS,
     JobResult,
@@ -69,6 +74,7 @@ LAUNCH_VARS = (
     "CROSS_RANK",
     "CROSS_SIZE",
 )
+STOP_GRACE_S = 30.0  # the launcher's after SIGTERM: torchrun gives its ranks as long
 TAIL_CHARS = 4000
 RANK_TAIL_CHARS = 2500
 
@@ -174,7 +180,9 @@ def run_job(config: TrainingConfig, folder: Path, gpus: Sequence[int] = ()) -> J
     (folder / LOGS).mkdir(parents=True, exist_ok=True)
     where = f"GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if gpus else "the CPU"
     log.info("training on %d ranks on %s: %s", config.ranks, where, " ".join(command))
-    with (folder / LOGS / "launcher.log").open("ab") as out:
+    stop_orphaned_groups()  # a killed campaign's ranks would hold the GPUs
+    launcher_log = folder / LOGS / "launcher.log"
+    with launcher_log.open("ab") as out:
         proc = subprocess.Popen(
             command,
             stdout=out,
@@ -182,11 +190,18 @@ def run_job(config: TrainingConfig, folder: Path, gpus: Sequence[int] = ()) -> J
             env=env,
             start_new_session=True,  # its own process group: stopped as one below
         )
+        guard = guard_group(
+            proc,
+            what=f"training launcher ({config.launcher}, {config.ranks} ranks) of {folder}",
+            grace=STOP_GRACE_S,
+            log_path=launcher_log,
+        )
         try:
             code = proc.wait()
         finally:  # cancelled or interrupted while waiting: no orphaned ranks keep training
             if proc.poll() is None:
-                stop_process_group(proc, grace=30)
+                stop_process_group(proc, grace=STOP_GRACE_S)
+            guard.close()
     result = read_result(folder) if code == 0 else None
     if result is None:  # a rank failed, or rank 0 wrote no result
         raise _failure(folder, config.ranks, code)

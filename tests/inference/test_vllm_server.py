@@ -5,26 +5,36 @@ leaves a child process behind in its group (as vLLM's engine workers do) and exe
 OpenAI-compatible server of :mod:`spade.testing.openai_server`, which answers with the name of the
 model each request named (``--served-model-name`` if given, else MODEL). A stand-in container
 runtime (``docker``) does the same from ``run ... IMAGE serve MODEL ...`` and records ``rm``.
+
+A campaign killed under its server (``kill -9``, an OOM kill) is a parent process, a small script,
+that starts the server from a worker thread and is SIGKILLed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import stat
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+import psutil
 import pytest
 
 from spade.config import InferenceConfig, VllmServerConfig, load_config
 from spade.errors import ConfigError, InferenceError
 from spade.inference.base import Backend, ChatRequest
 from spade.inference.factory import vllm_devices
+from spade.inference.managed import healthy
 from spade.inference.vllm_server import ManagedVllmBackend, VllmServer, group_alive, staging_root
 from spade.testing.openai_server import FakeOpenAIServer
 
@@ -80,6 +90,21 @@ HANGING_STUB = """
 import os, signal, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
 print(f"INFO still loading weights (pid {os.getpid()})", flush=True)
+time.sleep(600)
+"""
+
+# a campaign's process: starts the server from a worker thread (as asyncio.to_thread does), which
+# ends; prints the server's pid (its group's) and lives on until it is killed
+PARENT = """
+import sys, threading, time
+from spade.config import VllmServerConfig
+from spade.inference.vllm_server import VllmServer
+config = VllmServerConfig.model_validate_json(sys.argv[1])
+server = VllmServer(config, "m", log_path=sys.argv[2])
+starter = threading.Thread(target=server.start)
+starter.start()
+starter.join()
+print(server.pid, flush=True)
 time.sleep(600)
 """
 
@@ -250,6 +275,131 @@ def test_context_manager_stops_the_server(tmp_path: Path, monkeypatch: pytest.Mo
         assert server.running and pgid is not None
     assert not server.running and not group_alive(pgid)
     assert os.path.getsize(tmp_path / "v.log") > 0
+
+
+# ------------------------------------------------------------------ a campaign killed under it
+
+
+def _serve_from_a_parent(
+    tmp_path: Path, config: VllmServerConfig
+) -> tuple[subprocess.Popen[str], int]:
+    """A parent process serving ``config`` (:data:`PARENT`), and its server's group."""
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-c", PARENT, config.model_dump_json(), str(tmp_path / "v.log")]
+    parent = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    assert parent.stdout is not None
+    said = parent.stdout.readline().strip()
+    if not said.isdigit():
+        parent.kill()
+        parent.wait()
+        pytest.fail(f"the parent started no server ({said!r}):\n{(tmp_path / 'v.log').read_text()}")
+    return parent, int(said)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _wait_for(condition: Callable[[], bool]) -> None:
+    """Poll ``condition``; the deadline is a safety net, the caller asserts what it sees."""
+    deadline = time.monotonic() + 60
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _end(parent: subprocess.Popen[str], pgid: int) -> None:
+    """Whatever the test saw, leave no parent and no server behind."""
+    parent.kill()
+    parent.wait()
+    if group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile
+            os.killpg(pgid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("how", ["executable", "container"])
+def test_a_server_outlives_the_thread_that_started_it_but_not_its_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """SIGKILL of the process that started the server (``kill -9`` of ``spade run``, an OOM
+    kill): the server's group goes with its engine-like child, a container is removed, and the
+    port is free for the resumed campaign. The worker thread that started the server ended
+    first, and the server kept serving."""
+    record = tmp_path / "launches.jsonl"
+    monkeypatch.setenv("STUB_RECORD", str(record))
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    if how == "executable":
+        config = server_config(write_stub(tmp_path, SERVING_STUB), enable_lora=False)
+    else:
+        runtime = write_stub(tmp_path, CONTAINER_STUB, name="docker")
+        box = {"runtime": str(runtime), "image": "img:1"}
+        config = server_config(runtime, enable_lora=False, container=box)
+    parent, pgid = _serve_from_a_parent(tmp_path, config)
+    try:  # never leave the server behind, whatever is seen
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            assert healthy(client, f"http://127.0.0.1:{config.port}/health")
+        launched = [json.loads(line) for line in record.read_text().splitlines()]
+        workers = [launch["worker"] for launch in launched if "worker" in launch]
+        assert len(workers) == (how == "executable")
+        parent.kill()
+        parent.wait()
+
+        def removed() -> bool:
+            calls = [json.loads(line).get("runtime") for line in record.read_text().splitlines()]
+            return ["rm", "-f", f"spade-vllm-{config.port}-{parent.pid}"] in calls
+
+        def gone() -> bool:
+            return not group_alive(pgid) and all(map(pid_gone, workers))
+
+        _wait_for(
+            lambda: gone() and not _listening(config.port) and (how != "container" or removed())
+        )
+        assert not group_alive(pgid) and all(pid_gone(w) for w in workers)
+        assert not _listening(config.port)
+        assert how != "container" or removed()  # a killed docker client leaves its container
+    finally:
+        _end(parent, pgid)
+    said = (tmp_path / "v.log").read_text()
+    assert f"pid {parent.pid} is gone: stopping vLLM server on port {config.port}" in said
+
+
+def test_the_next_start_stops_a_server_a_killed_process_left_and_takes_its_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Everything of the killed process but the server's group was killed with it (as a
+    ``pkill -9`` would), so the server and its worker run on, holding the port: the next start
+    (a ``spade resume``) finds the group's record, its owner dead, stops it, says so, and
+    serves on the port."""
+    record = tmp_path / "launches.jsonl"
+    monkeypatch.setenv("STUB_RECORD", str(record))
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    config = server_config(write_stub(tmp_path, SERVING_STUB), enable_lora=False)
+    parent, pgid = _serve_from_a_parent(tmp_path, config)
+    try:  # never leave the server behind, whatever is seen
+        (launch,) = [json.loads(line) for line in record.read_text().splitlines()]
+        others = [p for p in psutil.Process(parent.pid).children() if p.pid != pgid]
+        for other in others:
+            other.kill()
+        _wait_for(lambda: all(pid_gone(other.pid) for other in others))  # zombies of the parent
+        assert all(pid_gone(other.pid) for other in others)
+        parent.kill()
+        parent.wait()
+        assert group_alive(pgid) and _listening(config.port)  # left running, holding the port
+        with (
+            caplog.at_level("WARNING", logger="spade.processes"),
+            VllmServer(config, "resumed", log_path=tmp_path / "v2.log") as server,
+        ):
+            assert server.running and server.pid != pgid
+            assert not group_alive(pgid) and pid_gone(launch["worker"])
+    finally:
+        _end(parent, pgid)
+    assert f"vLLM server on port {config.port} (m) (process group {pgid}" in caplog.text
+    assert f"started by pid {parent.pid}) outlived its owner: stopping it" in caplog.text
+    assert [json.loads(line)["argv"][1] for line in record.read_text().splitlines()] == [
+        "m",
+        "resumed",
+    ]
+    assert not list((tmp_path / "cache" / "processes").iterdir())  # both records removed
 
 
 # ----------------------------------------------------------------------- weights versions, image

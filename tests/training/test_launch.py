@@ -2,17 +2,22 @@
 job folder, the failure message, and ``spade train`` on 2 ranks (DeepSpeed on gloo), under
 torchrun or launching them itself, training on shards.
 
-The training stage on several ranks inside a flow run is tests/flows/test_train_ranks.py."""
+The training stage on several ranks inside a flow run is tests/flows/test_train_ranks.py.
+A campaign killed while its ranks train is a parent process, a small script, running a job under
+the real torchrun whose ranks are a stand-in (tests/training/sleeping_rank.py)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from pydantic import ValidationError
 
@@ -250,6 +255,68 @@ def test_a_rank_killed_by_a_signal_leaves_its_python_stack_in_its_log(tmp_path):
     assert "Fatal Python error: Aborted" in text and "aborts_here" in text
     assert not failure_marker(tmp_path, 1).exists()
     assert "aborts_here" in str(_failure(tmp_path, 2, 1))  # the stage's error shows it
+
+
+# a campaign's process: runs a 2-rank job whose ranks are the stand-in that sleeps, until killed
+PARENT = """
+import sys
+from pathlib import Path
+import spade.training.launcher as launcher
+from spade.config import TrainingConfig
+launcher.ENTRY = "tests.training.sleeping_rank"
+launcher.run_job(TrainingConfig(engine="deepspeed", ranks=2), Path(sys.argv[1]))
+"""
+
+
+def test_a_killed_process_leaves_no_launcher_and_no_rank_running(tmp_path, monkeypatch):
+    """SIGKILL of the process waiting on the launch (``kill -9`` of ``spade run``, an OOM
+    kill): torchrun, whose ranks run in sessions of their own, is stopped with SIGTERM and
+    stops them, so no rank keeps its GPU from the resumed campaign."""
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    job = tmp_path / "job"
+    job.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS} | {"PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(job)], cwd=ROOT, env=env)
+    pid_files = [job / f"rank-{r}.pid" for r in range(2)]
+    deadline = time.monotonic() + 120  # a safety net: the assertions below say what went wrong
+    try:  # whatever is seen, nothing of the job outlives the test
+        while parent.poll() is None and not all(f.exists() for f in pid_files):
+            assert time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.1)
+        assert parent.poll() is None, (job / "logs" / "launcher.log").read_text()
+        ranks = [int(f.read_text()) for f in pid_files]
+        (launcher,) = [p.pid for p in psutil.Process(parent.pid).children()
+                       if "torch.distributed.run" in p.cmdline()]  # fmt: skip
+        parent.kill()
+        parent.wait()
+        while not all(map(_gone, [launcher, *ranks])) and time.monotonic() < deadline + 60:
+            time.sleep(0.1)
+        assert [pid for pid in [launcher, *ranks] if not _gone(pid)] == []
+    finally:
+        parent.kill()
+        parent.wait()
+        for p in _job_processes(job):
+            with contextlib.suppress(psutil.NoSuchProcess):  # it may end on its own meanwhile
+                p.kill()
+    said = (job / "logs" / "launcher.log").read_text()
+    assert f"pid {parent.pid} is gone: stopping training launcher (torchrun, 2 ranks)" in said
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting for its reaper has)."""
+    try:  # it may be reaped while we look
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _job_processes(job: Path) -> list[psutil.Process]:
+    """Processes still running the job in ``job`` (their command line names it)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if str(job) in (p.info["cmdline"] or []):
+            found.append(p)
+    return found
 
 
 def _attempts(path: Path, n: int) -> Path:
