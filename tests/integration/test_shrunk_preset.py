@@ -68,10 +68,9 @@ TEMPLATE = (
     "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
 # the campaign is killed once this stage has committed: the publish stage runs (the managed
-# vLLM server being restarted on the trained weights). Not during training: on Prefect's
-# embedded server a SIGKILLed training stage's slot of the GPU concurrency limit is never given
-# back (its lease lived in the killed server's memory), and the resume's training would wait
-# for it forever (issue 32, item 7's report)
+# vLLM server being restarted on the trained weights). Not during training: a SIGKILLed training
+# stage's slot of the GPU concurrency limit comes back only when its lease runs out (5 minutes:
+# tests/flows/test_gpu_slot_leases.py shows it), which would only lengthen this test
 KILLED_AFTER = "train_designer"
 CONTEXT = yaml.safe_load(PRESET.read_text())["model"]["max_context_tokens"]  # 32,768
 WORDS = ["river", "stone", "lantern", "orchard", "copper", "meadow", "violin", "quartz"]
