@@ -33,11 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/report.py
-
-from report import machine, timestamp, write_json  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
+from rich.console import Console
+from rich.table import Table
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "memory.json"
 VOCAB = 151936
