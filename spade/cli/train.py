@@ -38,7 +38,9 @@ def train(
     checkpoints: Annotated[
         str | None,
         typer.Option(
-            help="Checkpoint root URL (default: <storage.root>/<name>/checkpoints/<role>)."
+            help="Checkpoint root URL, one for both roles: each update resumes the newest"
+            " checkpoint there, whichever role wrote it (default:"
+            " <storage.root>/<name>/checkpoints)."
         ),
     ] = None,
 ) -> None:

@@ -1,7 +1,7 @@
 """One training update from saved rollouts or scored designs (``spade train``).
 
-Loads the configured model, resumes the role's newest checkpoint (so repeated calls continue
-one run), takes one GRPO step on the file's samples and saves a new checkpoint whose manifest
+Loads the configured model, resumes the newest checkpoint under the root, whichever role wrote
+it (one model, one optimizer: repeated calls of either role continue one chain), takes one GRPO step on the file's samples and saves a new checkpoint whose manifest
 names its parent. Under ``torchrun``/``deepspeed`` every rank takes its shard of the samples
 and rank 0 writes; with ``training.ranks`` > 1 and no launcher it launches its ranks itself.
 Also the update itself from a parent checkpoint (:func:`update_from_parent`), which the
@@ -37,8 +37,11 @@ class TrainResult:
     world_size: int = 1
 
 
-def checkpoint_root(cfg: CampaignConfig, role: Role) -> str:
-    return f"{cfg.storage.root.rstrip('/')}/{cfg.name}/checkpoints/{role}"
+def checkpoint_root(cfg: CampaignConfig) -> str:
+    """``spade train``'s default checkpoint root: one for both roles, as the flows chain them
+    (one model, one optimizer: each update resumes the newest checkpoint whichever role wrote
+    it)."""
+    return f"{cfg.storage.root.rstrip('/')}/{cfg.name}/checkpoints"
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -252,7 +255,7 @@ def train_once(
         raise ConfigError(
             f"{data}: no trainable samples (hinted plays and empty turns are skipped)"
         )
-    root = checkpoints or checkpoint_root(cfg, role)
+    root = checkpoints or checkpoint_root(cfg)
     if world == 1 and cfg.training.ranks > 1:  # not launched: launch the ranks, as the stage
         return _launched(cfg, role, samples, root)
     previous = latest_checkpoint(root, cfg.storage.storage_options, verify="size")  # loads verify

@@ -58,3 +58,40 @@ def test_each_role_trains_at_the_temperature_its_samples_were_drawn_at():
     )
     assert sampling_temperature(cfg, "agent") == 0.8
     assert sampling_temperature(cfg, "designer") == 0.6
+
+
+def _plays(tmp_path):
+    """Two unhinted plays of one environment, returns 1 and 0, as `spade evaluate` writes them."""
+    from spade.records import Trajectory, Turn
+
+    rows = []
+    for reward, completion in ((1.0, [40, 41, 42]), (0.0, [50, 51])):
+        turn = Turn([1, 7, 9], completion, [-0.7] * len(completion), "t", "a", "o", reward,
+                    True, False, "stop", 0.0, 0.0)  # fmt: skip
+        rows.append(json.dumps(Trajectory("env-a", 0, False, turns=[turn]).to_dict()))
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_spade_train_chains_both_roles_on_one_model_and_one_optimizer(tmp_path):
+    """An agent update then a designer update, each with the default checkpoint root: the
+    designer's resumes the agent's checkpoint (its parent) and continues its optimizer, as the
+    round's stages chain them; before, each role resumed only its own."""
+    from spade.inference.checkpoints import load_checkpoint
+    from spade.testing.scripted_designer import write_tiny_policy
+    from spade.training.run import train_once
+
+    policy = write_tiny_policy(tmp_path / "policy")
+    cfg = CampaignConfig.model_validate(
+        {
+            "model": {"name_or_path": str(policy), "device": "cpu"},
+            "storage": {"root": str(tmp_path / "store")},
+            "training": {"lr": 1e-3},
+        }
+    )
+    agent = train_once(cfg, "agent", _plays(tmp_path))
+    designer = train_once(cfg, "designer", _scored_attempts(tmp_path))
+    assert agent.resumed_from is None and designer.resumed_from == agent.checkpoint
+    state = load_checkpoint(designer.checkpoint).optimizer_state
+    assert state is not None and {int(s["step"]) for s in state["state"].values()} == {2}
