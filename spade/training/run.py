@@ -1,11 +1,12 @@
 """One training update from saved rollouts or scored designs (``spade train``).
 
 Loads the configured model, resumes the newest checkpoint under the root, whichever role wrote
-it (one model, one optimizer: repeated calls of either role continue one chain), takes one GRPO step on the file's samples and saves a new checkpoint whose manifest
-names its parent. Under ``torchrun``/``deepspeed`` every rank takes its shard of the samples
-and rank 0 writes; with ``training.ranks`` > 1 and no launcher it launches its ranks itself.
-Also the update itself from a parent checkpoint (:func:`update_from_parent`), which the
-training stage runs in process or on every launched rank.
+it (one model, one optimizer: repeated calls of either role continue one chain), takes one GRPO
+step on the file's samples and saves a new checkpoint whose manifest names its parent. Under
+``torchrun``/``deepspeed`` every rank takes its shard of the samples and rank 0 writes; with
+``training.ranks`` > 1 and no launcher it launches its ranks itself. Also the update itself
+from a parent checkpoint (:func:`update_from_parent`), which the training stage runs in
+process or on every launched rank.
 """
 
 from __future__ import annotations
