@@ -297,7 +297,8 @@ class ScoringConfig(Section):
         0.6,
         ge=0.0,
         le=1.0,
-        description="blend: weight of the win-rate plateau (the rest goes to regret).",
+        description="blend: weight of the plateau of the unhinted mean return (the rest goes to"
+        " regret).",
     )
     regret_scale: float = Field(
         0.15, gt=0.0, le=1.0, description="blend: regret is divided by this and clipped to [0, 1]."

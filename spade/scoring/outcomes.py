@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import fmean
 
 from spade.config import ScoringConfig
 from spade.curriculum.memory import MemoryRecord
@@ -50,8 +51,18 @@ def outcomes(
             out.append(DesignOutcome(ident, att.skill, False, kind, progress=progress))
             continue
         ev = by_env[ident]
+        mean = fmean(ev.unhinted_returns) if ev.unhinted_returns else 0.0
         out.append(
-            DesignOutcome(ident, att.skill, True, None, ev.win_rate, ev.hinted_win_rate, ev.regret)
+            DesignOutcome(
+                ident,
+                att.skill,
+                True,
+                None,
+                ev.win_rate,
+                ev.hinted_win_rate,
+                ev.regret,
+                mean_return=mean,
+            )
         )
     return out
 

@@ -9,9 +9,12 @@ its progress within the tier). Then, with
 ``config.centre_per_skill``, the mean reward of each skill is subtracted (no division by the
 std), so the designer is compared with itself on the same skill.
 
-- ``blend``: ``w * plateau(win) + (1 - w) * clip(regret / scale, 0, 1)`` (the paper's launchers);
+- ``blend``: ``w * plateau(mean) + (1 - w) * clip(regret / scale, 0, 1)`` (the paper's
+  launchers), ``mean`` the unhinted plays' mean return: as the reference's plateau, on the mean
+  reward, so partial credit counts (an environment whose every play ends at 0.5 sits on the
+  plateau, where its win rate of 0 would put it at 0);
 - ``regret``: the regret itself;
-- ``solve_rate``: ``plateau(win)`` only;
+- ``solve_rate``: ``plateau(mean)`` only;
 - ``learning_potential``: ``|win - EMA|``, the EMA being a slow average of the skill's past win
   rates (state passed in and out: these functions stay pure).
 """
@@ -44,6 +47,8 @@ class DesignOutcome:
         win_rate: unhinted win rate in [0, 1]; required when valid.
         hinted_win_rate: hinted win rate in [0, 1], for the record; optional.
         regret: the regret estimate, ``>= 0``; required when valid.
+        mean_return: the unhinted plays' mean return in [-1, 1], what the plateau reads;
+            required when valid.
         progress: of a rejected design, how far it got within its failure's tier, in [0, 1]
             (its verdict's ``progress``: :class:`spade.records.Verdict`); 0 when unknown.
     """
@@ -56,6 +61,7 @@ class DesignOutcome:
     hinted_win_rate: float | None = None
     regret: float | None = None
     progress: float = 0.0
+    mean_return: float | None = None
 
     def __post_init__(self) -> None:
         where = f"design {self.env_id!r}"
@@ -63,8 +69,11 @@ class DesignOutcome:
             raise ValueError(f"{where}: progress must be in [0, 1], got {self.progress!r}")
         if self.valid and self.failure_kind is not None:
             raise ValueError(f"{where} is valid but has failure_kind {self.failure_kind!r}")
-        if self.valid and (self.win_rate is None or self.regret is None):
-            raise ValueError(f"{where} is valid, so it needs a win_rate and a regret")
+        needs = (self.win_rate, self.regret, self.mean_return)
+        if self.valid and any(value is None for value in needs):
+            raise ValueError(f"{where} is valid: it needs a win_rate, a regret and a mean_return")
+        if self.mean_return is not None and not -1.0 <= self.mean_return <= 1.0:
+            raise ValueError(f"{where}: mean_return must be in [-1, 1], got {self.mean_return!r}")
         for name in ("win_rate", "hinted_win_rate"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
@@ -93,7 +102,7 @@ def plateau(win_rate: float, low: float = 0.4, high: float = 0.6, ramp: float = 
 
 
 def blend(
-    win_rate: float,
+    mean_return: float,
     regret: float,
     *,
     plateau_weight: float = 0.6,
@@ -102,11 +111,14 @@ def blend(
     high: float = 0.6,
     ramp: float = 0.25,
 ) -> float:
-    """``plateau_weight * plateau(win) + (1 - plateau_weight) * clip(regret / scale, 0, 1)``."""
+    """``plateau_weight * plateau(mean) + (1 - plateau_weight) * clip(regret / scale, 0, 1)``,
+    ``mean`` the unhinted mean return (the win rate where every play ends at 0 or 1)."""
     if regret_scale <= 0:
         raise ValueError(f"regret_scale must be > 0, got {regret_scale}")
     regret_part = min(1.0, max(0.0, regret / regret_scale))
-    return plateau_weight * plateau(win_rate, low, high, ramp) + (1 - plateau_weight) * regret_part
+    return (
+        plateau_weight * plateau(mean_return, low, high, ramp) + (1 - plateau_weight) * regret_part
+    )
 
 
 def learning_potential(
@@ -132,11 +144,16 @@ def _plateau_of(win: float, config: ScoringConfig) -> float:
     return plateau(win, config.plateau_low, config.plateau_high, config.plateau_ramp)
 
 
+def _mean_return(o: DesignOutcome) -> float:
+    if o.mean_return is None:
+        raise ValueError(f"design {o.env_id!r} has no mean return (is it valid?)")
+    return o.mean_return
+
+
 def _blend_reward(o: DesignOutcome, config: ScoringConfig, ema: Mapping[str, float]) -> float:
-    win, regret = o.rates()
     return blend(
-        win,
-        regret,
+        _mean_return(o),
+        o.rates()[1],
         plateau_weight=config.plateau_weight,
         regret_scale=config.regret_scale,
         low=config.plateau_low,
@@ -150,7 +167,7 @@ def _regret_reward(o: DesignOutcome, config: ScoringConfig, ema: Mapping[str, fl
 
 
 def _solve_rate_reward(o: DesignOutcome, config: ScoringConfig, ema: Mapping[str, float]) -> float:
-    return _plateau_of(o.rates()[0], config)
+    return _plateau_of(_mean_return(o), config)
 
 
 def _lp_reward(o: DesignOutcome, config: ScoringConfig, ema: Mapping[str, float]) -> float:

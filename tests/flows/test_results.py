@@ -43,7 +43,9 @@ def _examples() -> list[object]:
     trajectory = Trajectory("env-1", 7, hinted=True, hint="h", turns=[turn], status="terminated")
     attempt = DesignAttempt(0, 1, "logic", "doc-1", [{"role": "user", "content": "x"}], code="c")
     weights = WeightsRef("r0000-agent", "file:///ckpt", "lora")
-    outcome = DesignOutcome(env_id="env-1", skill="logic", valid=True, win_rate=0.5, regret=0.25)
+    outcome = DesignOutcome(
+        env_id="env-1", skill="logic", valid=True, win_rate=0.5, regret=0.25, mean_return=0.5
+    )
     return [
         EnvEvaluation("env-1", "logic", [1.0], [0.0, 1.0], 0.5, 1.0, 0.5, 0, [trajectory]),
         EnvSpec("env-1", "class E: ...", "logic", None, tool_use=True, source="pool"),

@@ -25,7 +25,10 @@ def _attempt(slot: int, *, accepted: bool, env_id: str | None = None, **more: ob
 
 
 def _evaluation(env_id: str, win: float, regret: float, source: str = "designed"):
-    return EnvEvaluation(env_id, "logic", [], [], win, None, regret, 0, source=source)  # type: ignore[arg-type]
+    """Four unhinted plays that won (return 1) or lost (0) at rate ``win``."""
+    wins = round(4 * win)
+    unhinted = [1.0] * wins + [0.0] * (4 - wins)
+    return EnvEvaluation(env_id, "logic", [], unhinted, win, None, regret, 0, source=source)  # type: ignore[arg-type]
 
 
 def test_pool_evaluations_are_not_the_designers():
@@ -104,3 +107,13 @@ def test_attempts_that_failed_on_our_side_are_left_out_of_rewards_and_memory():
     )
     with pytest.raises(ValueError, match="failed on the inference side"):
         outcomes([outage], [])
+
+
+def test_a_designs_plateau_is_on_its_unhinted_mean_return():
+    """Partial credit: every unhinted play ended at 0.5, so no play won (win rate 0) and the
+    mean return is mid-plateau; the blend's plateau reads the mean (the reference's)."""
+    partial = EnvEvaluation("env-a", "logic", [0.5] * 4, [0.5] * 4, 0.0, 0.0, 0.0, 0)
+    attempt = _attempt(0, accepted=True, env_id="env-a")
+    (scored,), _ = score([attempt], [partial], ScoringConfig(centre_per_skill=False))
+    assert scored.outcome.mean_return == 0.5 and scored.outcome.win_rate == 0.0
+    assert scored.raw_reward == pytest.approx(ScoringConfig().plateau_weight)

@@ -25,8 +25,14 @@ from spade.scoring.rewards import (
 )
 
 
-def valid(env_id: str, skill: str, win: float, regret: float) -> DesignOutcome:
-    return DesignOutcome(env_id, skill, valid=True, win_rate=win, regret=regret)
+def valid(
+    env_id: str, skill: str, win: float, regret: float, mean: float | None = None
+) -> DesignOutcome:
+    """A valid design; its mean return is its win rate unless given (plays end at 0 or 1)."""
+    mean_return = win if mean is None else mean
+    return DesignOutcome(
+        env_id, skill, valid=True, win_rate=win, regret=regret, mean_return=mean_return
+    )
 
 
 def invalid(
@@ -125,8 +131,21 @@ def test_unknown_reward_lists_valid_names():
 
 
 def test_valid_outcome_needs_rates():
-    with pytest.raises(ValueError, match="needs a win_rate and a regret"):
-        DesignOutcome("e", "optimization", valid=True, win_rate=0.5)
+    with pytest.raises(ValueError, match="needs a win_rate, a regret and a mean_return"):
+        DesignOutcome("e", "optimization", valid=True, win_rate=0.5, regret=0.1)
+
+
+@pytest.mark.parametrize("reward", ["blend", "solve_rate"])
+def test_the_plateau_reads_the_mean_return_so_partial_credit_counts(reward):
+    """Every play ends at 0.5: no play wins (win rate 0), the mean return sits mid-plateau.
+    The reference's blend puts its plateau on the mean reward; on the win rate this design
+    scored as if nobody got anywhere."""
+    config = ScoringConfig(designer_reward=reward, centre_per_skill=False)
+    half = valid("half", "logic", win=0.0, regret=0.0, mean=0.5)
+    nothing = valid("zero", "logic", win=0.0, regret=0.0, mean=0.0)
+    (got_half, got_nothing), _ = designer_rewards([half, nothing], config)
+    expected = ScoringConfig().plateau_weight if reward == "blend" else 1.0
+    assert got_half == pytest.approx(expected) and got_nothing == 0.0
 
 
 def test_valid_outcome_cannot_have_failure_kind():
@@ -134,7 +153,10 @@ def test_valid_outcome_cannot_have_failure_kind():
         DesignOutcome("e", "s", valid=True, failure_kind="timeout", win_rate=0.5, regret=0.0)
 
 
-@pytest.mark.parametrize("kwargs", [{"win_rate": 1.5}, {"hinted_win_rate": -0.1}, {"regret": -0.1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"win_rate": 1.5}, {"hinted_win_rate": -0.1}, {"regret": -0.1}, {"mean_return": 1.5}],
+)
 def test_outcome_ranges_are_checked(kwargs):
     with pytest.raises(ValueError, match="design 'e'"):
         DesignOutcome("e", "s", valid=False, **kwargs)
