@@ -192,13 +192,15 @@ def _request(
 
 
 def _take_code(att: DesignAttempt, comp: Completion) -> None:
-    """The module in an answer, as the attempt's code; or the inference or parse failure."""
+    """The module in an answer (the first one, or a repair turn's), as the attempt's code; or
+    the inference or parse failure. A splice splices that answer's methods (a repair's own:
+    not the first answer's again), answered after the same prefill."""
     if comp.failure is not None:
         att.failure_kind, att.failure_reason = INFERENCE, _failure_text(comp)
         return
     parent = parent_code(att)
     if att.strategy == "splice" and parent is not None:
-        splice_answer(att, parent)
+        splice_answer(att, parent, comp.text)
         return
     try:
         att.code = extract_code(comp.text)

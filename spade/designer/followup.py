@@ -83,14 +83,15 @@ def parent_code(att: DesignAttempt) -> str | None:
     return next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
 
 
-def splice_answer(att: DesignAttempt, parent: str) -> None:
-    """The attempt's answer (its ``completion`` after its prefill) spliced into ``parent`` as
-    its code; or the parse failure of an answer with no method."""
+def splice_answer(att: DesignAttempt, parent: str, answer: str | None = None) -> None:
+    """An answer's methods spliced into ``parent`` as the attempt's code: ``answer`` (a repair
+    turn's text), else the attempt's own (its ``completion`` after its prefill); or the parse
+    failure of an answer with no method."""
     att.failure_kind = att.failure_reason = None
     try:
         att.code, att.spliced = splice(
             parent,
-            answer_text(att.prefill, att.completion),
+            answer_text(att.prefill, att.completion if answer is None else answer),
             class_name=att.class_name or "SplicedEnv",
             skill=att.skill,
             note=f"{att.parent_id} spliced ({att.directive}) on document {att.doc_id}.",

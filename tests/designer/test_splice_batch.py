@@ -63,3 +63,19 @@ def test_samples_of_a_slot_are_all_verified_and_an_accepted_one_closes_it(corpus
     assert sorted(a.accepted for a in attempts) == [False, True]
     (rejected,) = [a for a in attempts if not a.accepted]
     assert rejected.failure_kind is not None and rejected.code is not None
+
+
+def test_a_splice_repair_splices_the_repairs_answer(corpus):
+    """A splice whose first answer is refused (its setup returns an int) is repaired with an
+    answer that writes the methods well: the attempt's code is the repair's methods spliced
+    into the parent (before, the first answer was spliced again and its verdict kept: every
+    splice repair was a wasted request)."""
+    script = Script(_every_skill([SETUP_RETURNS_INT]), repairs=_every_skill([WORD_ANSWER]))
+    with serve(script) as server:
+        cfg = _cfg(server, corpus, attempts_per_slot=1, repair_turns=1, followups=0)
+        (att,) = run(cfg, _memory(cfg))
+    assert att.repairs == 1 and att.first_failure_kind is not None
+    assert att.first_code is not None and "return 1" in att.first_code
+    assert att.accepted and att.accepted_after_repair, att.verdict
+    assert att.code is not None and "self.word = self.rng.choice(words)" in att.code
+    assert att.completion == SETUP_RETURNS_INT  # the first answer stays what was sampled first
