@@ -313,27 +313,15 @@ def _advance(
     traj.model = completion.model
     assert step is not None  # a reply without failure always has its step
     if step.error is not None:  # the environment broke mid-episode: data, return 0
+        # the reply that broke it is the play's last turn (no observation, no reward): the
+        # play counts 0 in the win rate and regret, so the reply is trained on with that return
+        traj.turns.append(_turn(completion, step, "", 0.0, False, False))
+        traj.messages.append({"role": "assistant", "content": completion.text})
         _failed(traj, "env_failed", step.error)
         return True
     assert step.result is not None
     obs, reward, terminated, truncated, _ = step.result
-    traj.turns.append(
-        Turn(
-            prompt_token_ids=completion.prompt_token_ids,
-            completion_token_ids=completion.token_ids,
-            logprobs=completion.logprobs,
-            text=completion.text,
-            action=step.action,
-            observation=obs,
-            reward=reward,
-            terminated=terminated,
-            truncated=truncated,
-            finish_reason=completion.finish_reason,
-            generate_s=completion.latency_s,
-            step_s=step.seconds,
-            step_started_at=step.started_at,
-        )
-    )
+    traj.turns.append(_turn(completion, step, obs, reward, terminated, truncated))
     traj.messages += [
         {"role": "assistant", "content": completion.text},
         {"role": "user", "content": obs},
@@ -345,3 +333,29 @@ def _advance(
         traj.status = "turn_limit"
         return True
     return False
+
+
+def _turn(
+    completion: Completion,
+    step: _Stepped,
+    obs: str,
+    reward: float,
+    terminated: bool,
+    truncated: bool,
+) -> Turn:
+    """One turn of the episode: the reply, the action stepped and what the step answered."""
+    return Turn(
+        prompt_token_ids=completion.prompt_token_ids,
+        completion_token_ids=completion.token_ids,
+        logprobs=completion.logprobs,
+        text=completion.text,
+        action=step.action,
+        observation=obs,
+        reward=reward,
+        terminated=terminated,
+        truncated=truncated,
+        finish_reason=completion.finish_reason,
+        generate_s=completion.latency_s,
+        step_s=step.seconds,
+        step_started_at=step.started_at,
+    )

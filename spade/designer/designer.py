@@ -338,6 +338,7 @@ async def repair_designs(
         if not att.repair_messages:  # the first repair: keep what the first answer was
             att.first_code = att.code
             att.first_failure_kind, att.first_failure_reason = att.failure_kind, att.failure_reason
+            att.first_progress = float((att.verdict or {}).get("progress") or 0.0)
         att.repair_messages += [turn, {"role": "assistant", "content": comp.text}]
         before = copy.copy(att)
         att.code = att.env_id = att.failure_kind = att.failure_reason = None

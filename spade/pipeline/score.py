@@ -62,6 +62,7 @@ def score_round(
             **returns[e.env_id],
             "reward": None,
             "raw_reward": None,
+            "trained_raw_reward": None,
         }
         for e in evaluations
         if e.source == "pool"
@@ -96,6 +97,7 @@ def _row(s: ScoredAttempt) -> dict[str, Any]:
         "regret": s.outcome.regret,
         "reward": s.reward,
         "raw_reward": s.raw_reward,
+        "trained_raw_reward": s.trained_raw,
         "slot": s.attempt.slot,
         "attempt": s.attempt.attempt,
         "strategy": s.attempt.strategy,
@@ -121,6 +123,7 @@ def _failed_row(a: DesignAttempt) -> dict[str, Any]:
         "regret": None,
         "reward": None,
         "raw_reward": None,
+        "trained_raw_reward": None,
         "slot": a.slot,
         "attempt": a.attempt,
     }

@@ -107,7 +107,17 @@ def delayed_designer_batch(
     if len(scored) != len(attempts):
         raise StorageError(f"round {source}: {len(attempts)} attempts but {len(scored)} scores")
     kept = [(a, s) for a, s in zip(attempts, scored, strict=True) if not a.failed]
-    return source, [a for a, _ in kept], [float(s["reward"]) for _, s in kept]
+    return source, [a for a, _ in kept], [_trained_reward(s) for _, s in kept]
+
+
+def _trained_reward(row: dict[str, Any]) -> float:
+    """A score row's reward of the answer the designer trains on, before centring (the
+    training stage centres once, over the answers it trains on). Rows written before that
+    column existed: the design's uncentred reward (their first answers' rewards are lost)."""
+    for key in ("trained_raw_reward", "raw_reward", "reward"):
+        if row.get(key) is not None:
+            return float(row[key])
+    raise StorageError(f"score row of {row.get('env_id')!r} has no reward")
 
 
 def published_weights(cs: CampaignStore, round: int) -> WeightsRef | None:

@@ -141,7 +141,8 @@ class DesignAttempt:
     ``messages``, ``completion`` and the token fields are the first answer's (what the designer
     trains on); ``code``, ``env_id``, ``verdict``, ``accepted`` and the failure are the final
     ones, after any repair turns. A repaired attempt keeps its first answer's code and failure
-    in ``first_code`` / ``first_failure_kind`` / ``first_failure_reason``, and the repair
+    in ``first_code`` / ``first_failure_kind`` / ``first_failure_reason`` / ``first_progress``
+    (how far through the verifier it got: what its own reward is graded on), and the repair
     conversation (user feedback, assistant answer, ...) in ``repair_messages``.
     ``strategy`` is how the design was asked for ("write", or "edit" of the memory record
     ``parent_id``; an edit slot with no parent is written). ``references`` are the designs it
@@ -187,6 +188,7 @@ class DesignAttempt:
     first_code: str | None = None
     first_failure_kind: str | None = None
     first_failure_reason: str | None = None
+    first_progress: float = 0.0
     repair_messages: list[dict[str, Any]] = field(default_factory=list)
     inherited: list[str] = field(default_factory=list)
     prefill: str = ""

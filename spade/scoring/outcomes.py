@@ -17,18 +17,29 @@ from spade.config import ScoringConfig
 from spade.curriculum.memory import MemoryRecord
 from spade.designer.extract import parse_progress
 from spade.records import DesignAttempt, EnvEvaluation
-from spade.scoring.rewards import DesignOutcome, designer_rewards_with_raw
+from spade.scoring.rewards import (
+    DesignOutcome,
+    designer_rewards_with_raw,
+    get_rejected_reward,
+)
 
 
 @dataclass(frozen=True)
 class ScoredAttempt:
     """One design attempt with its outcome and designer reward (``raw_reward`` before the
-    centring per skill, ``reward`` after it: what the designer trains on)."""
+    centring per skill, ``reward`` after it: what the design is credited with).
+
+    ``trained_raw`` is the reward of the answer the designer trains on, its first answer,
+    before centring: the design's own for an answer that was never repaired; for a repaired
+    one, the reward of what that first answer was (rejected, with its failure and progress):
+    the repair's program is another program, whose reward the first answer's tokens did not
+    earn. The training stage centres these once, over the answers it trains on."""
 
     attempt: DesignAttempt
     outcome: DesignOutcome
     reward: float
     raw_reward: float
+    trained_raw: float
 
 
 def outcomes(
@@ -82,10 +93,24 @@ def score(
     measured = [a for a in attempts if not a.failed]
     outs = outcomes(measured, evaluations)
     raw, rewards, new_ema = designer_rewards_with_raw(outs, config, ema)
+    trained = [first_answer_reward(a, w, config) for a, w in zip(measured, raw, strict=True)]
     scored = [
-        ScoredAttempt(a, o, r, w) for a, o, r, w in zip(measured, outs, rewards, raw, strict=True)
+        ScoredAttempt(a, o, r, w, t)
+        for a, o, r, w, t in zip(measured, outs, rewards, raw, trained, strict=True)
     ]
     return scored, new_ema
+
+
+def first_answer_reward(att: DesignAttempt, raw: float, config: ScoringConfig) -> float:
+    """The uncentred reward of ``att``'s first answer (what the designer trains on): ``raw``,
+    the design's, unless a repair turn replaced that answer; then the reward of a design
+    rejected as the first answer was (``config.rejected_reward`` of its failure kind and
+    progress)."""
+    if not att.repairs or att.first_failure_kind is None:
+        return raw
+    kind = att.first_failure_kind
+    progress = parse_progress(att.completion) if kind == "parse" else att.first_progress
+    return get_rejected_reward(config.rejected_reward)(kind, progress, config)
 
 
 NOVELTY_CHECKS = ("novelty",)

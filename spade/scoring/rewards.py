@@ -221,7 +221,8 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
 ``parse`` comes from the designer (no code), ``rejected`` is a rejection without a named
 failure; the rest are :class:`spade.records.FailureKind` values (kept as strings,
 so this module needs no sandbox import; a test checks every kind is here). A design accepted
-after a repair turn is valid and scored as such: its final outcome counts, not its first answer.
+after a repair turn is valid and credited as such; its first answer, which is what the designer
+trains on, gets the reward of what it was (:func:`spade.scoring.outcomes.first_answer_reward`).
 An attempt whose request failed on our side (``inference``) is no design and has no tier: it is
 left out of scoring (:func:`spade.scoring.outcomes.score`).
 """

@@ -63,8 +63,9 @@ def _designer_rewards(
     attempts: list[DesignAttempt],
     evaluations: Path | None,
 ) -> list[float]:
-    """Each attempt's ``reward`` field, else the configured designer reward of the attempts
-    scored with ``evaluations`` (``spade evaluate``'s rows for the designed environments)."""
+    """Each attempt's ``reward`` field (uncentred: training centres it), else the configured
+    designer reward of the attempts' first answers, scored with ``evaluations`` (``spade
+    evaluate``'s rows for the designed environments)."""
     if all("reward" in r for r in rows):
         return [float(r["reward"]) for r in rows]
     if evaluations is None:
@@ -83,7 +84,7 @@ def _designer_rewards(
     if missing:
         raise ConfigError(f"{evaluations}: no evaluation of accepted design(s) {missing}")
     scored, _ = score(attempts, played, cfg.scoring)
-    return [s.reward for s in scored]
+    return [s.trained_raw for s in scored]  # the first answers' own: centred once, in training
 
 
 def agent_samples(cfg: CampaignConfig, trajectories: Iterable[Trajectory]) -> list[Any]:
@@ -99,7 +100,9 @@ def agent_samples(cfg: CampaignConfig, trajectories: Iterable[Trajectory]) -> li
 def designer_samples(
     cfg: CampaignConfig, attempts: Sequence[DesignAttempt], rewards: Sequence[float]
 ) -> list[Any]:
-    """The designer's samples of ``attempts``, rewards centred as ``scoring`` says."""
+    """The designer's samples of ``attempts``: ``rewards`` (uncentred, each the reward of the
+    answer trained on) centred once, per skill or over the batch as ``scoring`` says, over
+    the trained designs (one unit each, however many parts it was sampled in)."""
     from spade.training.advantages import designer_estimator
     from spade.training.samples import assign_advantages, samples_from_design_attempts
 

@@ -57,6 +57,10 @@ class TrainSample:
         reward: the episode return or the designer reward.
         group: rewards are compared within a group (env id for plays, skill for designs).
         advantage: filled by :func:`assign_advantages`; None until then.
+        unit: the rollout the sample is a part of (a play, a design answer): the samples of one
+            unit share its reward, and a group's mean and std count each unit once, however
+            many samples it was cut into (a play's turns on the per-turn path, a design's
+            follow-ups). Empty: the sample is a unit of its own.
     """
 
     input_ids: list[int]
@@ -65,6 +69,7 @@ class TrainSample:
     reward: float
     group: str
     advantage: float | None = None
+    unit: str = ""
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
@@ -107,24 +112,24 @@ def samples_from_trajectories(
     plays that failed on our side (``Trajectory.failed``: an outage's return 0 is no signal).
     """
     out: list[TrainSample] = []
-    for traj in trajectories:
+    for play, traj in enumerate(trajectories):
         if (traj.hinted and only_unhinted) or traj.failed:
             continue
         reward = traj.episode_return()
+        unit = f"play{play}"  # its turns' samples are one play to the advantage
         view = traj.token_view()
         if view is not None:
             ids, mask, lps = view
             if sum(mask):
-                out.append(
-                    _sample(ids, mask, lps, reward, traj.env_id, f"trajectory {traj.env_id}")
-                )
+                where = f"trajectory {traj.env_id}"
+                out.append(_sample(ids, mask, lps, reward, traj.env_id, where, unit))
             continue
         for i, turn in enumerate(traj.turns):
             if not turn.completion_token_ids:
                 continue
             prompt, tokens, lps = turn.prompt_token_ids, turn.completion_token_ids, turn.logprobs
             where = f"{traj.env_id} turn {i}"
-            out.append(completion_sample(prompt, tokens, lps, reward, traj.env_id, where))
+            out.append(completion_sample(prompt, tokens, lps, reward, traj.env_id, where, unit))
     return out
 
 
@@ -144,19 +149,23 @@ def samples_from_design_attempts(
     attempts: Sequence[DesignAttempt], rewards: Sequence[float]
 ) -> list[TrainSample]:
     """Designer samples: prompt + completion ids, trained on the completion, grouped by skill
-    (a scaffolded design gives one sample per body it sampled, each with the design's reward).
+    (a scaffolded design gives one sample per body it sampled, a splice one per follow-up, each
+    with the design's reward: one unit, :attr:`TrainSample.unit`, so a design cut into more
+    parts does not weigh more in its skill's mean).
 
-    ``rewards[i]`` is the designer reward of ``attempts[i]`` (rejected designs included: they
-    are data); attempts that failed on our side (:attr:`DesignAttempt.failed`) must be left out
-    by the caller, with their rewards, and raise here. Attempts without completion tokens (a
-    backend that returns no token ids) cannot be trained on and are skipped, with a warning
-    counting them.
+    ``rewards[i]`` is the reward of the answer ``attempts[i]`` trains on (its first answer:
+    :func:`spade.scoring.outcomes.score`'s ``trained_raw``), before any centring (the
+    advantages centre it once, over the trained units); rejected designs are data too.
+    Attempts that failed on our side (:attr:`DesignAttempt.failed`) must be left out by the
+    caller, with their rewards, and raise here. Attempts without completion tokens (a backend
+    that returns no token ids) cannot be trained on and are skipped, with a warning counting
+    them.
     """
     if len(attempts) != len(rewards):
         raise ValueError(f"{len(attempts)} design attempts but {len(rewards)} rewards")
     out: list[TrainSample] = []
     skipped = 0
-    for attempt, reward in zip(attempts, rewards, strict=True):
+    for n, (attempt, reward) in enumerate(zip(attempts, rewards, strict=True)):
         if attempt.failed:  # its reward would be an outage's: the caller's pairing is wrong
             raise ValueError(f"design attempt {attempt.slot}.{attempt.attempt} failed: no data")
         where = f"design attempt {attempt.slot}.{attempt.attempt}"
@@ -171,7 +180,8 @@ def samples_from_design_attempts(
             if not prompt:
                 raise ValueError(f"{where} has completion tokens but no prompt token ids")
             lps = part["logprobs"]
-            out.append(completion_sample(prompt, tokens, lps, reward, attempt.skill, where))
+            unit = f"design{n}"  # its parts are one design to the advantage
+            out.append(completion_sample(prompt, tokens, lps, reward, attempt.skill, where, unit))
     if skipped:
         log.warning("%d of %d design attempts have no completion tokens", skipped, len(attempts))
     return out
@@ -184,21 +194,30 @@ def completion_sample(
     reward: float,
     group: str,
     where: str = "completion",
+    unit: str = "",
 ) -> TrainSample:
     """One sampled completion as a sample: the prompt's tokens masked out (log-prob 0), the
-    completion's trained with the sampler's log-probs (one per completion token)."""
+    completion's trained with the sampler's log-probs (one per completion token); ``unit``:
+    the rollout it is part of (:attr:`TrainSample.unit`)."""
     ids = [*prompt_ids, *token_ids]
     mask = [0] * len(prompt_ids) + [1] * len(token_ids)
     lps = [0.0] * len(prompt_ids) + list(logprobs)  # _sample makes them floats
-    return _sample(ids, mask, lps, reward, group, where)
+    return _sample(ids, mask, lps, reward, group, where, unit)
 
 
 def _sample(
-    ids: list[int], mask: list[int], lps: list[float], reward: float, group: str, where: str
+    ids: list[int],
+    mask: list[int],
+    lps: list[float],
+    reward: float,
+    group: str,
+    where: str,
+    unit: str = "",
 ) -> TrainSample:
     if len(lps) != len(ids):  # the sampler returned too few or too many log-probs
         raise ValueError(f"{where}: {len(ids)} tokens but {len(lps)} log-probs")
-    return TrainSample(list(ids), list(mask), [float(x) for x in lps], float(reward), group)
+    floats = [float(x) for x in lps]
+    return TrainSample(list(ids), list(mask), floats, float(reward), group, unit=unit)
 
 
 # ---------------------------------------------------------------------------------- advantages
@@ -209,23 +228,44 @@ def assign_advantages(
 ) -> Sequence[TrainSample]:
     """Fill each sample's ``advantage`` from the rewards of its group; returns ``samples``.
 
+    The estimator sees one reward per *unit* (:attr:`TrainSample.unit`: a play, a design
+    answer), not per sample: a play cut into four turn samples weighs as much in its group's
+    mean and std as a play kept whole, and every sample of a unit gets the unit's advantage.
     ``fn_name`` names an estimator of :data:`spade.training.advantages.ADVANTAGES`
     (``"zscore"``, ``"centred"``) and then decides alone; None uses ``group_advantages`` with
     ``scale_by_std`` (``TrainingConfig.advantage_std`` for the agent; the designer's rewards are
     centred per skill, no std). Advantages must be computed over the *whole* batch, before it is
-    split between data-parallel ranks.
+    split between data-parallel ranks. ValueError when the samples of one unit disagree on
+    their reward.
     """
     if not samples:
         return samples
+    unit_index: dict[tuple[str, str], int] = {}
+    which: list[int] = []
+    rewards: list[float] = []
+    groups: list[str] = []
+    for i, sample in enumerate(samples):
+        key = (sample.group, sample.unit or f"#sample{i}")
+        j = unit_index.setdefault(key, len(rewards))
+        if j == len(rewards):
+            rewards.append(sample.reward)
+            groups.append(sample.group)
+        elif rewards[j] != sample.reward:
+            raise ValueError(
+                f"unit {sample.unit!r} of group {sample.group!r} has rewards {rewards[j]} and"
+                f" {sample.reward}: the samples of one rollout share its reward"
+            )
+        which.append(j)
     index: dict[str, int] = {}
-    group_ids = torch.tensor([index.setdefault(s.group, len(index)) for s in samples])
-    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+    group_ids = torch.tensor([index.setdefault(g, len(index)) for g in groups])
+    reward_t = torch.tensor(rewards, dtype=torch.float64)
     if fn_name is not None:
-        adv = get_advantage_fn(fn_name)(rewards, group_ids)
+        adv = get_advantage_fn(fn_name)(reward_t, group_ids)
     else:
-        adv = group_advantages(rewards, group_ids, scale_by_std=scale_by_std)
-    for sample, a in zip(samples, adv.tolist(), strict=True):
-        sample.advantage = float(a)
+        adv = group_advantages(reward_t, group_ids, scale_by_std=scale_by_std)
+    per_unit = adv.tolist()
+    for sample, j in zip(samples, which, strict=True):
+        sample.advantage = float(per_unit[j])
     return samples
 
 

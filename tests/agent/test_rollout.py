@@ -139,12 +139,29 @@ def test_env_failure_mid_episode_is_data_and_others_go_on(policy):
             EpisodeJob("bad", "class (:", 2),
         ]
         flaky, cb, bad = play(server, policy, jobs, max_turns=5)
-    assert (
-        flaky.status == "env_failed" and flaky.failure["kind"] == "crash" and len(flaky.turns) == 1
-    )
+    assert flaky.status == "env_failed" and flaky.failure["kind"] == "crash"
+    assert len(flaky.turns) == 2 and flaky.turns[-1].observation == ""  # the reply that broke it
     assert flaky.episode_return() == 0.0
     assert bad.status == "env_failed" and bad.failure["kind"] == "syntax"
     assert cb.status == "terminated" and len(cb.turns) == 5  # max_turns reaches the env too
+
+
+def test_the_reply_that_crashed_the_env_is_recorded_and_trained_on(policy):
+    """An environment that breaks on the first step: the play counts 0 in the win rate and
+    the regret, and the reply that broke it is its one turn, a training sample with that
+    return (before, the reply was dropped: a crash on the first step left no sample at all,
+    a later one left the crashing reply unpenalised)."""
+    from spade.training.samples import samples_from_trajectories
+
+    first = FLAKY.replace("FlakyEnv", "FirstEnv").replace("if self.n == 2", "if self.n == 1")
+    with FakeOpenAIServer(script=lambda r: "\\boxed{9}") as server:
+        (t,) = play(server, policy, [EpisodeJob("first", first, 0)], max_turns=5)
+    assert t.status == "env_failed" and t.failure["kind"] == "crash"
+    (turn,) = t.turns
+    assert turn.text == "\\boxed{9}" and turn.completion_token_ids and turn.reward == 0.0
+    assert t.messages[-1] == {"role": "assistant", "content": "\\boxed{9}"}
+    (sample,) = samples_from_trajectories([t])
+    assert sample.reward == 0.0 and sample.trained_tokens == len(turn.completion_token_ids)
 
 
 def test_an_env_that_never_ends_is_cut_at_the_turn_limit(policy):

@@ -225,8 +225,9 @@ def test_an_outage_leaves_the_designers_rewards_batch_and_memory_as_if_unasked(t
     keys = ("attempts", "accepted", "rejections", "designer_reward", "designer_spread")
     assert {k: outage["summary"][k] for k in keys} == {k: unasked["summary"][k] for k in keys}
     # and slot 1 matters when it is answered: scored as a rejection (-1 for "no code", the
-    # old treatment of an outage) it would have moved every centred reward
-    assert whole["rewards"][0] != unasked["rewards"][0]
+    # old treatment of an outage) it would have moved every centred reward (the batch's
+    # rewards are uncentred: training centres them; the score rows keep the centred ones)
+    assert whole["scored"][0]["reward"] != unasked["scored"][0]["reward"]
 
 
 @pytest.mark.sandbox
