@@ -110,8 +110,9 @@ def rounds_tab(data: CampaignData, ov: Overview) -> None:
             "held-out win": "heldout_win_rate", "hinted return": "hinted_mean_return",
             "unhinted return": "mean_return", "held-out return": "heldout_mean_return"}  # fmt: skip
     show(left, charts.lines(per_round(ov, **wins), unit_range=True, dashed="return"))
-    right.markdown("**Regret and designer reward**")
-    show(right, charts.lines(per_round(ov, regret="regret", designer_reward="designer_reward")))
+    right.markdown("**Regret (and paired, per instance) and designer reward**")
+    regrets = {"regret": "regret", "paired regret": "paired_regret"}
+    show(right, charts.lines(per_round(ov, **regrets, designer_reward="designer_reward")))
     left, right = st.columns(2)
     left.markdown("**Acceptance rate**")
     show(left, charts.lines(per_round(ov, acceptance_rate="acceptance_rate"), unit_range=True))

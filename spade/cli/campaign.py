@@ -166,7 +166,8 @@ def short_version(version: object) -> str:
 
 def design_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Two lines per design a round accepted and played: how it was asked for, its unhinted
-    and hinted win rates, regret and designer reward; then its hint."""
+    and hinted win rates, regret (and beside it the paired regret with its 95% interval, where
+    the evaluation has one) and designer reward; then its hint."""
     lines = []
     for row in rows:
         for d in row.get("designs_played") or []:
@@ -176,7 +177,7 @@ def design_lines(rows: list[dict[str, Any]]) -> list[str]:
                 if part
             )
             numbers = ", ".join(
-                f"{label} {_number(d.get(key))}"
+                f"{label} {_number(d.get(key))}" + (_paired(d) if key == "regret" else "")
                 for key, label in (
                     ("win_rate", "win"),
                     ("hinted_win_rate", "hinted"),
@@ -187,6 +188,14 @@ def design_lines(rows: list[dict[str, Any]]) -> list[str]:
             lines.append(f"round {row['round']}: design {d['env_id']} ({how}): {numbers}")
             lines.append(f"  hint: {d.get('hint') or '(none)'}")
     return lines
+
+
+def _paired(design: dict[str, Any]) -> str:
+    """`` (paired 0.40 [0.10, 0.70])``: the paired regret and its interval; nothing without."""
+    interval = design.get("paired_regret_interval")
+    if design.get("paired_regret") is None or not interval:
+        return ""
+    return f" (paired {design['paired_regret']:.2f} [{interval[0]:.2f}, {interval[1]:.2f}])"
 
 
 def health_lines(rows: list[dict[str, Any]]) -> list[str]:

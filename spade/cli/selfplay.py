@@ -36,6 +36,13 @@ def _num(value: float | None, digits: int) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _paired(value: float | None, interval: list[float] | None) -> str:
+    """The paired regret and its interval, ``0.250 [0.00, 0.50]``; "–" without one."""
+    if value is None or not interval:
+        return "–"
+    return f"{value:.3f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
 Progress = Callable[[str], None]
 
 
@@ -97,7 +104,7 @@ async def run_evaluate(
                 progress(f"{path.name}: no hint ({note}), so no hinted plays")
         n = len(specs) * (cfg.evaluation.unhinted_plays + cfg.evaluation.hinted_plays)
         progress(f"model: {backend.model_name}; playing up to {n} episodes")
-        results = await evaluate_envs(backend, specs, cfg, policy)
+        results = await evaluate_envs(backend, specs, cfg, policy, round=None)  # fixed instances
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(cfg.resolved_yaml(), encoding="utf-8")
@@ -199,6 +206,7 @@ def evaluate(
         "mean unhinted",
         "mean hinted",
         "regret",
+        "paired [95%]",
         "failed plays",
     ):
         table.add_column(col)
@@ -206,7 +214,8 @@ def evaluate(
         table.add_row(
             Text(path.name), Text(ev.skill), f"{ev.win_rate:.2f}", _num(ev.hinted_win_rate, 2),
             _num(mean(ev.unhinted_returns), 3), _num(mean(ev.hinted_returns), 3),
-            f"{ev.regret:.3f}", str(ev.failed_plays),
+            f"{ev.regret:.3f}", _paired(ev.paired_regret, ev.paired_regret_interval),
+            str(ev.failed_plays),
         )  # fmt: skip
     console.print(table)
     if out:

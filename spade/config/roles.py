@@ -252,7 +252,15 @@ class EvaluationConfig(Section):
         le=1.0,
         description="A terminated episode whose last reward is at least this is a win.",
     )
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="Base seed of environment instances.")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**32 - 1,
+        description="Seed of the environment instances: with the master seed, the round and the"
+        " environment it digests to each round's instances (new ones every round, hinted plays"
+        " on the unhinted plays' instances); held-out plays and `spade evaluate` play the fixed"
+        " instances seed + i.",
+    )
     action_format: Literal["strict", "lenient"] = Field(
         "strict",
         description="How a reply becomes an action. strict (the reference): only \\boxed{}"

@@ -23,8 +23,10 @@ from spade.curriculum.regret import (
     REGRET_ESTIMATORS,
     RegretEstimator,
     get_regret_estimator,
+    instance_gaps,
     max_gap,
     mean_gap,
+    paired_regret,
     win_rate,
 )
 
@@ -38,9 +40,11 @@ __all__ = [
     "RegretEstimator",
     "get_regret_estimator",
     "import_pool",
+    "instance_gaps",
     "max_gap",
     "mean_gap",
     "negative_label",
+    "paired_regret",
     "read_declarations",
     "seed_records",
     "win_rate",

@@ -12,6 +12,12 @@ Inputs are episode returns (floats, normally in [-1, 1]). An episode the environ
 that did not terminate returns 0.0 by the return rule, so the caller passes 0.0 for it. A play
 that failed on our side (inference: ``Trajectory.failed``) measures nothing and is left out by
 the caller (:mod:`spade.agent.evaluate`): there is no "failed" case here.
+
+Beside the estimator, :func:`instance_gaps` and :func:`paired_regret` give the *paired* estimate
+the evaluation reports next to it: hinted and unhinted plays meet the same instances (seeds),
+so the gap can be taken per instance, which takes the instances' own spread out of it and
+gives it an interval. It is not in :data:`REGRET_ESTIMATORS`: an estimator there sees two lists
+of returns, no instances, and the curriculum's number stays the reference's.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Callable, Sequence
 from statistics import fmean
 
 from spade.registry import lookup
+from spade.stats import bootstrap_interval
 
 RegretEstimator = Callable[[Sequence[float], Sequence[float]], float]
 """``(hinted returns, unhinted returns) -> regret >= 0``."""
@@ -72,6 +79,52 @@ REGRET_ESTIMATORS: dict[str, RegretEstimator] = {"mean_gap": mean_gap, "max_gap"
 def get_regret_estimator(name: str) -> RegretEstimator:
     """The estimator called ``name``; ValueError naming the valid ones otherwise."""
     return lookup(REGRET_ESTIMATORS, name, "regret estimator")
+
+
+def instance_gaps(
+    hinted: Sequence[tuple[int, float]], unhinted: Sequence[tuple[int, float]]
+) -> list[float]:
+    """Per instance both groups played: mean hinted return minus mean unhinted return on it.
+
+    Args:
+        hinted: ``(instance seed, return)`` of each hinted play, shape ``(n_hinted, 2)``; an
+            instance played hinted more than once (more hinted plays than unhinted ones) is
+            averaged over its replicates, so it counts once.
+        unhinted: likewise for the plays without the hint, shape ``(n_unhinted, 2)``.
+
+    Returns:
+        One gap per shared instance, shape ``(n_shared,)``, in the order the unhinted plays
+        first meet them; instances only one group played are left out (empty: none shared).
+    """
+    _checked([r for _, r in hinted], "hinted")
+    _checked([r for _, r in unhinted], "unhinted")
+    by_seed: dict[int, tuple[list[float], list[float]]] = {}
+    for seed, value in unhinted:
+        by_seed.setdefault(seed, ([], []))[1].append(value)
+    for seed, value in hinted:
+        if seed in by_seed:
+            by_seed[seed][0].append(value)
+    return [fmean(h) - fmean(u) for h, u in by_seed.values() if h]
+
+
+def paired_regret(gaps: Sequence[float]) -> tuple[float, tuple[float, float]] | None:
+    """The paired regret ``max(0, mean(gaps))`` and its 95% interval; None for no gaps.
+
+    Args:
+        gaps: per-instance gaps (:func:`instance_gaps`), shape ``(n_shared,)``.
+
+    Returns:
+        ``(estimate, (low, high))``: the interval is the seeded percentile bootstrap of the mean
+        over instances (:func:`spade.stats.bootstrap_interval`), its ends floored at 0 as the
+        estimate is (a percentile interval follows a monotone map, so these are the ends of
+        ``max(0, mean)``'s own interval).
+    """
+    _checked(gaps, "gap")
+    interval = bootstrap_interval(gaps)
+    if interval is None:
+        return None
+    low, high = interval
+    return max(0.0, fmean(gaps)), (max(0.0, low), max(0.0, high))
 
 
 def win_rate(successes: Sequence[bool]) -> float:

@@ -29,6 +29,7 @@ TRAIN_METRICS = (
 )
 ROUND_FILES = {
     "scored": ("score", "scored.jsonl"),
+    "evaluations": ("evaluate", "evaluations.jsonl"),  # the paired regret (not in scored)
     "agent": ("train_agent", "outcome.json"),
     "designer": ("train_designer", "outcome.json"),
     "heldout": ("heldout", "summary.json"),
@@ -47,6 +48,7 @@ ROW_FIELDS = (
     "mean_return",
     "hinted_mean_return",
     "regret",
+    "paired_regret",
     "designer_reward",
     "heldout_win_rate",
     "heldout_mean_return",
@@ -77,6 +79,7 @@ class RoundSummary:
     mean_return: float | None = None  # partial credit counted (a win rate counts full wins)
     hinted_mean_return: float | None = None
     regret: float | None = None
+    paired_regret: float | None = None  # per instance; environments with one (older: none)
     designer_reward: float | None = None
     rejections: dict[str, int] = field(default_factory=dict)  # failure kind -> count
     skills: dict[str, int] = field(default_factory=dict)  # accepted designs per skill
@@ -116,6 +119,7 @@ def summarize(
     environments are the replayed ones. Pool environments (``source: pool`` in
     ``scored.jsonl``) count in the win rates and regret, not as designs."""
     scored = parse_jsonl(files["scored"]) if "scored" in files else []
+    evaluations = parse_jsonl(files["evaluations"]) if "evaluations" in files else []
     designs = [  # an attempt whose request failed on our side is no design: not counted here
         s
         for s in scored
@@ -153,6 +157,7 @@ def summarize(
         mean_return=mean(s.get("mean_return") for s in accepted + pool),
         hinted_mean_return=mean(s.get("hinted_mean_return") for s in accepted + pool),
         regret=mean(s.get("regret") for s in accepted + pool),
+        paired_regret=mean(e.get("paired_regret") for e in evaluations),
         designer_reward=mean(s.get("raw_reward", s.get("reward")) for s in designed),
         rejections=dict(
             Counter(s.get("failure") or "rejected" for s in designs if not s.get("accepted"))

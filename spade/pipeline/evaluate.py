@@ -4,13 +4,16 @@ designs and pool environments, each row marked with its ``source``).
 Each environment is evaluated on its own (the flow maps over them, so a resumed round replays
 only the environments it had not finished); :func:`commit_evaluations` then commits the stage.
 
-Plays are stored as they finish, as ``envs/<env_id>/plays/<job index>.json`` holding the
-trajectory and a ``key`` that digests what decides the play (the weights, the stage's config
-and code, the environment): a retry of the stage (after an outage, a failed write, a killed
-worker) plays only what is not stored yet, and one with other weights or settings reuses
-nothing (its plays overwrite the old ones). Plays that failed on our side are not stored, so a
-retry plays them again. ``trajectories.jsonl`` and ``summary.json`` are written once every play
-is in, as readers expect.
+Each round plays its own instances of each environment, the same ones however often the stage
+runs (:mod:`spade.agent.evaluate`: a digest of the campaign seed, the round and the
+environment). Plays are stored as they finish, as ``envs/<env_id>/plays/<job index>.json``
+holding the trajectory (its instance seed with it) and a ``key`` that digests what decides the
+play (the weights, the stage's config and code, the environment; the round is in the path): a
+retry of the stage (after an outage, a failed write, a killed worker) plays only what is not
+stored yet, and one with other weights or settings reuses nothing (its plays overwrite the old
+ones). Plays that failed on our side are not stored, so a retry plays them again.
+``trajectories.jsonl`` and ``summary.json`` are written once every play is in, as readers
+expect.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ async def evaluate_env(
             cs.store.write_bytes(f"{plays}/{index:04d}.json", json.dumps(row).encode())
 
     (evaluation,) = await evaluate_envs(
-        backend, [env], ctx.config, ctx.policy, finished=stored, on_finished=store
+        backend, [env], ctx.config, ctx.policy, round=round, finished=stored, on_finished=store
     )
     cs.store.write_bytes(
         cs.layout.stage_key(round, "evaluate", f"{prefix}/trajectories.jsonl"),

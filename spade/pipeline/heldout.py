@@ -121,7 +121,8 @@ async def _play_files(
         cfg = cfg.model_copy(
             update={"evaluation": cfg.evaluation.model_copy(update={"unhinted_plays": plays})}
         )
-    results = await evaluate_envs(backend, specs, cfg, policy)
+    # round None: the same instances every round (and for the base weights), so rounds compare
+    results = await evaluate_envs(backend, specs, cfg, policy, round=None)
     returns = [fmean(r.unhinted_returns) if r.unhinted_returns else 0.0 for r in results]
     rows = [
         {

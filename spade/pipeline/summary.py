@@ -4,8 +4,9 @@ A round's numbers come from its committed files: ``score/scored.jsonl`` (a row p
 attempt, ``source: designed``; ``failed: true`` for one whose request failed on our side,
 counted as ``failed_designs`` and left out of every other count and measure; then a row per
 pool environment played, ``source: pool``; rows written before pool environments existed have
-no ``source`` and are designs), ``evaluate/evaluations.jsonl`` (plays per environment, and
-``failed_plays``: plays that failed on the inference side, left out of every measure), the
+no ``source`` and are designs), ``evaluate/evaluations.jsonl`` (plays per environment,
+``failed_plays``: plays that failed on the inference side, left out of every measure, and the
+paired regret: rows stored before plays were paired have none), the
 training stages' ``outcome.json``, ``publish/weights.json`` and ``heldout/summary.json``.
 """
 
@@ -48,7 +49,9 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
   such check ran), ``duplicates``: attempts rejected as copies, ``repaired``: accepted after a
   repair turn;
 - ``pool_envs``: pool environments played (``run.env_source: pool``, ``run.min_envs``);
-- ``win_rate``, ``hinted_win_rate``, ``regret``: means over every environment played;
+- ``win_rate``, ``hinted_win_rate``, ``regret``: means over every environment played (and in
+  ``--json`` ``paired_regret``: the mean paired regret, taken per instance, of the environments
+  that have one: :mod:`spade.agent.evaluate`);
   ``mean_return`` (and ``hinted_mean_return`` in ``--json``): the mean episode return, partial
   credit included, where a win rate counts full wins only;
 - ``designer_reward``: mean reward of the attempts before centring; ``designer_spread``: max -
@@ -164,7 +167,8 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
     designer_loss, designer_skipped = _training(outcomes["designer"])
     episodes = Counter[str]()
     failed_plays = 0
-    for e in _rows(cs, round, "evaluate", "evaluations.jsonl"):
+    evaluations = _rows(cs, round, "evaluate", "evaluations.jsonl")
+    for e in evaluations:
         episodes[e.get("source", "designed")] += len(e.get("unhinted_returns") or [])
         failed_plays += int(e.get("failed_plays") or 0)
     weights = _json(cs, round, "publish", "weights.json") or {}
@@ -191,6 +195,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "win_rate": _mean([s["win_rate"] for s in played]),
         "hinted_win_rate": _mean([s["hinted_win_rate"] for s in played]),
         "regret": _mean([s["regret"] for s in played]),
+        "paired_regret": _mean([e.get("paired_regret") for e in evaluations]),
         "mean_return": _mean([s.get("mean_return") for s in played]),
         "hinted_mean_return": _mean([s.get("hinted_mean_return") for s in played]),
         "designed_win_rate": _mean([s["win_rate"] for s in accepted]),
@@ -218,19 +223,29 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "heldout_base": heldout.get("base"),  # round 0: the base weights' held-out numbers
         "weights": weights.get("version"),
         "stage_seconds": seconds,
-        "designs_played": _designs_played(cs, round, accepted if designed else []),
+        "designs_played": _designs_played(cs, round, accepted if designed else [], evaluations),
     }
 
 
+PAIRED = ("paired_regret", "paired_regret_interval")
+"""An environment's paired regret and its interval, as its evaluation row holds them."""
+
+
 def _designs_played(
-    cs: CampaignStore, round: int, accepted: list[dict[str, Any]]
+    cs: CampaignStore,
+    round: int,
+    accepted: list[dict[str, Any]],
+    evaluations: list[dict[str, Any]],
 ) -> list[dict[str, Any]]:
     """What the round's accepted designs became: how each was asked for, its unhinted and
-    hinted win rates, regret, designer reward (before centring) and hint."""
+    hinted win rates, regret and paired regret (with its interval: None where its evaluation
+    has none), designer reward (before centring) and hint."""
     hints = {h["env_id"]: h.get("hint") for h in _rows(cs, round, "hint", "environments.jsonl")}
+    paired = {e.get("env_id"): e for e in evaluations}
     keys = ("env_id", "strategy", "parent", "directive", "win_rate", "hinted_win_rate", "regret")
     return [
         {k: s.get(k) for k in keys}
+        | {k: paired.get(s.get("env_id"), {}).get(k) for k in PAIRED}
         | {"reward": s.get("raw_reward", s.get("reward")), "hint": hints.get(s.get("env_id"))}
         for s in accepted
     ]

@@ -146,6 +146,12 @@ class EnvEvaluation:
     Returns, win rates and regret come from the plays that did not fail on our side;
     ``failed_plays`` counts those that did (kept in ``trajectories``, measuring nothing) and
     ``env_failed_plays`` the plays the environment itself broke (data: included, return 0).
+
+    ``paired_regret`` is the regret taken per instance: the mean, over the ``paired_instances``
+    instances (seeds) both groups played, of hinted minus unhinted return, floored at 0, with
+    its 95% bootstrap interval over those instances (``paired_regret_interval``, ``[low,
+    high]``); None without a shared instance (no hint, or a row stored before plays were
+    paired), so older rows load as they were.
     """
 
     env_id: str
@@ -159,6 +165,9 @@ class EnvEvaluation:
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
     source: EnvSource = "designed"
     env_failed_plays: int = 0
+    paired_regret: float | None = None
+    paired_regret_interval: list[float] | None = None
+    paired_instances: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "trajectories"}

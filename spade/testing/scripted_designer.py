@@ -4,7 +4,8 @@ bad ones), writes hints, and plays so that each environment's regret is known ex
 - ``SkyWordEnv`` (mathematical_reasoning): the agent wins only with the hint -> regret 1.0.
 - ``MetalEnv`` (logical_deduction): the agent always wins -> win rate 1, regret 0.0.
 - ``HalfEnv`` (spatial_reasoning): without the hint the agent wins even-numbered puzzles only
-  (seeds 0..7: 4 of 8), with it always -> regret 1.0 - 0.5 = 0.5.
+  (8 consecutive seeds, as every evaluation plays: 4 of 8), with it always -> regret 1.0 - 0.5
+  = 0.5.
 - the second mathematical_reasoning slot first gets an infeasible design (its solution is
   wrong), then a completion without code; asked to repair either, it answers the same again.
 """

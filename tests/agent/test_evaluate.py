@@ -45,7 +45,7 @@ def test_evaluation_respects_the_parallelism_and_has_no_hinted_rate_without_a_hi
 
         async def go():
             async with open_backend(cfg) as backend:
-                return await evaluate_envs(backend, specs, cfg, load_policy())
+                return await evaluate_envs(backend, specs, cfg, load_policy(), round=0)
 
         plain, hinted = asyncio.run(go())
     assert server.max_in_flight == 2  # 8 episodes, two live at a time (the default is 64)
@@ -78,7 +78,7 @@ def _outage_config(server: FakeOpenAIServer, **more: object):
 def _evaluate(cfg, specs):
     async def go():
         async with open_backend(cfg) as backend:
-            return await evaluate_envs(backend, specs, cfg, load_policy())
+            return await evaluate_envs(backend, specs, cfg, load_policy(), round=0)
 
     return asyncio.run(go())
 

@@ -182,7 +182,8 @@ def test_evaluate_hints_that_leak_the_solution_are_retried_then_dropped(tmp_path
     # The regret table shows no hinted win rate (and no hinted mean) rather than 0.
     (sky_row,) = [line for line in run.stdout.splitlines() if "sky.py" in line and "│" in line]
     cells = [c.strip() for c in sky_row.strip("│ ").split("│")]
-    assert cells == ["sky.py", "mathematical_reasoning", "1.00", "–", "1.000", "–", "0.000", "0"]
+    # no hint: no paired regret either ("–", before the failed plays)
+    assert cells == ["sky.py", "mathematical_reasoning", "1.00", "–", "1.000", "–", "0.000", "–", "0"]  # fmt: skip
     (metal_row,) = [line for line in run.stdout.splitlines() if "metal.py" in line and "│" in line]
     assert [c.strip() for c in metal_row.strip("│ ").split("│")][3] == "1.00"
 

@@ -7,8 +7,10 @@ import pytest
 from spade.curriculum.regret import (
     REGRET_ESTIMATORS,
     get_regret_estimator,
+    instance_gaps,
     max_gap,
     mean_gap,
+    paired_regret,
     win_rate,
 )
 
@@ -90,3 +92,39 @@ def test_win_rate():
 
 def test_win_rate_of_no_plays_is_zero():
     assert win_rate([]) == 0.0
+
+
+def test_instance_gaps_pair_plays_on_the_same_instance_and_average_hinted_replicates():
+    # seed 1: hinted (1 + 0) / 2 - unhinted 0 = 0.5; seed 2: hinted 1 - unhinted 1 = 0;
+    # seed 3 only hinted, seed 4 only unhinted: no pair, left out
+    hinted = [(1, 1.0), (2, 1.0), (1, 0.0), (3, 0.5)]
+    unhinted = [(2, 1.0), (1, 0.0), (4, 0.0)]
+    assert instance_gaps(hinted, unhinted) == [0.0, 0.5]  # the unhinted plays' order
+    assert instance_gaps([], unhinted) == [] and instance_gaps(hinted, []) == []
+    with pytest.raises(ValueError, match="hinted returns must be finite"):
+        instance_gaps([(1, math.nan)], unhinted)
+
+
+def test_paired_regret_is_the_mean_gap_over_instances_with_a_bootstrap_interval():
+    # gaps 0 and 0.5: the mean is 0.25; a resample of two is both 0 (mean 0) a quarter of the
+    # time and both 0.5 a quarter of the time, so the 2.5% and 97.5% points are 0 and 0.5
+    assert paired_regret([0.0, 0.5]) == (0.25, (0.0, 0.5))
+    # no spread: the interval is the value at both ends
+    assert paired_regret([0.5, 0.5, 0.5]) == (0.5, (0.5, 0.5))
+    assert paired_regret([]) is None
+
+
+def test_paired_regret_and_its_interval_are_floored_at_zero():
+    # gaps -0.5 and 0.25: mean -0.125 -> 0; the interval [-0.5, 0.25] -> [0, 0.25]
+    assert paired_regret([-0.5, 0.25]) == (0.0, (0.0, 0.25))
+    assert paired_regret([-1.0, -0.5]) == (0.0, (0.0, 0.0))
+
+
+def test_paired_regret_differs_from_mean_gap_where_instances_differ():
+    """Hinted plays on easy instances, unhinted on hard ones: mean_gap reads the instances'
+    difference as regret; per instance the hint changes nothing."""
+    hinted = [(1, 1.0), (1, 1.0), (2, 0.0)]  # instance 1 easy, 2 hard
+    unhinted = [(1, 1.0), (2, 0.0), (2, 0.0)]
+    # mean_gap: 2/3 - 1/3 = 1/3; paired: (1 - 1) and (0 - 0) -> 0
+    assert mean_gap([r for _, r in hinted], [r for _, r in unhinted]) == pytest.approx(1 / 3)
+    assert paired_regret(instance_gaps(hinted, unhinted)) == (0.0, (0.0, 0.0))

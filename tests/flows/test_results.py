@@ -47,7 +47,20 @@ def _examples() -> list[object]:
         env_id="env-1", skill="logic", valid=True, win_rate=0.5, regret=0.25, mean_return=0.5
     )
     return [
-        EnvEvaluation("env-1", "logic", [1.0], [0.0, 1.0], 0.5, 1.0, 0.5, 0, [trajectory]),
+        EnvEvaluation(
+            "env-1",
+            "logic",
+            [1.0],
+            [0.0, 1.0],
+            0.5,
+            1.0,
+            0.5,
+            0,
+            [trajectory],
+            paired_regret=0.5,
+            paired_regret_interval=[0.0, 1.0],
+            paired_instances=1,
+        ),
         EnvSpec("env-1", "class E: ...", "logic", None, tool_use=True, source="pool"),
         attempt,
         (

@@ -29,7 +29,7 @@ async def _round(cfg):
         )
         accepted = [a for a in attempts if a.accepted]
         specs = [EnvSpec(a.env_id, a.code, a.skill, a.hint, a.tool_use) for a in accepted]
-        evaluations = await evaluate_envs(backend, specs, cfg, policy)
+        evaluations = await evaluate_envs(backend, specs, cfg, policy, round=0)
     return attempts, evaluations
 
 

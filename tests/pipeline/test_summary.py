@@ -120,6 +120,7 @@ def test_each_accepted_design_is_shown_with_its_numbers_and_hint(tmp_path):
     assert played == {
         "env_id": "env-a", "strategy": "splice", "parent": "number_hunt",
         "directive": "feedback", "win_rate": 0.2, "hinted_win_rate": 0.6, "regret": 0.4,
+        "paired_regret": None, "paired_regret_interval": None,  # no evaluation row here
         "reward": 0.35, "hint": "Count what each clue rules out.",
     }  # fmt: skip
     assert design_lines([row]) == [
@@ -127,6 +128,40 @@ def test_each_accepted_design_is_shown_with_its_numbers_and_hint(tmp_path):
         " regret 0.40, designer reward 0.35",
         "  hint: Count what each clue rules out.",
     ]
+
+
+def test_the_paired_regret_stands_beside_the_regret_and_older_rows_have_none(tmp_path):
+    """Round 0's evaluations were stored before plays were paired (no paired regret: None, not
+    0); round 1's carry it: the round's mean over the environments that have one, and each
+    design's line sets it, with its interval, beside the regret."""
+    from spade.cli.campaign import design_lines
+
+    cfg = load_config(overrides={"storage.root": str(tmp_path)})
+    cs = campaign_store(cfg, "c")
+    scored = [
+        _designed(env_id="env-a", accepted=True, win_rate=0.0, hinted_win_rate=0.5, regret=0.5,
+                  reward=0.1, raw_reward=0.1),
+        _designed(env_id="env-b", accepted=True, win_rate=0.5, hinted_win_rate=0.5, regret=0.0,
+                  reward=0.1, raw_reward=0.1),
+    ]  # fmt: skip
+    old = [{"env_id": "env-a", "regret": 0.5, "unhinted_returns": [0.0], "failed_plays": 0}]
+    new = [
+        old[0] | {"paired_regret": 0.25, "paired_regret_interval": [0.0, 0.5]},
+        {"env_id": "env-b", "paired_regret": 0.0, "paired_regret_interval": [0.0, 0.0]},
+    ]
+    for rnd, evaluations in ((0, old), (1, new)):
+        cs.store.write_bytes(cs.layout.stage_key(rnd, "score", "scored.jsonl"), jsonl(scored))
+        cs.store.write_bytes(
+            cs.layout.stage_key(rnd, "evaluate", "evaluations.jsonl"), jsonl(evaluations)
+        )
+    before, after = (summarize_round(campaign_store(cfg, "c"), r) for r in (0, 1))
+    assert (before["regret"], before["paired_regret"]) == (0.25, None)
+    assert before["designs_played"][0]["paired_regret"] is None
+    assert (after["regret"], after["paired_regret"]) == (0.25, 0.125)
+    assert after["designs_played"][0]["paired_regret_interval"] == [0.0, 0.5]
+    lines = design_lines([before, after])
+    assert lines[0].endswith("regret 0.50, designer reward 0.10")
+    assert lines[4].endswith("regret 0.50 (paired 0.25 [0.00, 0.50]), designer reward 0.10")
 
 
 def test_each_update_reports_the_sampler_mismatch_and_the_groups_without_gradient(tmp_path):
