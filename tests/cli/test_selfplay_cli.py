@@ -89,12 +89,14 @@ def _train_both_roles(config, batch, tmp_path) -> None:
     assert run.returncode == 0, run.stderr
     again = spade(*base, "--role", "agent", "-t", str(tmp_path / "eval" / "trajectories.jsonl"))
     assert again.returncode == 0 and "(parent " in again.stdout  # resumed the newest
-    (step1, step2) = sorted((tmp_path / "store" / "spade" / "checkpoints" / "agent").iterdir())
-    manifest = json.loads((step2 / "manifest.json").read_text())
-    assert manifest["parent"].endswith(step1.name) and manifest["kind"] == "full"
+    # one chain for both roles: designer (step 1) -> agent (2) -> agent (3), each the parent
+    (step1, step2, step3) = sorted((tmp_path / "store" / "spade" / "checkpoints").iterdir())
+    for parent, child in ((step1, step2), (step2, step3)):
+        manifest = json.loads((child / "manifest.json").read_text())
+        assert manifest["parent"].endswith(parent.name) and manifest["kind"] == "full"
     # a full fine-tune's checkpoint is a model folder (config and tokenizer beside the weights)
     assert {"config.json", "tokenizer.json", "model.safetensors"} <= {
-        p.name for p in step2.iterdir()
+        p.name for p in step3.iterdir()
     }
 
 

@@ -75,7 +75,7 @@ def _examples() -> list[object]:
         Document("doc-1", "text"),
         weights,
         TrainOutcome(weights, {"loss": 0.5, "steps": 1}, 4),
-        RoundScores([ScoredAttempt(attempt, outcome, 0.1, 0.2)], {"logic": 0.5}),
+        RoundScores([ScoredAttempt(attempt, outcome, 0.1, 0.2, -0.5)], {"logic": 0.5}),
         {"memory": {"records": []}, "n": None},
         None,
     ]
