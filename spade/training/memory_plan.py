@@ -18,6 +18,8 @@ longest sequence ``s``), in bytes:
   for this family (``tests/training/test_memory_plan.py`` holds the count to the tensors a real
   layer saves) in each precision; with activation checkpointing a layer keeps only its input,
   and one layer's activations are alive again while it is recomputed in the backward pass.
+  (Under ZeRO-3 DeepSpeed's memory-efficient linear keeps, with autocast, one bf16 copy of a
+  layer input fewer: the count is transformers' own, 2 bytes per token and hidden unit more.)
 - **autocast weight copies**: bf16 autocast caches the bf16 copy of every weight it casts until
   the forward ends: 2 bytes per parameter of every layer, whatever ZeRO-3 partitions.
 - **logits**: a chunk of ``training.logprob_chunk_tokens`` positions' fp32 logits and their

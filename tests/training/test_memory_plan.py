@@ -50,7 +50,11 @@ def _saved_per_token(family: str, precision: str, tokens: int = 12) -> float:
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("precision", ["autocast", "bf16", "fp32"])
-def test_a_layers_activations_are_what_autograd_keeps(family, precision):
+def test_a_layers_activations_are_what_autograd_keeps(family, precision, monkeypatch):
+    # torch's own linear: a DeepSpeed ZeRO-3 engine made earlier in this process replaces
+    # F.linear for good with its memory-efficient one, which under autocast keeps one bf16
+    # copy of a layer input fewer (the plan counts the larger, transformers' own)
+    monkeypatch.setattr(torch.nn.functional, "linear", torch._C._nn.linear)
     arch = Architecture.from_config({"model_type": family, **SHAPE})
     assert activation_bytes_per_token(arch, precision) == _saved_per_token(family, precision)
 
