@@ -88,3 +88,28 @@ def test_memory_bench_quick_sets_each_prediction_beside_a_measured_peak(tmp_path
         assert r["measured"] > 2 * r["params"] and r["predicted"] > 2 * r["params"]
         assert r["ratio"] == r["predicted"] / r["measured"]
     assert data["configurations"] == 4 and len(data["bf16_over_autocast"]) == 2
+
+
+@pytest.mark.slow  # ~30 s: the tiny policy's chain of six updates under four variants
+def test_role_steps_bench_quick_measures_both_roles_on_one_chain_per_variant(
+    tmp_path: Path,
+) -> None:
+    data = run_bench("role_steps.py", "--quick", out=tmp_path / "role_steps.json", timeout=600)
+    rows, scale = data["rows"], data["settings"]["scale"]
+    by_variant = {v: [r for r in rows if r["variant"] == v] for v in data["summary"]}
+    assert list(by_variant) == ["current", "scaled", "zscore", "separate"]
+    for chain in by_variant.values():  # agent then designer each round, one chain of steps
+        assert [r["role"] for r in chain] == ["agent", "designer"] * 3
+        assert all(r["grad_norm"] > 0 and r["step_rms_over_lr"] > 0 for r in chain)
+    current, scaled = by_variant["current"], by_variant["scaled"]
+    assert [r["adam_step"] for r in current] == [1, 2, 3, 4, 5, 6]  # one AdamW carried
+    for a, b in zip(current, scaled, strict=True):  # the same batches; only the designer scaled
+        factor = scale if a["role"] == "designer" else 1.0
+        assert b["advantage_abs_mean"] == pytest.approx(a["advantage_abs_mean"] * factor)
+    assert scaled[0] == current[0] | {"variant": "scaled", "seconds": scaled[0]["seconds"]}
+    # separate: each role continues its own AdamW (a fresh one at its first update)
+    assert [r["adam_step"] for r in by_variant["separate"]] == [1, 1, 2, 2, 3, 3]
+    assert [r["optimizer_step"] for r in by_variant["separate"]] == [1, 2, 3, 4, 5, 6]
+    assert data["comparison"]["current"]["agent_step_over_current"] == 1.0
+    assert data["env_reward_scales"]["games-8gpu (8 plays, interval 4)"] == 32
+    assert data["env_reward_scales"]["tooluse-8gpu (8 plays, interval 8)"] == 50

@@ -138,3 +138,17 @@ def test_a_whole_rounds_batch_every_sample_with_its_own_reward_and_advantage():
         ("A", 1.0), *[("A", 0.0)] * 4, ("B", 1.0), ("B", 0.0), *[("C", 0.0)] * 8
     ]  # fmt: skip
     assert [s.advantage for s in agent] == pytest.approx([Z, -Z, -Z, -Z, -Z, Z, -Z, *[0.0] * 8])
+
+
+def test_the_designers_advantages_are_not_rescaled_to_the_agents():
+    """Point 9, kept by measurement (bench/role_steps.py, docs/architecture.md §2.9): the
+    reference multiplies designer rewards by env_reward_scale (plays x regeneration interval, at
+    most 50: 32 in the games preset). Here they stay the centred rewards: at the presets'
+    grad_clip both roles' gradients reach the clip, so a x32 scale clips back to the same step,
+    and one AdamW already moves the designer about as far per update as the agent."""
+    config = CampaignConfig.model_validate(
+        {"evaluation": {"unhinted_plays": 8}, "run": {"regen_interval": 4}}
+    )
+    x, y = _attempt(0, "logic", 1), _attempt(1, "logic", 1)
+    samples = designer_samples(config, [x, y], [0.3, 0.1])
+    assert [s.advantage for s in samples] == pytest.approx([0.1, -0.1])
