@@ -22,7 +22,7 @@ DEFAULT_GARBAGE_ACTIONS = [
     "x" * 20000,
 ]
 
-WaivableCheck = Literal["seed_dependence", "informative", "novelty"]
+WaivableCheck = Literal["seed_dependence", "informative", "leaks_answer", "novelty"]
 """The checks this project adds beyond the reference's acceptance gate (the reference accepts
 fixed-instance environments and does not look for duplicates): the only ones an import may
 waive (``spade.verify.checks.CHECKS`` names them; a test holds the two lists together)."""
@@ -76,6 +76,17 @@ class VerifyConfig(BaseModel):
             "Largest share of random episodes allowed to reach the goal. 0: one random win"
             " rejects the design (no bundled example is won by random play, over 12 seeds x 8"
             " episodes). Empty actions never may, whatever this says."
+        ),
+    )
+    leak_seeds: int = Field(
+        8,
+        ge=0,
+        le=64,
+        description=(
+            "Seeds (seed, seed + 1, ...) the leaks_answer check plays its readers on (policies"
+            " that submit a value seen in the last observation): a reader that wins within two"
+            " moves on all of them but one in eight (7 of 8; 4 of 4) leaks the answer. 0 turns"
+            " the check off."
         ),
     )
     max_code_bytes: int = Field(

@@ -47,6 +47,7 @@ class FailureKind(StrEnum):
     DUPLICATE = "duplicate"  # a near-verbatim copy of a reference, or plays exactly like one
     UNSOLVABLE = "unsolvable"  # the designer's auditor: the goal cannot be derived from what
     # the agent is told (spade.designer.solvability; judged by a model, not run)
+    LEAKS_ANSWER = "leaks_answer"  # a reader that submits what it sees wins (spade.verify.leaks)
 
 
 @dataclass(frozen=True)

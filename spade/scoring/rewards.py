@@ -214,6 +214,7 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
         "no_termination",
         "seed_independent",
         "unsolvable",
+        "leaks_answer",
     ),
 )
 """Failure kinds of rejected designs by how far through the verifier they got, lowest first.

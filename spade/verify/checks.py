@@ -22,6 +22,7 @@ from spade.sandbox.replies import SessionInfo
 from spade.sandbox.session import JailedSession
 from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
 from spade.verify.informative import check_informative
+from spade.verify.leaks import check_leaks_answer
 from spade.verify.novelty import (
     Comparison,
     Plan,
@@ -33,6 +34,7 @@ from spade.verify.novelty import (
     rank_references,
     reference_sizes,
     source_tokens,
+    variant_parent,
 )
 from spade.verify.static import import_violations, module_table, name_violations, parse_source
 
@@ -54,6 +56,15 @@ class Context:
     references: Sequence[Reference] = ()
     seed_solutions: dict[int, list[str]] = field(default_factory=dict)  # seed -> solution()
     similarity: float | None = None  # source similarity of the closest reference
+    _parent: tuple[Reference | None] | None = field(default=None, repr=False)
+
+    @property
+    def parent(self) -> Reference | None:
+        """The reference the design varies, if any (:func:`variant_parent`), found once."""
+        if self._parent is None:
+            found = variant_parent(self.code, self.references, self.config.similarity_max_tokens)
+            self._parent = (found,)
+        return self._parent[0]
 
     def new_session(self, **env_kwargs: Any) -> JailedSession:
         """A started session of the design (``env_kwargs`` beyond the verifier's max_turns go
@@ -445,5 +456,6 @@ CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("non_triviality", check_non_triviality),
     ("seed_dependence", check_seed_dependence),
     ("informative", check_informative),
+    ("leaks_answer", check_leaks_answer),
     ("novelty", check_novelty),
 ]

@@ -32,14 +32,10 @@ from spade.records import Failure, FailureKind
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.session import JailedSession
 from spade.verify.episodes import WORD, Episode, Policy, play, random_policy, scripted
-from spade.verify.novelty import Reference, open_reference, rank_references
+from spade.verify.novelty import open_reference
 
 if TYPE_CHECKING:
     from spade.verify.checks import Context
-
-VARIANT_SIMILARITY = 0.9
-"""Source similarity from which a design is taken for a variant of a reference (a splice of one
-rule method is ~0.95-0.99 like its parent; two different bundled games at most 0.60)."""
 
 
 def seen(episode: Episode) -> list[str]:
@@ -147,7 +143,7 @@ def check_informative(ctx: Context) -> str:
     reason = f"seeds {seeds} look different to {label} play"
     if telling_play(played, first=False) is not None:
         return reason
-    parent = _parent(ctx)
+    parent = ctx.parent
     if parent is None:
         return reason + "; its moves' answers alone tell them apart to no play"
     session, note = open_reference(parent, ctx.policy, cfg.max_turns)
@@ -166,18 +162,6 @@ def check_informative(ctx: Context) -> str:
             " the feedback no longer says anything of the instance"
         )
     return reason + f"; its moves' answers tell them apart to no play, nor in {parent.name!r}"
-
-
-def _parent(ctx: Context) -> Reference | None:
-    """The reference the design varies (a splice's or an edit's parent): the most similar by
-    source, if at least :data:`VARIANT_SIMILARITY` similar."""
-    if not ctx.references:
-        return None
-    ranking = rank_references(
-        ctx.code, ctx.references, keep=1, max_tokens=ctx.config.similarity_max_tokens
-    )
-    top = ranking.top[0] if ranking.top else None
-    return top.reference if top is not None and top.similarity >= VARIANT_SIMILARITY else None
 
 
 def _unsolvable(reason: str) -> EnvFailure:

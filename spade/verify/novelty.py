@@ -174,6 +174,20 @@ def rank_references(
     return Ranking(top, len(bounded), notes)
 
 
+VARIANT_SIMILARITY = 0.9
+"""Source similarity from which a design is taken for a variant of a reference (a splice of one
+rule method is ~0.95-0.99 like its parent; two different bundled games at most 0.60)."""
+
+
+def variant_parent(code: str, references: Sequence[Reference], max_tokens: int) -> Reference | None:
+    """The reference ``code`` varies (a splice's or an edit's parent): the most similar by
+    source, if at least :data:`VARIANT_SIMILARITY` similar; None otherwise."""
+    if not references:
+        return None
+    top = rank_references(code, references, keep=1, max_tokens=max_tokens).top
+    return top[0].reference if top and top[0].similarity >= VARIANT_SIMILARITY else None
+
+
 Policy = Callable[[int, str], str]
 
 

@@ -18,6 +18,7 @@ from spade.verify.static import parsed_share
 WAIVABLE: dict[str, FailureKind] = {
     "seed_dependence": FailureKind.SEED_INDEPENDENT,
     "informative": FailureKind.UNSOLVABLE,
+    "leaks_answer": FailureKind.LEAKS_ANSWER,
     "novelty": FailureKind.DUPLICATE,
 }
 """The failure kind each waivable check (``VerifyConfig.waive``) judges with: only that
