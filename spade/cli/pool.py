@@ -68,7 +68,8 @@ def import_cmd(
         str | None,
         typer.Option(
             help="Checks whose failure does not reject, comma-separated: seed_dependence,"
-            " informative, leaks_answer, novelty (still run and reported as waived)."
+            " informative, leaks_answer, perverse_credit, novelty (still run and reported as"
+            " waived)."
         ),
     ] = None,
     workers: Annotated[

@@ -22,7 +22,9 @@ DEFAULT_GARBAGE_ACTIONS = [
     "x" * 20000,
 ]
 
-WaivableCheck = Literal["seed_dependence", "informative", "leaks_answer", "novelty"]
+WaivableCheck = Literal[
+    "seed_dependence", "informative", "leaks_answer", "perverse_credit", "novelty"
+]
 """The checks this project adds beyond the reference's acceptance gate (the reference accepts
 fixed-instance environments and does not look for duplicates): the only ones an import may
 waive (``spade.verify.checks.CHECKS`` names them; a test holds the two lists together)."""

@@ -48,6 +48,7 @@ class FailureKind(StrEnum):
     UNSOLVABLE = "unsolvable"  # the designer's auditor: the goal cannot be derived from what
     # the agent is told (spade.designer.solvability; judged by a model, not run)
     LEAKS_ANSWER = "leaks_answer"  # a reader that submits what it sees wins (spade.verify.leaks)
+    PERVERSE_CREDIT = "perverse_credit"  # credit rewards the wrong thing (spade.verify.credit)
 
 
 @dataclass(frozen=True)

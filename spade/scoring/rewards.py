@@ -215,6 +215,7 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
         "seed_independent",
         "unsolvable",
         "leaks_answer",
+        "perverse_credit",
     ),
 )
 """Failure kinds of rejected designs by how far through the verifier they got, lowest first.

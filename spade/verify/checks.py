@@ -20,6 +20,7 @@ from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.replies import SessionInfo
 from spade.sandbox.session import JailedSession
+from spade.verify.credit import check_perverse_credit
 from spade.verify.episodes import Episode, check_reward, play, random_policy, scripted
 from spade.verify.informative import check_informative
 from spade.verify.leaks import check_leaks_answer
@@ -457,5 +458,6 @@ CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("seed_dependence", check_seed_dependence),
     ("informative", check_informative),
     ("leaks_answer", check_leaks_answer),
+    ("perverse_credit", check_perverse_credit),
     ("novelty", check_novelty),
 ]

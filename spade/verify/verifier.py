@@ -19,6 +19,7 @@ WAIVABLE: dict[str, FailureKind] = {
     "seed_dependence": FailureKind.SEED_INDEPENDENT,
     "informative": FailureKind.UNSOLVABLE,
     "leaks_answer": FailureKind.LEAKS_ANSWER,
+    "perverse_credit": FailureKind.PERVERSE_CREDIT,
     "novelty": FailureKind.DUPLICATE,
 }
 """The failure kind each waivable check (``VerifyConfig.waive``) judges with: only that

@@ -158,8 +158,9 @@ def test_random_play_may_not_win_at_all_by_default(policy):
 
 
 def test_the_random_win_rate_bound_is_inclusive(policy):
-    # LUCKY is one fixed instance too: the seed-dependence check is off to see this bound.
-    lenient = VerifyConfig(max_random_win_rate=1.0, seed_probe_count=0)
+    # LUCKY is one fixed instance too, and any number wins it (perverse credit: its answer is
+    # never read): the seed-dependence check is off and perverse_credit waived to see this bound.
+    lenient = VerifyConfig(max_random_win_rate=1.0, seed_probe_count=0, waive=["perverse_credit"])
     assert verify(LUCKY, config=lenient, policy=policy).accepted
     rejected = verify(LUCKY, config=VerifyConfig(max_random_win_rate=0.75), policy=policy)
     assert rejected.failed_check == "non_triviality"
