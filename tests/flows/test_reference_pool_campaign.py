@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +36,29 @@ ACCEPTED = {
 
 
 class Fumbles:
-    """A player that knows nothing of these games: its unhinted moves cycle through a wrong
-    answer in each form the environments read and one move that is no action at all, so the
-    plays of one environment end differently and the agent has something to learn from."""
+    """A player that knows nothing of these games but the one answer that never changes: its
+    moves cycle through a wrong answer in each form the environments read and one move that is
+    no action at all, except that every other play of one task text opens with 6006, the fixed
+    answer of game_fixed_lighthouses (the same on every seed: why seed_dependence rejects it).
+    So that environment's plays end differently on any instances a round draws (half win, half
+    lose), and the agent has something to learn from."""
 
     MOVES = ("\\boxed{0}", "<answer>0</answer>", "let me think")
+    FIXED_ANSWER = "\\boxed{6006}"
 
     def __init__(self) -> None:
         self.moves = itertools.cycle(self.MOVES)
+        self.plays: Counter[str] = Counter()  # plays opened per first user message
         self.lock = threading.Lock()
 
     def __call__(self, request: dict[str, Any]) -> str:
+        messages = request["messages"]
         with self.lock:
+            if not any(m["role"] == "assistant" for m in messages):  # a play's first turn
+                task = next(m["content"] for m in messages if m["role"] == "user")
+                self.plays[task] += 1
+                if self.plays[task] % 2 == 0:
+                    return self.FIXED_ANSWER
             return next(self.moves)
 
 
