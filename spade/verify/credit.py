@@ -62,20 +62,33 @@ def _play(session: JailedSession, seed: int, moves: Sequence[str], cfg: VerifyCo
     )
 
 
+MISSES = ((1, 1, "near"), (None, 5, "far"))
+"""(digits, shift, name) of the two misses: the answer's last digit moved by one, every digit
+moved by five."""
+
+
+def miss_plays(
+    session: JailedSession, seed: int, solution: Sequence[str], cfg: VerifyConfig
+) -> list[tuple[str, Episode]]:
+    """The near and the far miss of ``solution`` on ``seed``, played, by name; none when the
+    answer (its last move) has no digit."""
+    if not solution or not any(ch.isdigit() for ch in solution[-1]):
+        return []
+    return [
+        (name, _play(session, seed, [*solution[:-1], altered(solution[-1], digits, shift)], cfg))
+        for digits, shift, name in MISSES
+    ]
+
+
 def misses(
     session: JailedSession, seed: int, solution: Sequence[str], cfg: VerifyConfig
 ) -> tuple[float, float] | None:
     """The returns of the near and the far miss of ``solution`` on ``seed``; None where they
     define nothing (no digit in the answer, a miss that still wins or never ends)."""
-    if not solution or not any(ch.isdigit() for ch in solution[-1]):
+    plays = [episode for _, episode in miss_plays(session, seed, solution, cfg)]
+    if not plays or any(not e.ended or e.succeeded(cfg.success_threshold) for e in plays):
         return None
-    returns = []
-    for digits, shift in ((1, 1), (None, 5)):
-        episode = _play(session, seed, [*solution[:-1], altered(solution[-1], digits, shift)], cfg)
-        if not episode.ended or episode.succeeded(cfg.success_threshold):
-            return None
-        returns.append(episode.episode_return())
-    return returns[0], returns[1]
+    return plays[0].episode_return(), plays[1].episode_return()
 
 
 def _solutions(session: JailedSession, seeds: Sequence[int]) -> dict[int, list[str]]:
@@ -96,11 +109,10 @@ def _check_range_and_best(ctx: Context) -> str:
         plays.append(
             (f"random play {i}", ctx.play(ctx.session, random_policy(rng, ctx.tool_names)))
         )
-    if ctx.solution and any(ch.isdigit() for ch in ctx.solution[-1]):
-        for digits, shift, label in ((1, 1, "near"), (None, 5, "far")):
-            moves = [*ctx.solution[:-1], altered(ctx.solution[-1], digits, shift)]
-            plays.append((f"the solution's {label} miss", _play(ctx.session, cfg.seed, moves, cfg)))
-        far = plays[-1][1]
+    missed = miss_plays(ctx.session, cfg.seed, ctx.solution, cfg)
+    plays += [(f"the solution's {name} miss", episode) for name, episode in missed]
+    if missed:
+        far = missed[-1][1]
         if far.succeeded(cfg.success_threshold):
             raise _perverse(
                 f"the solution with every digit of its answer changed still wins"
