@@ -83,6 +83,8 @@ def scripted(actions: Sequence[str], filler: str = "") -> Policy:
 
 
 WORD = re.compile(r"[A-Za-z0-9_-]{1,20}")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+"""A number as text: an integer or a decimal, its sign included."""
 
 
 def random_policy(rng: random.Random, tool_names: Sequence[str]) -> Policy:

@@ -14,7 +14,11 @@ similar by source) is held to what the reference's moves told: when the answers 
 alone (the first observation left out) tell the seeds apart to no play, while in the reference
 the same plays' answers do, its feedback was emptied (the 0.5B coder's clues for
 ``cargo_knapsack`` said "You are inspecting crate number 3." and nothing of the crate; the
-capacity in the task text still differed by seed, so the first test passed them).
+capacity in the task text still differed by seed, so the first test passed them). The answers
+are compared with the first observation's numbers masked (each by its place there): a clue that
+repeats what the task text said tells the player nothing new, however much the task text differs
+by seed (the 0.5B coder's ``cargo_knapsack`` clue that answered every inspection with the hold's
+capacity passed before).
 
 It samples plays (each probe seed's solution, the task's own words as moves, seeded random
 play; the same moves on every seed), so it is a necessary condition only: a game that reveals
@@ -24,6 +28,7 @@ its instance to none of these plays is rejected, one that reveals it to some pla
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
@@ -31,7 +36,7 @@ from typing import TYPE_CHECKING
 from spade.records import Failure, FailureKind
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.session import JailedSession
-from spade.verify.episodes import WORD, Episode, Policy, play, random_policy, scripted
+from spade.verify.episodes import NUMBER, WORD, Episode, Policy, play, random_policy, scripted
 from spade.verify.novelty import open_reference
 
 if TYPE_CHECKING:
@@ -113,11 +118,25 @@ def views(ctx: Context, session: JailedSession) -> list[tuple[str, list[list[str
     return out
 
 
+def masked(view: list[str]) -> list[str]:
+    """``view`` (a play's first observation, then its answers) with each number of the first
+    observation replaced in the answers by its place there: what an answer repeats of the task
+    text reads alike on every seed."""
+    places = {n: i for i, n in reversed(list(enumerate(NUMBER.findall(view[0]))))}
+
+    def mask(match: re.Match[str]) -> str:
+        place = places.get(match.group())
+        return match.group() if place is None else f"<task number {place}>"
+
+    return [view[0], *(NUMBER.sub(mask, answer) for answer in view[1:])]
+
+
 def telling_play(played: list[tuple[str, list[list[str]]]], *, first: bool = True) -> str | None:
     """The label of the first play for which the probe seeds look different (with ``first``
-    False, judged by the steps' observations alone); None when they look alike to every play."""
+    False, judged by the steps' observations alone, what they repeat of the first masked:
+    :func:`masked`); None when they look alike to every play."""
     for label, by_seed in played:
-        if not alike([v[0 if first else 1 :] for v in by_seed]):
+        if not alike([v if first else masked(v)[1:] for v in by_seed]):
             return label
     return None
 
@@ -157,7 +176,8 @@ def check_informative(ctx: Context) -> str:
         session.close()
     if told is not None:
         raise _unsolvable(
-            f"its moves are answered alike on seeds {seeds} (every play tried), where in"
+            f"its moves are answered alike on seeds {seeds} (every play tried; what the"
+            " answers repeat of the task text masked), where in"
             f" {parent.name!r}, which it varies, the answers to {told} play tell them apart:"
             " the feedback no longer says anything of the instance"
         )

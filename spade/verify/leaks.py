@@ -34,13 +34,12 @@ from spade.envs.actions import extract_all_boxed
 from spade.records import Failure, FailureKind
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.session import JailedSession
-from spade.verify.episodes import WORD, check_reward
+from spade.verify.episodes import NUMBER, WORD, check_reward
 from spade.verify.novelty import open_reference
 
 if TYPE_CHECKING:
     from spade.verify.checks import Context
 
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 QUOTED = re.compile(r"\"([^\"\n]{1,40})\"|'([^'\n]{1,40})'|`([^`\n]{1,40})`")
 BOXED = re.compile(r"\\boxed\{([^{}\n]{1,80})\}")
 MAX_EXAMPLES = 3

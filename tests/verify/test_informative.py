@@ -6,7 +6,7 @@ import pytest
 from spade.envs.examples import example_paths
 from spade.verify import Reference, verify
 from spade.verify.episodes import Episode
-from spade.verify.informative import alike, seen
+from spade.verify.informative import alike, masked, seen
 
 pytestmark = pytest.mark.sandbox
 
@@ -25,6 +25,17 @@ def test_plays_are_compared_up_to_the_shortest():
     assert not alike([["task", "higher"], ["task"], ["task", "lower"]])
     assert not alike([["task", "lower"], ["task", "higher"]])
     assert not alike([["task A"], ["task B", "lower"]])
+
+
+def test_answers_are_compared_with_what_they_repeat_of_the_task_masked():
+    view = ["Hold: 40 tons, 8 crates, 40 max.", "Hold 40, crate 3.", "8 and -8 and 40.5"]
+    assert masked(view) == [
+        view[0],
+        "Hold <task number 0>, crate 3.",
+        "<task number 1> and -8 and 40.5",
+    ]
+    a, b = masked(["Carry 40 tons.", "At most 40."]), masked(["Carry 41 tons.", "At most 41."])
+    assert alike([a[1:], b[1:]]) and not alike([a, b])
 
 
 def test_a_clue_that_names_only_the_move_is_unsolvable(policy):
@@ -71,3 +82,19 @@ def test_a_number_hunt_clue_that_never_changes_is_unsolvable(policy):
     blind = hunt[:start] + '        return f"{guess} is a bit lower."\n\n' + hunt[end:]
     verdict = verify(blind, policy=policy)
     assert verdict.failed_check == "informative", verdict.to_dict()
+
+
+def test_a_variant_whose_clue_repeats_the_task_text_is_unsolvable(policy):
+    # the 0.5B coder's clue splice of cargo_knapsack (bench/designs.py, seed 1, issue 34): every
+    # inspection answered with the hold's capacity, which differs by seed and is in the task
+    # text already; compared raw, the answers told the seeds apart and it passed
+    cargo = next(p for p in example_paths() if p.stem == "cargo_knapsack").read_text()
+    told = 'return f"Crate {crate}: weight {w} tons, value {v}."'
+    repeats = cargo.replace(told, 'return f"The hold carries at most {self.capacity} tons."')
+    assert repeats != cargo
+    verdict = verify(repeats, policy=policy, references=[Reference("cargo_knapsack", cargo)])
+    assert verdict.failed_check == "informative", verdict.to_dict()
+    assert verdict.failure is not None and verdict.failure.kind == "unsolvable"
+    assert "what the answers repeat of the task text masked" in verdict.failure.reason
+    half = cargo.replace(told, 'return f"Crate {crate} weighs {w} tons."')  # says something
+    assert verify(half, policy=policy, references=[Reference("cargo_knapsack", cargo)]).accepted
