@@ -1,10 +1,12 @@
 """One batch of designs: prompt, generate, extract, verify in the sandbox, repair, then hint.
 
-A design is asked for by ``designer.strategy``: *write* a new environment from the document
-(memory examples as inspiration) or *edit* a whole environment from the memory or the seed
-pool into a new one on the document (ACCEL's level editing). Every attempt carries the
-references it must not copy (its parent and the examples its prompt showed), which the
-verifier's duplicate check compares it with. A design rejected with code gets up to
+A design is asked for by ``designer.strategy``, one module of :mod:`spade.designer.strategies`
+each (*write* a new environment from the document, *edit* or *splice* a parent from the memory,
+*scaffold* the model's bodies into the harness's frame): the strategy fills an attempt's prompt,
+says how it is sampled, reads the code in its answers and says whether and how it is repaired;
+this module runs the batch and dispatches to it by name. Every attempt carries the references
+it must not copy (its parent and the examples its prompt showed), which the verifier's
+duplicate check compares it with. A design rejected with code gets up to
 ``designer.repair_turns`` more answers in the same conversation, each told the verifier's named
 failure (inference only: the attempt's training tokens stay the first answer's).
 
@@ -30,34 +32,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from spade.config import CampaignConfig
-from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, negative_label
-from spade.designer import scaffold
+from spade.curriculum.memory import EnvironmentMemory
 from spade.designer.corpus import Corpus, Document
-from spade.designer.directives import draw_directive
-from spade.designer.extract import extract_code
-from spade.designer.followup import complete_splices, parent_code, splice_answer
 from spade.designer.hints import hint_designs
-from spade.designer.inherit import inherit_missing
-from spade.designer.prompts import (
-    contract_references,
-    design_prompt,
-    edit_prompt,
-    repair_message,
-    splice_prompt,
-)
 from spade.designer.skills import active_skills, slot_skills
 from spade.designer.solvability import audit_designs
-from spade.designer.splice import class_name_for, parent_methods, plan_splice
-from spade.errors import DesignParseError, InferenceError
+from spade.designer.strategies import WRITE, Slot, Strategy, strategy_for
+from spade.errors import InferenceError
 from spade.inference.base import Backend, ChatRequest, Completion, SamplingParams
-from spade.records import INFERENCE, DesignAttempt, Verdict, env_id_for
+from spade.records import INFERENCE, DesignAttempt, Verdict
+from spade.records import env_id_for as env_id_for  # imported from here by pipeline and pools
 from spade.sandbox.policy import SandboxPolicy
 from spade.verify import Reference, verify
 
 TRACEBACK_LINES = 6
 """Last lines of a failed check's traceback kept in the verdict and told to a repair turn."""
-REASON_CHARS = 500
-"""Longest failure reason told to a repair turn."""
 
 
 def round_documents(corpus: Corpus, cfg: CampaignConfig, regeneration: int) -> list[Document]:
@@ -86,52 +75,25 @@ def new_attempts(
     regeneration: int,
 ) -> list[DesignAttempt]:
     """The prompts of attempt ``attempt`` for the still-open slots, by ``designer.strategy``
-    (parents, directives and memory examples seeded per regeneration, attempt and slot, so a
-    re-run builds the same prompts). An edit or splice slot with no parent in the memory (or,
-    for splice, one without a ``setup`` hook to continue) is written instead."""
+    (:meth:`~spade.designer.strategies.base.Strategy.prepare`; parents, directives and memory
+    examples seeded per regeneration, attempt and slot, so a re-run builds the same prompts).
+    An edit or splice slot with no parent in the memory (or, for splice, one without a
+    ``setup`` hook to continue) is written instead."""
     d = cfg.designer
+    strategy = strategy_for(d.strategy)
     skills = slot_plan(cfg, regeneration)
     tool_use = d.mode == "tool_use"
     max_words = cfg.corpus.max_words_tool_use if tool_use else cfg.corpus.max_words_games
     out = []
     for slot in open_slots:
         doc = documents[attempt * d.envs_per_round + slot]
-        text, skill = doc.truncated(max_words).text, skills[slot]
         rng = random.Random(f"{cfg.seed}:{d.seed}:{regeneration}:{attempt}:{slot}")
-        att = DesignAttempt(slot=slot, attempt=attempt, skill=skill, doc_id=doc.doc_id, messages=[])
-        parent = memory.parent_for(skill, rng, d) if d.strategy in ("edit", "splice") else None
-        directive = (
-            draw_directive(rng, parent_methods(parent.code_head), d.directives)
-            if parent and d.strategy == "splice"
-            else None
+        att = DesignAttempt(
+            slot=slot, attempt=attempt, skill=skills[slot], doc_id=doc.doc_id, messages=[]
         )
-        plan = plan_splice(parent.code_head, directive) if parent and directive else None
-        shown: list[MemoryRecord]
-        if parent is not None and plan is not None and directive is not None:
-            att.messages = splice_prompt(text, skill, parent=parent, directive=directive, plan=plan)
-            att.strategy, att.parent_id, shown = "splice", parent.env_id, [parent]
-            att.directive, att.prefill, att.stop = directive.name, plan.prefill, list(plan.stop)
-            att.class_name = class_name_for(text, plan.class_name)
-        elif parent is not None and d.strategy == "edit":
-            att.messages = edit_prompt(text, skill, tool_use=tool_use, parent=parent)
-            att.strategy, att.parent_id, shown = "edit", parent.env_id, [parent]
-        else:
-            if d.strategy == "scaffold":  # the frame is the harness's: see spade.designer.scaffold
-                att.strategy, att.class_name = "scaffold", scaffold.class_name(text)
-                att.prefill = scaffold.header(att.class_name, skill, tool_use)
-                att.stop = list(scaffold.STOP)
-            positives, negatives = memory.examples_for(skill, rng, d)
-            att.messages = design_prompt(
-                text,
-                skill,
-                tool_use=tool_use,
-                positives=positives,
-                negatives=[(n, negative_label(n, d)) for n in negatives],
-            )
-            shown = positives + negatives
-        att.references = contract_references(tool_use) + [
-            {"name": r.env_id, "code": r.code_head} for r in shown
-        ]
+        at = Slot(doc.truncated(max_words).text, skills[slot], tool_use, rng, memory, d)
+        if not strategy.prepare(att, at):  # no parent to vary: the slot is written instead
+            WRITE.prepare(att, at)
         out += [att] + [
             dataclasses.replace(copy.deepcopy(att), sample=i) for i in range(1, d.samples_per_slot)
         ]
@@ -145,15 +107,14 @@ def open_slots_of(batch: Sequence[DesignAttempt]) -> list[int]:
 
 
 async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignConfig) -> None:
-    """One completion per attempt, extracted into code (or a parse/inference failure);
+    """One completion per attempt, extracted into code (or a parse/inference failure):
+    attempts whose strategy samples them its own way first (scaffold), then one design request
+    for each of the others, all in one batch, then their strategies' follow-ups (splice);
     InferenceError past ``designer.max_failed_share`` of failed requests."""
-    scaffolded = [a for a in batch if a.strategy == "scaffold"]
-    if scaffolded:
-        d = cfg.designer
-        await scaffold.sample_bodies(backend, scaffolded, d.scaffold_body_tokens, d.temperature)
-        for att in scaffolded:
-            att.env_id = env_id_for(att.code) if att.code is not None else None
-    whole = [a for a in batch if a.strategy != "scaffold"]
+    for strategy, own in _by_strategy(batch):
+        if not strategy.whole_answer:
+            await strategy.sample(backend, own, cfg)
+    whole = [a for a in batch if strategy_for(a.strategy).whole_answer]
     completions = await backend.complete([_request(a.messages, a, cfg) for a in whole])
     for att, comp in zip(whole, completions, strict=True):
         att.completion, att.model = comp.text, comp.model
@@ -163,8 +124,17 @@ async def generate(backend: Backend, batch: list[DesignAttempt], cfg: CampaignCo
             comp.logprobs,
         )
         _take_code(att, comp)
-    await complete_splices(backend, [a for a in whole if a.strategy == "splice"], cfg)
+    for strategy, own in _by_strategy(whole):
+        await strategy.complete(backend, own, cfg)
     check_failed_share(batch, cfg.designer.max_failed_share, "design")
+
+
+def _by_strategy(batch: Sequence[DesignAttempt]) -> list[tuple[Strategy, list[DesignAttempt]]]:
+    """The attempts of ``batch`` by their strategy, in order of each strategy's first one."""
+    groups: dict[str, list[DesignAttempt]] = {}
+    for att in batch:
+        groups.setdefault(att.strategy, []).append(att)
+    return [(strategy_for(name), attempts) for name, attempts in groups.items()]
 
 
 def check_failed_share(batch: Sequence[DesignAttempt], max_share: float, what: str) -> None:
@@ -192,24 +162,12 @@ def _request(
 
 
 def _take_code(att: DesignAttempt, comp: Completion) -> None:
-    """The module in an answer (the first one, or a repair turn's), as the attempt's code; or
-    the inference or parse failure. A splice splices that answer's methods (a repair's own:
-    not the first answer's again), answered after the same prefill."""
+    """The code in an answer (the first one, or a repair turn's), as its strategy reads it
+    (:meth:`~spade.designer.strategies.base.Strategy.take_code`); or the inference failure."""
     if comp.failure is not None:
         att.failure_kind, att.failure_reason = INFERENCE, _failure_text(comp)
         return
-    parent = parent_code(att)
-    if att.strategy == "splice" and parent is not None:
-        splice_answer(att, parent, comp.text)
-        return
-    try:
-        att.code = extract_code(comp.text)
-    except DesignParseError as exc:  # the model wrote no usable module: data
-        att.failure_kind, att.failure_reason = "parse", str(exc)
-        return
-    if att.strategy == "edit" and parent is not None:
-        att.code, att.inherited = inherit_missing(att.code, parent, str(att.parent_id))
-    att.env_id = env_id_for(att.code)
+    strategy_for(att.strategy).take_code(att, comp.text)
 
 
 def _failure_text(comp: Completion) -> str:
@@ -288,8 +246,8 @@ async def _verify_pending(
 
 def needs_repair(att: DesignAttempt) -> bool:
     """A design rejected with code, or an answer with text but no usable module (not one that
-    failed on our side: it stops there)."""
-    if att.accepted or att.failed or att.strategy == "scaffold":  # a frame, not an answer
+    failed on our side: it stops there; nor one of a strategy that is never repaired)."""
+    if att.accepted or att.failed or not strategy_for(att.strategy).repairable(att):
         return False
     if att.code is not None:
         return att.verdict is not None
@@ -297,14 +255,9 @@ def needs_repair(att: DesignAttempt) -> bool:
 
 
 def repair_feedback(att: DesignAttempt) -> str:
-    """The user turn telling the designer why its newest answer was rejected."""
-    reason = (att.failure_reason or "")[:REASON_CHARS]
-    methods = att.strategy == "splice"
-    if att.code is None:
-        return repair_message(att.failure_kind or "parse", reason, methods=methods)
-    verdict = att.verdict or {}
-    check, traceback = verdict.get("failed_check"), verdict.get("traceback")
-    return repair_message(att.failure_kind or "rejected", reason, check, traceback, methods=methods)
+    """The user turn telling the designer why its newest answer was rejected (a splice is
+    asked for its corrected methods, the others for the whole corrected module)."""
+    return strategy_for(att.strategy).repair_feedback(att)
 
 
 async def repair_designs(
