@@ -204,8 +204,8 @@ def check_corpus(cfg: CampaignConfig) -> str:
 def check_pool(cfg: CampaignConfig) -> str:
     """The environment pool (``run.env_source: pool`` or ``run.min_envs``): it exists and holds
     environments that are not held out (their verification runs in the round, cached)."""
-    if cfg.run.env_source != "pool" and cfg.run.min_envs == 0:
-        return "not used (run.env_source designed, run.min_envs 0)"
+    if not cfg.run.draws_pool():
+        return "not used (run.env_source designed, run.min_envs and run.pool_envs_min 0)"
     from spade.pipeline.pool import describe_pool, pool_envs
 
     envs = pool_envs(cfg)  # ConfigError: missing, or nothing left once held-out ones are out

@@ -186,6 +186,20 @@ class RunConfig(Section):
         " drawn from env_pool (seeded per regeneration, none twice) up to this many, so every"
         " round plays and trains (0: only the designs, as the reference).",
     )
+    pool_envs_min: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="A designed round plays at least this many environments drawn from"
+        " env_pool beside its designs, however many designs it accepted: the agent trains on a"
+        " game known to give partial credit even when every design scores 0 on every play (0:"
+        " only what min_envs fills).",
+    )
+
+    def draws_pool(self) -> bool:
+        """Whether a round can draw from ``env_pool``: pool mode, ``min_envs`` to reach, or
+        ``pool_envs_min`` to play."""
+        return self.env_source == "pool" or self.min_envs > 0 or self.pool_envs_min > 0
 
     @field_validator("env_pool")
     @classmethod

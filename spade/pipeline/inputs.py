@@ -108,9 +108,9 @@ def env_files_digest(entries: list[str], field: str) -> str:
 
 
 def pool_drawn(cfg: CampaignConfig) -> bool:
-    """Whether a round can draw from ``run.env_pool`` (pool mode, or a ``run.min_envs`` to
-    reach): only then does the pool stage read the pool's and the held-out files."""
-    return cfg.run.env_source == "pool" or cfg.run.min_envs > 0
+    """Whether a round can draw from ``run.env_pool`` (:meth:`RunConfig.draws_pool`): only
+    then does the pool stage read the pool's and the held-out files."""
+    return cfg.run.draws_pool()
 
 
 def _env_pool(cfg: CampaignConfig) -> str | None:

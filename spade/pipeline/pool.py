@@ -7,7 +7,9 @@ A round's pool stage (between ``hint`` and ``evaluate``) does one of three thing
   regeneration round designs nothing (:func:`skip_design` commits the design-side stages as
   skipped) and plays ``designer.envs_per_round`` environments drawn from the pool;
 - **fill** (``run.min_envs``): a designed regeneration round that accepted fewer designs than
-  ``min_envs`` plays pool environments up to ``min_envs``, so every round plays and trains;
+  ``min_envs`` plays pool environments up to ``min_envs``, so every round plays and trains; and
+  at least ``run.pool_envs_min`` of them however many designs it accepted (a round whose
+  designs all score 0 on every play still trains the agent);
 - **replay**: a replay round (:mod:`spade.pipeline.replay`) plays the pool environments of the
   regeneration it replays again, as it does the designs.
 
@@ -172,11 +174,12 @@ def wanted(cfg: CampaignConfig, accepted: int) -> tuple[int, str]:
     """How many pool environments a regeneration round plays, and why none when none."""
     if cfg.run.env_source == "pool":
         return cfg.designer.envs_per_round, ""
-    if cfg.run.min_envs == 0:
-        return 0, "run.min_envs is 0: only designs are played"
-    need = cfg.run.min_envs - accepted
+    run = cfg.run
+    if run.min_envs == 0 and run.pool_envs_min == 0:
+        return 0, "run.min_envs and run.pool_envs_min are 0: only designs are played"
+    need = max(run.min_envs - accepted, run.pool_envs_min)
     if need <= 0:
-        return 0, f"{accepted} designs accepted (run.min_envs {cfg.run.min_envs})"
+        return 0, f"{accepted} designs accepted (run.min_envs {run.min_envs})"
     return need, ""
 
 
@@ -349,6 +352,7 @@ STAGE = Stage(
         "run.env_source",
         "run.env_pool",
         "run.min_envs",
+        "run.pool_envs_min",
         "run.heldout_envs",
     ),
     entries=("fill", "needs_model", "replay", "skip", "spade.inference.pool:shared_backend"),

@@ -108,13 +108,21 @@ def test_draw_is_seeded_round_dependent_and_never_repeats():
 
 
 def test_how_many_pool_environments_a_round_takes():
-    assert wanted(_cfg(), accepted=0) == (0, "run.min_envs is 0: only designs are played")
+    assert wanted(_cfg(), accepted=0) == (
+        0,
+        "run.min_envs and run.pool_envs_min are 0: only designs are played",
+    )
     fill = _cfg(**{"run.min_envs": 3})
     assert wanted(fill, accepted=1) == (2, "")
     assert wanted(fill, accepted=3)[0] == wanted(fill, accepted=5)[0] == 0
     assert "3 designs accepted" in wanted(fill, accepted=3)[1]
     pool = _cfg(**{"run.env_source": "pool", "designer.envs_per_round": 5})
     assert wanted(pool, accepted=0) == (5, "")  # as many as a designed round would play
+    beside = _cfg(**{"run.min_envs": 3, "run.pool_envs_min": 1})
+    assert [wanted(beside, accepted=n)[0] for n in (0, 1, 2, 3, 4, 9)] == [3, 2, 1, 1, 1, 1]
+    only = _cfg(**{"run.pool_envs_min": 2})  # without min_envs: two beside any designs
+    assert [wanted(only, accepted=n)[0] for n in (0, 5)] == [2, 2] and only.run.draws_pool()
+    assert not _cfg().run.draws_pool()
 
 
 def test_candidates_leave_out_the_rounds_designs():
