@@ -108,6 +108,15 @@ class DesignerConfig(Section):
     too_hard_win_rate: float = Field(
         0.1, ge=0.0, le=1.0, description="Below this win rate a design is a 'too hard' negative."
     )
+    barren_parent_weight: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="Chance of drawing a barren parent (edit, splice: one whose plays, or its"
+        " variants' plays, all scored 0) relative to the other candidates: the agent learns"
+        " nothing from a game that never gives credit, nor from its variants (1: no preference;"
+        " 0: never while another candidate exists).",
+    )
     hint_temperature: float = Field(
         0.3, ge=0.0, le=2.0, description="Sampling temperature of hints."
     )

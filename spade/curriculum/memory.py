@@ -58,6 +58,10 @@ class MemoryRecord:
         code_chars: the length of the whole code: ``code_head`` is whole when they are equal.
             None: not known (a record of a version-1 state; never shown in a prompt). A record
             added to a memory without it is taken as whole (:meth:`EnvironmentMemory.add`).
+        mean_return: mean unhinted return of its plays (partial credit counts); None if never
+            evaluated (or stored before it was kept).
+        parent_id: the design it varies (edit, splice), if any: a parent whose variants all
+            scored 0 on every play is drawn less (:meth:`EnvironmentMemory.parent_for`).
     """
 
     env_id: str
@@ -69,6 +73,8 @@ class MemoryRecord:
     hint: str | None = None
     accepted: bool = True
     code_chars: int | None = None
+    mean_return: float | None = None
+    parent_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.win_rate is not None and not 0.0 <= self.win_rate <= 1.0:
@@ -222,7 +228,9 @@ class EnvironmentMemory:
         Candidates are the records a prompt may show (:meth:`_showable`) of the designer's mode
         (a skill of ``designer.skills``; an imported design of unknown skill by its base class)
         that are not negatives (unscored, or a win rate within the too-hard/too-easy bounds).
-        Records of ``skill`` are preferred; one is chosen with ``rng``.
+        Records of ``skill`` are preferred; one is chosen with ``rng``, a *barren* one (played,
+        itself or through the designs that vary it, and every play scored 0: nothing the agent
+        can learn from) with ``designer.barren_parent_weight`` times the chance of the others.
         """
         tool_use = designer.mode == "tool_use"
         easy, hard = designer.too_easy_win_rate, designer.too_hard_win_rate
@@ -237,7 +245,23 @@ class EnvironmentMemory:
         ]
         same = [r for r in pool if r.skill == skill]
         candidates = same or pool
-        return rng.choice(candidates) if candidates else None
+        if not candidates:
+            return None
+        barren = self.barren()
+        weights = [designer.barren_parent_weight if r.env_id in barren else 1.0 for r in candidates]
+        if len(set(weights)) == 1:  # nothing to prefer: a plain draw, as before weights existed
+            return rng.choice(candidates)
+        return rng.choices(candidates, weights)[0]
+
+    def barren(self) -> set[str]:
+        """Env ids of the records played, themselves or through the designs that vary them
+        (``parent_id``), every play of which scored 0 (``mean_return`` 0)."""
+        returns: dict[str, list[float]] = {}
+        for r in self._records:
+            if r.mean_return is not None:
+                for env_id in {r.env_id, r.parent_id} - {None}:
+                    returns.setdefault(str(env_id), []).append(r.mean_return)
+        return {env_id for env_id, got in returns.items() if max(got) <= 0.0}
 
     @staticmethod
     def _positives(

@@ -143,6 +143,10 @@ def memory_records(
             round=round_index,
             hint=a.hint,
             accepted=True,
+            mean_return=fmean(by_env[a.env_id].unhinted_returns)
+            if by_env[a.env_id].unhinted_returns
+            else None,
+            parent_id=a.parent_id,
         )
         for a in attempts
         if a.accepted and a.env_id in by_env

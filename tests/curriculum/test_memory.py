@@ -349,3 +349,54 @@ def test_a_damaged_stored_memory_is_corrupt_store_data():
     ):
         with pytest.raises(ObjectCorruptError):
             memory.load_state_dict(state)
+
+
+# ------------------------------------------------------------------------- barren parents
+
+LOGIC = "logical_deduction"
+
+
+def _variants(parent: str, *returns: float) -> list[MemoryRecord]:
+    """Played designs varying ``parent`` (too hard: never parents themselves)."""
+    return [
+        rec(f"{parent}-v{i}", LOGIC, win=0.0, mean_return=r, parent_id=parent)
+        for i, r in enumerate(returns)
+    ]
+
+
+def test_a_parent_whose_variants_all_scored_0_is_barren():
+    memory = memory_of(
+        seeded("probe", LOGIC),
+        seeded("hunt", LOGIC),
+        seeded("unplayed", LOGIC),
+        *_variants("probe", 0.0, 0.0),
+        *_variants("hunt", 0.0, 0.21),  # one variant's plays got partial credit
+        rec("own", LOGIC, win=0.3, mean_return=0.0),  # played itself, never any credit
+    )
+    assert memory.barren() == {"probe", "own", "probe-v0", "probe-v1", "hunt-v0"}
+
+
+def test_a_barren_parent_is_drawn_by_its_weight_and_the_draw_is_seeded():
+    memory = memory_of(seeded("probe", LOGIC), seeded("hunt", LOGIC), *_variants("probe", 0.0))
+    draws = [_parent(memory, LOGIC, s, DesignerConfig()) for s in range(400)]
+    # weight 0.25 against 1: a fifth of the draws expected; the seeds make the count exact,
+    # the bounds are the binomial's ~4.5 standard deviations (n 400, p 0.2: sd 8)
+    assert 44 < draws.count("probe") < 116 and draws.count("hunt") == 400 - draws.count("probe")
+    assert draws == [_parent(memory, LOGIC, s, DesignerConfig()) for s in range(400)]
+    never = DesignerConfig(barren_parent_weight=0.0)
+    assert {_parent(memory, LOGIC, s, never) for s in range(50)} == {"hunt"}
+    alone = memory_of(seeded("probe", LOGIC), *_variants("probe", 0.0))
+    assert _parent(alone, LOGIC, 0, never) == "probe"  # barren, but the only candidate
+
+
+def test_without_a_barren_candidate_the_draw_is_the_plain_one():
+    memory = memory_of(
+        seeded("a", LOGIC), seeded("b", LOGIC), seeded("c", LOGIC), *_variants("b", 0.4)
+    )
+    newest_first = reversed(memory.records())
+    candidates = [r for r in newest_first if r.env_id in ("a", "b", "c")]
+    for s in range(20):  # the same draw as rng.choice: seeded campaigns keep their parents
+        assert (
+            _parent(memory, LOGIC, s, DesignerConfig())
+            == random.Random(s).choice(candidates).env_id
+        )

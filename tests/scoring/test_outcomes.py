@@ -117,3 +117,14 @@ def test_a_designs_plateau_is_on_its_unhinted_mean_return():
     (scored,), _ = score([attempt], [partial], ScoringConfig(centre_per_skill=False))
     assert scored.outcome.mean_return == 0.5 and scored.outcome.win_rate == 0.0
     assert scored.raw_reward == pytest.approx(ScoringConfig().plateau_weight)
+
+
+def test_memory_records_keep_the_mean_return_and_the_parent():
+    spliced = _attempt(0, accepted=True, env_id="env-a", parent_id="number_hunt")
+    written = _attempt(1, accepted=True, env_id="env-b")
+    evaluations = [_evaluation("env-a", 0.25, 0.1), _evaluation("env-b", 0.0, 0.0)]
+    a, b = memory_records([spliced, written], evaluations, round_index=2)
+    assert (a.mean_return, a.parent_id) == (0.25, "number_hunt")  # one win in four plays
+    assert (b.mean_return, b.parent_id) == (0.0, None)
+    unplayed = EnvEvaluation("env-a", "logic", [], [], 0.0, None, 0.0, 0)  # type: ignore[arg-type]
+    assert memory_records([spliced], [unplayed], 2)[0].mean_return is None
