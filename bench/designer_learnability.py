@@ -1,0 +1,297 @@
+"""Designer learnability: can the designer's half of SPADE learn to write designs worth keeping?
+
+bench/learnability.py measures the agent's half; this measures the designer's the same way. Only
+the designer trains, with the demo's strategy (``splice`` under a rule directive, ``clue`` or
+``credit``: bench/designer_learnability_task.py) and the chain a round uses: design requests
+(follow-ups included) sampled by the pool's managed llama.cpp server at the designer's
+temperature, every answer spliced and verified in the jail by the campaign's verifier, one GRPO
+update per step by :func:`spade.training.run.update_from_parent` (role ``designer``: LoRA, the
+round's advantage estimator, one optimizer carried from checkpoint to checkpoint), each
+checkpoint published by :func:`spade.pipeline.publish.publish` (GGUF adapter, server restart)
+and served for the next step. The reward needs no agent plays: 1 for a design the verifier
+accepts (which is novel and passes ``leaks_answer`` and ``perverse_credit``: worth keeping), the
+campaign's graded rejection reward (below 0) for the rest.
+
+1. **Training**: ``--updates`` steps of ``--prompts`` train prompts x ``--samples`` answers
+   (16 per update by default), each prompt a train parent, one of its rule methods and a train
+   document.
+2. **Held-out**: ``--heldout`` prompts of the held-out split (parents and documents never
+   trained on), one answer each at the designer's temperature, with the base weights and after
+   every ``--eval-every`` updates. The top-level ``p_value`` is the two-sided Fisher exact test
+   of the last point's share of designs kept against the base's; the rise is split into
+   well-formed answers (past parse, syntax, policy and contract) and designs kept among them.
+
+``--quick`` is a smoke run on the shipped SmolLM2-135M. The defaults (Qwen2.5-Coder-0.5B, the
+demo's config) budget about 75 min on 2 cores. Benchmarks report; they do not assert. A table
+prints, JSON goes to ``--out`` (default bench/results/designer_learnability.json) and the figure
+beside it (``.png``).
+
+Usage: ``.venv/bin/python bench/designer_learnability.py [--quick] [--updates N] [--lr X]
+[--seed S] [--out PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import dataclasses
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from designer_learnability_task import Prompt, fisher_exact, prompts, rates, results_path, reward
+from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+console = Console()
+CAMPAIGN = "designer-learnability"
+STEP_METRICS = ("mismatch_kl", "mismatch_outside", "zero_variance_groups", "loss", "grad_norm")
+
+
+def build_config(args: argparse.Namespace, store: Path) -> Any:
+    from spade.config import load_config
+
+    overrides = {
+        "model.name_or_path": args.model,
+        "storage.root": str(store),
+        "designer.strategy": "splice",
+        "designer.directives": ["clue", "credit"],
+        "designer.max_tokens": args.max_tokens,
+        "training.designer_lr": args.lr,
+        "training.lora.enabled": True,
+        "training.lora.rank": args.rank,
+        "training.lora.alpha": 2 * args.rank,
+        "inference.backend": "llamacpp",
+        "inference.llamacpp.parallel": 4,
+        "run.train": True,
+    }
+    return load_config(args.config, overrides=overrides)
+
+
+def attempts_for(cfg: Any, batch: list[Prompt], samples: int) -> list[Any]:
+    """``samples`` splice attempts of each prompt (prompt-major), prepared as a round prepares
+    one: the parent alone in the memory, the prompt's directive the only one allowed."""
+    from spade.curriculum.memory import EnvironmentMemory, MemoryRecord, read_declarations
+    from spade.designer.strategies import strategy_for
+    from spade.designer.strategies.base import Slot
+    from spade.records import DesignAttempt
+
+    splice, out = strategy_for("splice"), []
+    for i, p in enumerate(batch):
+        skill = read_declarations(p.code).get("skill", "unknown")
+        memory = EnvironmentMemory(cfg.memory)
+        memory.add(MemoryRecord(p.parent, skill, p.code, round=-1))
+        designer = cfg.designer.model_copy(update={"directives": [p.directive]})
+        text = p.document.truncated(cfg.corpus.max_words_games).text
+        slot = Slot(text, skill, False, random.Random(p.key), memory, designer)
+        att = DesignAttempt(slot=i, attempt=0, skill=skill, doc_id=p.document.doc_id, messages=[])
+        if not splice.prepare(att, slot):  # every parent of the splits has the method
+            raise RuntimeError(f"{p.parent} cannot be spliced under {p.directive}")
+        out += [att] + [
+            dataclasses.replace(copy.deepcopy(att), sample=j) for j in range(1, samples)
+        ]
+    return out
+
+
+def design(cfg: Any, weights: Any, attempts: list[Any], policy: Any) -> None:
+    """Sample every attempt with ``weights`` served, then verify each in the jail."""
+    from spade.designer.designer import apply_verdict, awaiting_verdict, generate, verify_design
+    from spade.inference.pool import shared_backend
+
+    async def sample() -> None:
+        async with shared_backend(cfg, weights) as backend:
+            await generate(backend, attempts, cfg)
+
+    asyncio.run(sample())
+    pending = awaiting_verdict(attempts)
+    with ThreadPoolExecutor(cfg.sandbox.workers) as pool:
+        verdicts = pool.map(lambda a: verify_design(a.code, cfg, policy, a.references), pending)
+        for att, verdict in zip(pending, verdicts, strict=True):
+            apply_verdict(att, verdict)
+
+
+def evaluate(cfg: Any, weights: Any, heldout: list[Prompt], policy: Any) -> dict[str, Any]:
+    """One answer to each held-out prompt: the point's rates and each design's outcome."""
+    attempts = attempts_for(cfg, heldout, 1)
+    design(cfg, weights, attempts, policy)
+    outcomes = [
+        {"parent": p.parent, "directive": p.directive, "kept": a.accepted,
+         "failure": a.failure_kind, "failed": a.failed}
+        for p, a in zip(heldout, attempts, strict=True)
+    ]  # fmt: skip
+    return {**rates(attempts), "outcomes": outcomes}
+
+
+def train_step(cfg: Any, parent: str | None, attempts: list[Any], root: str) -> tuple[Any, dict]:
+    """One GRPO update of the designer from ``parent`` on the verified attempts."""
+    from spade.training.run import designer_samples, update_from_parent
+
+    measured = [a for a in attempts if not a.failed]  # an outage is no data (as in a round)
+    rewards = [reward(a, cfg.scoring) for a in measured]
+    samples = designer_samples(cfg, measured, rewards)
+    update = update_from_parent(cfg, "designer", parent, samples, root)
+    kinds = Counter(a.failure_kind or "accepted" for a in measured)
+    stats = {"reward": sum(rewards) / max(len(rewards), 1), **rates(attempts), "kinds": kinds}
+    return update, stats
+
+
+def publish_step(cfg: Any, step: int, uri: str) -> Any:
+    from spade.pipeline.context import RoundContext
+    from spade.pipeline.publish import publish
+    from spade.records import WeightsRef
+
+    weights = WeightsRef(f"u{step:04d}-designer", uri, "lora")
+    return asyncio.run(publish(RoundContext.open(cfg, CAMPAIGN, step), weights))
+
+
+def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Prompt],
+              eval_at: set[int]) -> dict[str, Any]:  # fmt: skip
+    from spade.records import BASE
+    from spade.sandbox.policy import load_policy
+
+    policy = load_policy(cfg.sandbox.policy_path)
+    root = str(Path(cfg.storage.root) / "checkpoints")
+    weights, parent = BASE, None
+    points = [{"update": 0, **evaluate(cfg, BASE, heldout, policy)}]
+    console.print(f"update 0: held-out kept {points[0]['kept']}/{points[0]['n']}")
+    steps = []
+    for u in range(1, args.updates + 1):
+        started = time.perf_counter()
+        batch = prompts(corpus, "train", args.prompts, args.seed, start=(u - 1) * args.prompts)
+        attempts = attempts_for(cfg, batch, args.samples)
+        design(cfg, weights, attempts, policy)
+        update, stats = train_step(cfg, parent, attempts, root)
+        parent = update.checkpoint
+        weights = publish_step(cfg, u, parent)
+        kept = {k: update.metrics.get(k) for k in STEP_METRICS}
+        steps.append({"update": u, **stats, "seconds": time.perf_counter() - started, **kept})
+        console.print(
+            f"update {u}: reward {stats['reward']:+.2f} kept {stats['kept']}/{stats['n']}"
+            f" well formed {stats['well_formed']} flat {kept['zero_variance_groups'] or 0:.2f}"
+            f" mismatch {kept['mismatch_kl'] or 0:.4f} ({steps[-1]['seconds']:.0f} s)"
+        )
+        if u in eval_at:
+            points.append({"update": u, **evaluate(cfg, weights, heldout, policy)})
+            console.print(f"update {u}: held-out kept {points[-1]['kept']}/{points[-1]['n']}")
+    return {"points": points, "steps": steps}
+
+
+def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last point against the base: Fisher's exact test on the share kept, and the rise
+    split into well-formed answers and designs kept among them."""
+    base, last = points[0], points[-1]
+    return {
+        "base_kept_share": base["kept_share"], "final_kept_share": last["kept_share"],
+        "rise": last["kept_share"] - base["kept_share"],
+        "well_formed_rise": last["well_formed_share"] - base["well_formed_share"],
+        "kept_if_well_formed_rise": last["kept_if_well_formed"] - base["kept_if_well_formed"],
+        "p_value": fisher_exact(base["kept"], base["n"], last["kept"], last["n"]),
+    }  # fmt: skip
+
+
+def print_table(points: list[dict[str, Any]], result: dict[str, Any]) -> None:
+    table = Table(title="Designer learnability: held-out designs worth keeping")
+    for col in ("update", "kept", "share", "well formed", "kept if well formed", "p vs base"):
+        table.add_column(col, justify="right")
+    base = points[0]
+    for p in points:
+        pv = fisher_exact(base["kept"], base["n"], p["kept"], p["n"])
+        table.add_row(str(p["update"]), f"{p['kept']}/{p['n']}", f"{p['kept_share']:.3f}",
+                      f"{p['well_formed_share']:.3f}", f"{p['kept_if_well_formed']:.3f}",
+                      f"{pv:.3g}")  # fmt: skip
+    console.print(table)
+    console.print(
+        f"rise {result['rise']:+.3f} (well formed {result['well_formed_rise']:+.3f}, kept among"
+        f" well formed {result['kept_if_well_formed_rise']:+.3f}); Fisher p = "
+        f"{result['p_value']:.3g}"
+    )
+
+
+def plot(data: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points, steps = data["points"], data["steps"]
+    fig, ax = plt.subplots(1, 3, figsize=(14, 4))
+    xs = [p["update"] for p in points]
+    ax[0].plot(xs, [p["kept_share"] for p in points], "o-", label="kept")
+    ax[0].plot(xs, [p["well_formed_share"] for p in points], "s--", label="well formed")
+    ax[0].set(title=f"held-out ({points[0]['n']} prompts)", xlabel="update", ylim=(-0.05, 1.05))
+    ax[0].legend()
+    us = [s["update"] for s in steps]
+    ax[1].plot(us, [s["reward"] for s in steps], ".-", label="mean reward")
+    ax[1].plot(us, [s["kept_share"] for s in steps], "x-", label="kept")
+    ax[1].set(title="training answers", xlabel="update")
+    ax[1].legend()
+    ax[2].plot(us, [s["mismatch_kl"] or 0.0 for s in steps])
+    ax[2].set(title="sampler/trainer k3 KL (nats/token)", xlabel="update")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def arguments() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo-cpu.yaml")
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--updates", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--heldout", type=int, default=48)
+    ap.add_argument("--eval-every", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=800)
+    # the agent's learning rate from bench/learnability.py --sweep (validation items): the
+    # demo's 2e-5 moves the weights too little in a few updates to measure anything
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="smoke run on SmolLM2-135M")
+    ap.add_argument("--out", type=Path, default=results_path(ROOT))
+    args = ap.parse_args()
+    if args.quick:
+        args.model, args.updates, args.prompts, args.samples = "smollm2-135m-instruct", 1, 2, 2
+        args.heldout, args.eval_every, args.max_tokens = 2, 1, 64
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    from spade.designer.corpus import Corpus
+    from spade.inference.pool import close_shared_backends
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="spade-designer-learnability-") as tmp:
+        try:  # the pool's llama.cpp server is stopped whatever happens
+            cfg = build_config(args, Path(tmp))
+            corpus = Corpus.load(cfg.corpus)
+            heldout = prompts(corpus, "heldout", args.heldout, args.seed)
+            settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+            data: dict[str, Any] = {"machine": machine() | {"timestamp": timestamp()},
+                                    "settings": settings}  # fmt: skip
+            eval_at = set(range(args.eval_every, args.updates + 1, args.eval_every))
+            data |= train_run(cfg, args, corpus, heldout, eval_at | {args.updates})
+            data["result"] = summary(data["points"])
+            data["p_value"] = data["result"]["p_value"]
+            print_table(data["points"], data["result"])
+        finally:
+            asyncio.run(close_shared_backends())
+    data["minutes"] = (time.perf_counter() - started) / 60
+    write_json(args.out, data)
+    plot(data, args.out.with_suffix(".png"))
+    console.print(f"{data['minutes']:.1f} min; written: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""The designer learnability check's prompts, splits, reward and test.
+
+A prompt is the demo's splice with a rule directive: a parent game (a bundled example), one of its
+rule methods to rewrite (``clue``: what a move reveals; ``credit``: the partial score), and a
+document to re-theme it on. Everything a prompt is made of is split before anything runs, so the
+held-out prompts are never trained on and never used to choose a setting:
+
+- parents: the bundled games with a rule method, by a fixed list (:data:`PARENTS`): the held-out
+  ones are never trained on, so neither are their (parent, directive) pairs;
+- documents: the built-in corpus split by a hash of the document id (a quarter held out);
+- directives: both rule directives appear on both sides (there are two), each only ever with the
+  split's own parents.
+
+The reward needs no agent plays: a design the verifier accepts (every check, ``leaks_answer``,
+``perverse_credit`` and ``novelty`` included: accepted, novel and worth keeping are one rung
+here) earns 1; a rejected one the campaign's graded rejection reward (every value below 0, higher
+the further through the verifier it got). A design is *well formed* when it reached the jail's
+play checks (no parse, syntax, policy or contract failure): the split of a rise into fewer
+malformed answers and more designs kept among the well-formed ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from spade.config import ScoringConfig
+from spade.designer.corpus import Corpus, Document
+from spade.designer.extract import parse_progress
+from spade.envs.examples import example_paths
+from spade.records import DesignAttempt
+from spade.scoring.rewards import get_rejected_reward, rejected_tier
+
+PARENTS = {
+    "train": ("number_hunt", "cargo_knapsack", "ownership_riddle", "switchboard"),
+    "heldout": ("polynomial_probe", "code_breaker"),
+}
+"""Parents by split: every bundled game with a ``clue`` or ``credit`` method, split by hand
+before any run (both directives on each side)."""
+DIRECTIVES = ("clue", "credit")
+HELDOUT_DOCS = 4
+"""One document in this many (by a hash of its id) is held out."""
+WELL_FORMED_TIER = rejected_tier("crash")
+"""Rejections from this tier on ran as environments: the answer was well formed."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One splice request: a parent, the rule method to rewrite, a document."""
+
+    key: str  # split:index, the group id of its samples
+    parent: str  # the bundled game's stem
+    code: str
+    directive: str
+    document: Document
+
+
+def pairs(split: str) -> list[tuple[str, str, str]]:
+    """``(parent, its code, directive)`` for every rule method of the split's parents."""
+    paths = {p.stem: p for p in example_paths()}
+    out = []
+    for name in PARENTS[split]:
+        code = paths[name].read_text()
+        out += [(name, code, d) for d in DIRECTIVES if f"    def {d}(" in code]
+    return out
+
+
+def documents(corpus: Corpus, split: str) -> list[Document]:
+    """The corpus documents of ``split`` (``train`` or ``heldout``), in corpus order."""
+    held = [_held_out(d.doc_id) for d in corpus.documents]
+    return [d for d, h in zip(corpus.documents, held, strict=True) if h == (split == "heldout")]
+
+
+def _held_out(doc_id: str) -> bool:
+    return int(hashlib.sha256(doc_id.encode()).hexdigest(), 16) % HELDOUT_DOCS == 0
+
+
+def prompts(corpus: Corpus, split: str, n: int, seed: int, start: int = 0) -> list[Prompt]:
+    """Prompts ``start .. start + n - 1`` of ``split``: the split's (parent, directive) pairs in
+    turn, each with a document of the split drawn by a seeded stream (deterministic per seed)."""
+    docs, menu = documents(corpus, split), pairs(split)
+    out = []
+    for i in range(start, start + n):
+        parent, code, directive = menu[i % len(menu)]
+        doc = random.Random(f"{seed}:{split}:{i}").choice(docs)
+        out.append(Prompt(f"{split}:{i}", parent, code, directive, doc))
+    return out
+
+
+def reward(att: DesignAttempt, scoring: ScoringConfig) -> float:
+    """1 for an accepted design; else the graded rejection reward of its failure and progress
+    (``scoring.rejected_reward``), as a round scores a rejected design."""
+    if att.accepted:
+        return 1.0
+    kind = att.failure_kind or "rejected"
+    if kind == "parse":
+        progress = parse_progress(att.completion)
+    else:
+        progress = float((att.verdict or {}).get("progress") or 0.0)
+    return get_rejected_reward(scoring.rejected_reward)(kind, progress, scoring)
+
+
+def well_formed(att: DesignAttempt) -> bool:
+    """Accepted, or rejected only once it ran as an environment (:data:`WELL_FORMED_TIER`)."""
+    return att.accepted or rejected_tier(att.failure_kind or "rejected") >= WELL_FORMED_TIER
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided Fisher exact test of ``k1`` of ``n1`` against ``k2`` of ``n2``: the probability,
+    with the margins fixed, of a table no more likely than the one seen."""
+    k, n = k1 + k2, n1 + n2
+
+    def prob(a: int) -> float:
+        return math.comb(n1, a) * math.comb(n2, k - a) / math.comb(n, k)
+
+    seen = prob(k1)
+    low, high = max(0, k - n2), min(k, n1)
+    return min(1.0, sum(p for a in range(low, high + 1) if (p := prob(a)) <= seen * (1 + 1e-9)))
+
+
+def rates(attempts: Sequence[DesignAttempt]) -> dict[str, float | int]:
+    """Counts and shares of one evaluation point's attempts (failed requests left out)."""
+    measured = [a for a in attempts if not a.failed]
+    n = len(measured)
+    kept = sum(a.accepted for a in measured)
+    formed = sum(well_formed(a) for a in measured)
+    return {
+        "n": n,
+        "kept": kept,
+        "well_formed": formed,
+        "kept_share": kept / n if n else 0.0,
+        "well_formed_share": formed / n if n else 0.0,
+        "kept_if_well_formed": kept / formed if formed else 0.0,
+        "failed_requests": len(attempts) - n,
+    }
+
+
+def results_path(root: Path) -> Path:
+    return root / "bench" / "results" / "designer_learnability.json"

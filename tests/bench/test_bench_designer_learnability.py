@@ -1,0 +1,102 @@
+"""The designer learnability check (bench/designer_learnability.py): its splits, reward and
+test, and a ``--quick`` run end to end on the real chain (llama.cpp serving SmolLM2, splice
+answers verified in the jail, a GRPO update of the designer, GGUF publishing)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from spade.config import CorpusConfig, ScoringConfig
+from spade.designer.corpus import Corpus
+from spade.records import DesignAttempt
+from tests.bench.runner import REPO, run_bench
+
+
+def _task() -> ModuleType:
+    """bench/designer_learnability_task.py, loaded as the script loads it."""
+    path = REPO / "bench" / "designer_learnability_task.py"
+    spec = importlib.util.spec_from_file_location("designer_learnability_task", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("designer_learnability_task", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_held_out_split_shares_no_parent_pair_or_document_with_training():
+    task = _task()
+    corpus = Corpus.load(CorpusConfig(path="builtin:wiki"))
+    train, held = task.documents(corpus, "train"), task.documents(corpus, "heldout")
+    assert train and held and not {d.doc_id for d in train} & {d.doc_id for d in held}
+    assert len(train) + len(held) == len(corpus)
+    train_pairs = {(p, d) for p, _, d in task.pairs("train")}
+    held_pairs = {(p, d) for p, _, d in task.pairs("heldout")}
+    assert not {p for p, _ in train_pairs} & {p for p, _ in held_pairs}
+    assert {d for _, d in train_pairs} == {d for _, d in held_pairs} == {"clue", "credit"}
+    first = task.prompts(corpus, "heldout", 6, seed=0)
+    assert first == task.prompts(corpus, "heldout", 6, seed=0)  # deterministic
+    assert task.prompts(corpus, "heldout", 2, seed=0, start=4) == first[4:]
+    assert {p.document.doc_id for p in first} <= {d.doc_id for d in held}
+    assert {(p.parent, p.directive) for p in first} == held_pairs  # the pairs in turn
+
+
+def _attempt(accepted: bool, kind: str | None, progress: float = 0.0) -> DesignAttempt:
+    return DesignAttempt(
+        slot=0,
+        attempt=0,
+        skill="s",
+        doc_id="d",
+        messages=[],
+        accepted=accepted,
+        failure_kind=kind,
+        verdict={"progress": progress},
+    )
+
+
+def test_kept_designs_earn_1_and_rejections_the_campaigns_graded_reward():
+    task, scoring = _task(), ScoringConfig(rejected_reward="graded")
+    assert task.reward(_attempt(True, None), scoring) == 1.0
+    crash, judged = _attempt(False, "crash", 0.5), _attempt(False, "leaks_answer")
+    assert task.reward(crash, scoring) < task.reward(judged, scoring) < 0.0
+    assert task.reward(_attempt(False, "syntax"), scoring) < task.reward(crash, scoring)
+    assert not task.well_formed(_attempt(False, "contract")) and task.well_formed(crash)
+    got = task.rates([_attempt(True, None), crash, _attempt(False, "syntax")])
+    assert (got["n"], got["kept"], got["well_formed"]) == (3, 1, 2)
+    assert got["kept_if_well_formed"] == 0.5
+
+
+def test_fisher_exact_is_the_two_sided_hypergeometric_test():
+    task = _task()
+    # 1 of 10 against 7 of 10: margins 8 kept of 20; the tables as or less likely than the seen
+    tables = [a for a in range(0, 9) if math.comb(10, a) * math.comb(10, 8 - a) <= 10 * 120]
+    want = sum(math.comb(10, a) * math.comb(10, 8 - a) for a in tables) / math.comb(20, 8)
+    assert task.fisher_exact(1, 10, 7, 10) == pytest.approx(want)
+    assert 0.015 < task.fisher_exact(1, 10, 7, 10) < 0.025  # the textbook value, 0.0198
+    assert task.fisher_exact(3, 10, 3, 10) == pytest.approx(1.0)
+    assert task.fisher_exact(0, 4, 0, 4) == 1.0
+
+
+@pytest.mark.slow  # ~2 min: a real update of SmolLM2 on verified splice answers, published
+@pytest.mark.sandbox
+def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompts(
+    tmp_path: Path, smol_env: Path
+) -> None:
+    out = tmp_path / "designer_learnability.json"
+    data = run_bench("designer_learnability.py", "--quick", out=out, timeout=900)
+    points, steps = data["points"], data["steps"]
+    assert [p["update"] for p in points] == [0, 1]
+    for p in points:
+        assert p["n"] + p["failed_requests"] == data["settings"]["heldout"] == len(p["outcomes"])
+        assert 0 <= p["kept"] <= p["well_formed"] <= p["n"]
+    assert [s["update"] for s in steps] == [1]
+    step = steps[0]
+    assert step["n"] == data["settings"]["prompts"] * data["settings"]["samples"]
+    assert math.isfinite(step["mismatch_kl"]) and -1.0 <= step["reward"] <= 1.0
+    assert 0.0 <= data["p_value"] <= 1.0 and data["p_value"] == data["result"]["p_value"]
+    assert out.with_suffix(".png").stat().st_size > 0
