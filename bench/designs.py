@@ -30,6 +30,15 @@ similarity at least ``max_similarity`` with only literals differing) of ANY bund
 the verifier's novelty check (side-by-side play included) calls duplicates of a design the
 variant accepted before: neither is counted as novel.
 
+**Worth keeping** (issue 34): the verifier's checks that read a design as a player would —
+``leaks_answer`` (a reader wins by submitting what it sees) and ``perverse_credit`` (a credit
+rule that rewards the wrong thing) — are the last rungs before novelty. A design rejected by one
+of them is verified again with those checks waived: if it passes everything else, it is a
+design the verifier before them accepted, and the table counts it as ``caught``. So
+``accepted`` (the verifier without them), ``novel`` (of those) and ``kept`` (novel and passing
+them) read left to right, and every kept design is printed as its diff from its parent (its
+head when it has none), so one screen shows what the designer made.
+
 The figure the demo's choice rests on is **novel accepted designs per minute** (wall time of
 generation, verification, repair and hints, on this machine). Benchmarks report; they do not
 assert. JSON goes to ``bench/results/designs-<model>.json``.
@@ -42,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import time
 from collections import Counter
 from pathlib import Path
@@ -116,15 +126,51 @@ def variant_config(args: argparse.Namespace, name: str) -> CampaignConfig:
     return load_config(None, base_config(args) | VARIANTS[name])
 
 
+NEW_CHECKS = ("leaks_answer", "perverse_credit")
+"""The checks that read a design as a player would (issue 34): what they reject is ``caught``."""
+
+
+def caught(
+    attempts: list[DesignAttempt], cfg: CampaignConfig, policy: SandboxPolicy
+) -> dict[int, str]:
+    """By index in ``attempts``: the check that rejected a design that passes every other
+    check (verified again with :data:`NEW_CHECKS` waived), i.e. one the verifier before them
+    accepted."""
+    out = {}
+    for i, a in enumerate(attempts):
+        check = (a.verdict or {}).get("failed_check")
+        if (
+            a.code
+            and check in NEW_CHECKS
+            and verify_design(a.code, cfg, policy, a.references, waive=NEW_CHECKS).accepted
+        ):
+            out[i] = str(check)
+    return out
+
+
+def diff_from_parent(att: DesignAttempt, lines: int = 40) -> str:
+    """``att``'s code as a unified diff from its parent's (the reference its prompt showed by
+    the parent's name), at most ``lines`` lines; the head of the code when it has no parent."""
+    code = att.code or ""
+    parent = next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
+    if parent is None:
+        return "\n".join(code.splitlines()[:lines])
+    diff = difflib.unified_diff(
+        parent.splitlines(), code.splitlines(), str(att.parent_id), "design", n=1, lineterm=""
+    )
+    return "\n".join(list(diff)[:lines])
+
+
 def pool_copies(attempts: list[DesignAttempt], threshold: float) -> list[tuple[float, bool]]:
-    """Each accepted design's highest normalised source similarity to any bundled example and
-    to every design the variant accepted before it (a second copy of one new game is not a
-    second novel design), and whether it is a near-verbatim copy of one of them by the
-    verifier's rule (that similar, and only literals differ: ``novelty.near_verbatim``)."""
+    """Each design's (``attempts``: the accepted ones) highest normalised source similarity to
+    any bundled example and to every design the variant accepted before it (a second copy of
+    one new game is not a second novel design), and whether it is a near-verbatim copy of one
+    of them by the verifier's rule (that similar, and only literals differ:
+    ``novelty.near_verbatim``)."""
     refs = [source_tokens(p.read_text(), 6000) for p in example_paths()]
     out = []
     for a in attempts:
-        if a.accepted and a.code:
+        if a.code:
             mine = source_tokens(a.code, 6000)
             scores = [similarity(mine, r) for r in refs]
             copy = any(  # the verifier's rule (novelty.near_verbatim), each ratio taken once
@@ -139,13 +185,14 @@ def pool_copies(attempts: list[DesignAttempt], threshold: float) -> list[tuple[f
 def repeats(
     attempts: list[DesignAttempt], cfg: CampaignConfig, policy: SandboxPolicy
 ) -> list[bool]:
-    """For each accepted design, whether it is a duplicate of a design the variant accepted
-    before it by the verifier's own novelty check (source and side-by-side play, in the jail):
-    two answers that write one new rule two ways are one novel design, not two."""
+    """For each design (``attempts``: the accepted ones), whether it is a duplicate of a design
+    the variant accepted before it by the verifier's own novelty check (source and side-by-side
+    play, in the jail): two answers that write one new rule two ways are one novel design, not
+    two."""
     out: list[bool] = []
     earlier: list[dict[str, str]] = []
     for a in attempts:
-        if a.accepted and a.code:
+        if a.code:
             verdict = verify_design(a.code, cfg, policy, earlier) if earlier else None
             kind = verdict.failure.kind if verdict is not None and verdict.failure else None
             out.append(kind == "duplicate")
@@ -160,10 +207,17 @@ async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str,
     attempts = await design_batch(backend, Corpus.load(cfg.corpus), memory, cfg, policy)
     minutes = (time.perf_counter() - started) / 60
     threshold = cfg.sandbox.verify.max_similarity
-    copies = pool_copies(attempts, threshold)
-    repeated = repeats(attempts, cfg, policy)
-    accepted = sum(a.accepted for a in attempts)
-    novel = sum(not copy and not again for (_, copy), again in zip(copies, repeated, strict=True))
+    catches = caught(attempts, cfg, policy)
+    admitted = [a for i, a in enumerate(attempts) if a.accepted or i in catches]
+    copies = pool_copies(admitted, threshold)
+    repeated = repeats(admitted, cfg, policy)
+    novel_ids = {
+        id(a)
+        for a, (_, copy), again in zip(admitted, copies, repeated, strict=True)
+        if not copy and not again
+    }
+    kept = [a for a in admitted if id(a) in novel_ids and a.accepted]
+    accepted, novel = len(admitted), len(novel_ids)  # accepted: by the verifier before NEW_CHECKS
     kinds = Counter(a.failure_kind or "accepted" for a in attempts)
     first = Counter((a.first_failure_kind or a.failure_kind or "accepted") for a in attempts)
     return {
@@ -175,6 +229,10 @@ async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str,
         "novel_share": novel / len(attempts) if attempts else 0.0,
         "minutes": minutes,
         "novel_per_min": novel / minutes if minutes else 0.0,
+        "kept": len(kept),
+        "kept_share": len(kept) / len(attempts) if attempts else 0.0,
+        "kept_per_min": len(kept) / minutes if minutes else 0.0,
+        "caught": dict(Counter(catches.values())),
         "tokens": sum(
             len(a.token_ids) + sum(len(s["token_ids"]) for s in a.segments) for a in attempts
         ),
@@ -197,27 +255,36 @@ async def run_variant(backend: Any, cfg: CampaignConfig, name: str) -> dict[str,
                 "failure": a.failure_kind,
                 "reason": (a.failure_reason or "")[:300],
                 "first_failure": a.first_failure_kind,
+                "caught_by": catches.get(i),
+                "kept": id(a) in novel_ids and a.accepted,
+                "diff": diff_from_parent(a) if a.accepted and id(a) in novel_ids else None,
                 "code": a.code,
             }
-            for a in attempts
+            for i, a in enumerate(attempts)
         ],
     }
 
 
 def show(console: Console, model: str, rows: list[dict[str, Any]]) -> None:
-    table = Table(title=f"Novel acceptance: {model}", title_justify="left")
-    cols = ("variant", "tries", "acc", "repaired", "novel", "share", "min", "nov/min")
+    table = Table(title=f"Designs worth keeping: {model}", title_justify="left")
+    cols = ("variant", "tries", "acc", "repaired", "novel", "kept", "caught", "min", "kept/min")
     for col in cols:
-        table.add_column(col, justify="right" if col != "variant" else "left")
+        table.add_column(col, justify="right" if col not in ("variant", "caught") else "left")
     for r in rows:
+        caught = ", ".join(f"{n} {k}" for k, n in r["caught"].items()) or "-"
         table.add_row(
             r["variant"], str(r["attempts"]), str(r["accepted"]), str(r["after_repair"]),
-            str(r["novel"]), f"{r['novel_share']:.0%}", f"{r['minutes']:.1f}",
-            f"{r['novel_per_min']:.2f}",
+            str(r["novel"]), str(r["kept"]), caught, f"{r['minutes']:.1f}",
+            f"{r['kept_per_min']:.2f}",
         )  # fmt: skip
     console.print(table)
     for r in rows:
         console.print(f"{r['variant']}: first answers {r['first_kinds']}; final {r['final_kinds']}")
+        for d in r["designs"]:
+            if d["kept"]:
+                what = f"{d['strategy']} {d['directive'] or ''} of {d['parent'] or 'nothing'}"
+                console.rule(f"kept: slot {d['slot']}, {what}")
+                console.print(d["diff"], markup=False, highlight=False)
 
 
 async def main(args: argparse.Namespace) -> None:

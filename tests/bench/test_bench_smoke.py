@@ -74,6 +74,9 @@ def test_designs_bench_quick_counts_every_attempt_per_variant(
         assert sum(r["final_kinds"].values()) == r["attempts"]
         assert 0 <= r["novel"] <= r["accepted"] <= r["attempts"] and r["minutes"] > 0
         assert r["after_repair"] <= r["accepted"]
+        assert r["kept"] <= r["novel"] and sum(r["caught"].values()) <= r["accepted"]
+        assert r["kept"] == sum(d["kept"] for d in r["designs"])
+        assert all(d["diff"] for d in r["designs"] if d["kept"])
     assert {d["strategy"] for d in rows[0]["designs"]} == {"write"}
 
 
