@@ -165,9 +165,10 @@ def short_version(version: object) -> str:
 
 
 def design_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Two lines per design a round accepted and played: how it was asked for, its unhinted
-    and hinted win rates, regret (and beside it the paired regret with its 95% interval, where
-    the evaluation has one) and designer reward; then its hint."""
+    """Lines per design a round accepted and played: how it was asked for, its unhinted and
+    hinted win rates, regret (and beside it the paired regret with its 95% interval, where the
+    evaluation has one) and designer reward; then its hint; then what the checks that judge it
+    as a player meets it said (informative, leaks_answer, perverse_credit, novelty)."""
     lines = []
     for row in rows:
         for d in row.get("designs_played") or []:
@@ -187,7 +188,16 @@ def design_lines(rows: list[dict[str, Any]]) -> list[str]:
             )
             lines.append(f"round {row['round']}: design {d['env_id']} ({how}): {numbers}")
             lines.append(f"  hint: {d.get('hint') or '(none)'}")
+            lines += [f"  {name}: {_cut(why)}" for name, why in (d.get("checks") or {}).items()]
     return lines
+
+
+CHECK_CHARS = 160
+"""Longest check reason :func:`design_lines` prints (the whole one is in ``--json``)."""
+
+
+def _cut(text: str, chars: int = CHECK_CHARS) -> str:
+    return text if len(text) <= chars else text[: chars - 3] + "..."
 
 
 def _paired(design: dict[str, Any]) -> str:

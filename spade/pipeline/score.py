@@ -10,7 +10,7 @@ from spade.pipeline.keys import fingerprint
 from spade.pipeline.record import StageRecord
 from spade.pipeline.stage import Stage
 from spade.records import DesignAttempt, EnvEvaluation
-from spade.scoring.outcomes import ScoredAttempt, design_flags, score
+from spade.scoring.outcomes import ScoredAttempt, design_flags, player_checks, score
 from spade.stats import mean
 
 
@@ -104,6 +104,7 @@ def _row(s: ScoredAttempt) -> dict[str, Any]:
         "parent": s.attempt.parent_id,
         "directive": s.attempt.directive,
         **design_flags(s.attempt),
+        "checks": player_checks(s.attempt),
     }
 
 

@@ -239,10 +239,20 @@ def _designs_played(
 ) -> list[dict[str, Any]]:
     """What the round's accepted designs became: how each was asked for, its unhinted and
     hinted win rates, regret and paired regret (with its interval: None where its evaluation
-    has none), designer reward (before centring) and hint."""
+    has none), designer reward (before centring), hint, and the reasons of the checks that
+    judged it as a player meets it (:data:`spade.scoring.outcomes.PLAYER_CHECKS`)."""
     hints = {h["env_id"]: h.get("hint") for h in _rows(cs, round, "hint", "environments.jsonl")}
     paired = {e.get("env_id"): e for e in evaluations}
-    keys = ("env_id", "strategy", "parent", "directive", "win_rate", "hinted_win_rate", "regret")
+    keys = (
+        "env_id",
+        "strategy",
+        "parent",
+        "directive",
+        "win_rate",
+        "hinted_win_rate",
+        "regret",
+        "checks",
+    )
     return [
         {k: s.get(k) for k in keys}
         | {k: paired.get(s.get("env_id"), {}).get(k) for k in PAIRED}

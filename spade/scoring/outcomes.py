@@ -118,6 +118,19 @@ NOVELTY_CHECKS = ("novelty",)
 kind ``duplicate``): an accepted design whose verdict passed one is *novel*."""
 
 
+PLAYER_CHECKS = ("informative", "leaks_answer", "perverse_credit", "novelty")
+"""The verifier's checks that judge a design as a player would meet it (what it tells, whether
+it can be read off, what its credit rewards, whether it is new): the campaign lists their
+reasons beside each design it played."""
+
+
+def player_checks(att: DesignAttempt) -> dict[str, str]:
+    """The reasons of :data:`PLAYER_CHECKS` in ``att``'s verdict, by check, in that order (those
+    that ran)."""
+    ran = {c.get("name"): c.get("reason") or "" for c in (att.verdict or {}).get("checks") or []}
+    return {name: str(ran[name]) for name in PLAYER_CHECKS if name in ran}
+
+
 def design_flags(att: DesignAttempt) -> dict[str, bool | None]:
     """``novel``: accepted, and a novelty check passed (None when no such check ran: a verifier
     without one cannot tell); ``repaired``: accepted after a repair turn (its first answer

@@ -109,7 +109,7 @@ def test_each_accepted_design_is_shown_with_its_numbers_and_hint(tmp_path):
     rows = [
         _designed(env_id="env-a", accepted=True, win_rate=0.2, hinted_win_rate=0.6, regret=0.4,
                   reward=0.1, raw_reward=0.35, strategy="splice", parent="number_hunt",
-                  directive="feedback"),
+                  directive="feedback", checks={"leaks_answer": "no reader wins " + "x" * 200}),
         _designed(env_id="env-b", failure="crash", reward=-0.1, raw_reward=-0.3),
     ]  # fmt: skip
     cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
@@ -122,11 +122,13 @@ def test_each_accepted_design_is_shown_with_its_numbers_and_hint(tmp_path):
         "directive": "feedback", "win_rate": 0.2, "hinted_win_rate": 0.6, "regret": 0.4,
         "paired_regret": None, "paired_regret_interval": None,  # no evaluation row here
         "reward": 0.35, "hint": "Count what each clue rules out.",
+        "checks": {"leaks_answer": "no reader wins " + "x" * 200},
     }  # fmt: skip
     assert design_lines([row]) == [
         "round 0: design env-a (splice number_hunt feedback): win 0.20, hinted 0.60,"
         " regret 0.40, designer reward 0.35",
         "  hint: Count what each clue rules out.",
+        "  leaks_answer: no reader wins " + "x" * 142 + "...",  # cut to 160 characters
     ]
 
 

@@ -128,3 +128,17 @@ def test_memory_records_keep_the_mean_return_and_the_parent():
     assert (b.mean_return, b.parent_id) == (0.0, None)
     unplayed = EnvEvaluation("env-a", "logic", [], [], 0.0, None, 0.0, 0)  # type: ignore[arg-type]
     assert memory_records([spliced], [unplayed], 2)[0].mean_return is None
+
+
+def test_player_checks_are_the_reasons_of_the_checks_a_player_meets_in_order():
+    from spade.scoring.outcomes import player_checks
+
+    checks = [
+        {"name": "novelty", "passed": True, "reason": "closest 0.4"},
+        {"name": "feasibility", "passed": True, "reason": "won"},
+        {"name": "leaks_answer", "passed": True, "reason": "no reader wins"},
+    ]
+    att = _attempt(0, accepted=True, env_id="env-a", verdict={"checks": checks})
+    assert player_checks(att) == {"leaks_answer": "no reader wins", "novelty": "closest 0.4"}
+    assert list(player_checks(att)) == ["leaks_answer", "novelty"]  # PLAYER_CHECKS' order
+    assert player_checks(_attempt(1, accepted=False)) == {}
