@@ -246,11 +246,11 @@ def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo-cpu.yaml")
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--updates", type=int, default=8)
+    ap.add_argument("--updates", type=int, default=12)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--heldout", type=int, default=48)
-    ap.add_argument("--eval-every", type=int, default=8)
+    ap.add_argument("--eval-every", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=800)
     # the agent's learning rate from bench/learnability.py --sweep (validation items): the
     # demo's 2e-5 moves the weights too little in a few updates to measure anything
@@ -276,6 +276,8 @@ def main() -> None:
         try:  # the pool's llama.cpp server is stopped whatever happens
             cfg = build_config(args, Path(tmp))
             corpus = Corpus.load(cfg.corpus)
+            for split in ("train", "heldout"):  # every (parent, directive) pair prepares, or
+                attempts_for(cfg, prompts(corpus, split, 8, args.seed), 1)  # stop before inference
             heldout = prompts(corpus, "heldout", args.heldout, args.seed)
             settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
             data: dict[str, Any] = {"machine": machine() | {"timestamp": timestamp()},
