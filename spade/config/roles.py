@@ -121,6 +121,13 @@ class DesignerConfig(Section):
         0.3, ge=0.0, le=2.0, description="Sampling temperature of hints."
     )
     hint_max_tokens: int = Field(256, ge=16, le=4096, description="Longest hint completion.")
+    hint_prompt: Literal["strategy", "procedure"] = Field(
+        "strategy",
+        description="How a hint is asked for (spade.designer.prompts.HINT_PROMPTS). strategy:"
+        " how to approach the task, nothing revealed. procedure: the solution() method's"
+        " procedure as a player can follow it (the move's form, the first moves, what to read"
+        " in each answer), no hidden value (bench/hints.py measures what each adds).",
+    )
     hint_max_sentences: int = Field(
         3,
         ge=1,

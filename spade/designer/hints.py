@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from spade.config import CampaignConfig
 from spade.designer.extract import clean_hint, leaks_solution
-from spade.designer.prompts import hint_prompt
+from spade.designer.prompts import HINT_PROMPTS
 from spade.errors import InferenceError
 from spade.inference.base import Backend, ChatRequest, SamplingParams
+from spade.registry import lookup
 
 if TYPE_CHECKING:  # designer.py imports this module for its design_batch
     from spade.records import DesignAttempt
@@ -32,6 +33,7 @@ async def hint_designs(
     after one raises InferenceError: without hinted plays its regret would read 0, an outage
     taken for a design with nothing to learn."""
     d = cfg.designer
+    prompt = lookup(HINT_PROMPTS, d.hint_prompt, "hint prompt")
     params = SamplingParams(max_tokens=d.hint_max_tokens, temperature=d.hint_temperature)
     todo = list(accepted)
     lost: dict[int, str] = {}  # id(attempt) -> its last failed request, while it has no hint
@@ -39,7 +41,7 @@ async def hint_designs(
         if not todo:
             break
         completions = await backend.complete(
-            [ChatRequest(hint_prompt(a.code or "", d.hint_max_sentences), params) for a in todo]
+            [ChatRequest(prompt(a.code or "", d.hint_max_sentences), params) for a in todo]
         )
         retry = []
         for att, comp in zip(todo, completions, strict=True):

@@ -366,10 +366,14 @@ def repair_message(
     return f"{head}\n\nFix it. {_ANSWER.replace('the complete', 'the whole corrected')}"
 
 
+def _length(max_sentences: int) -> str:
+    return "1 sentence" if max_sentences == 1 else f"1 to {max_sentences} sentences"
+
+
 def hint_prompt(code: str, max_sentences: int = 3) -> list[dict[str, str]]:
     """Chat messages asking for a strategy hint of 1 to ``max_sentences`` sentences
-    (``DesignerConfig.hint_max_sentences``) about an environment's code."""
-    length = "1 sentence" if max_sentences == 1 else f"1 to {max_sentences} sentences"
+    (``DesignerConfig.hint_max_sentences``) about an environment's code (``strategy``)."""
+    length = _length(max_sentences)
     return [
         {"role": "system", "content": "You coach players of text games and tool-use tasks."},
         {
@@ -383,3 +387,29 @@ def hint_prompt(code: str, max_sentences: int = 3) -> list[dict[str, str]]:
             ),
         },
     ]
+
+
+def procedure_hint_prompt(code: str, max_sentences: int = 3) -> list[dict[str, str]]:
+    """Chat messages asking for a hint of 1 to ``max_sentences`` sentences that turns the
+    ``solution()`` method's procedure into one a player can follow (``procedure``): the move's
+    format, the first moves, what to read in each answer, how to close in; no hidden value."""
+    return [
+        {"role": "system", "content": "You coach players of text games and tool-use tasks."},
+        {
+            "role": "user",
+            "content": (
+                "Here is the code of an environment an agent will play:\n"
+                f"```python\n{code}\n```\n"
+                "Its `solution()` method wins because it can see the hidden state; the player"
+                f" cannot. Write a hint of {_length(max_sentences)} that lets the player do"
+                " what `solution()` does without seeing it: the exact form of a move, which"
+                " moves to make first, what to read in each answer and how to use it to reach"
+                " the goal. Never state a hidden value, the answer or a fixed list of moves."
+                " Answer with the hint only."
+            ),
+        },
+    ]
+
+
+HINT_PROMPTS = {"strategy": hint_prompt, "procedure": procedure_hint_prompt}
+"""The hint prompts by the name ``DesignerConfig.hint_prompt`` uses."""

@@ -378,3 +378,18 @@ def test_code_extraction_from_a_megabyte_completion_is_linear(unit):
         extract_code(completion)
     parse_progress(completion)
     clean_hint(completion)
+
+
+def test_every_hint_prompt_the_config_names_exists_and_includes_code_and_length():
+    from typing import get_args
+
+    from spade.config import DesignerConfig
+    from spade.designer.prompts import HINT_PROMPTS
+
+    names = get_args(DesignerConfig.model_fields["hint_prompt"].annotation)
+    assert set(names) == set(HINT_PROMPTS)
+    for make in HINT_PROMPTS.values():
+        user = _user(make("class XEnv:\n    def solution(self): ...", max_sentences=2))
+        assert "def solution(self)" in user and "1 to 2 sentences" in user
+    procedure = _user(HINT_PROMPTS["procedure"]("class XEnv: pass", 3))
+    assert "form of a move" in procedure and "Never state a hidden value" in procedure

@@ -1,0 +1,207 @@
+"""What a hint adds: hinted minus unhinted return on the bundled examples, per hint source.
+
+The regret a round measures is hinted minus unhinted return, so a hint that says nothing makes
+every design read as regret 0. For each bundled example this plays ``--plays`` unhinted episodes
+and, on the same instances (seeded as a round seeds them), ``--plays`` hinted episodes per hint
+source:
+
+- ``declared``: the class's own ``hint`` (written with the game, knowing its answer's form);
+- one per hint prompt of :data:`spade.designer.prompts.HINT_PROMPTS` (``designer.hint_prompt``):
+  the hint the designer's model writes from the code, as a round asks for it (cleaned, a hint
+  that spells out the solution asked again, up to ``designer.hint_tries``).
+
+What a source adds is the mean over examples of the paired difference (hinted minus unhinted
+return, per instance), with a bootstrap interval over the paired plays. The examples are split:
+the hint prompt is chosen on ``tune`` (the demo's trainable games), and ``heldout`` (the demo's
+held-out games) is only reported, never used to choose. Benchmarks report; they do not assert.
+A table prints; JSON goes to ``--out`` (default bench/results/hints.json).
+
+Usage: ``.venv/bin/python bench/hints.py [--quick] [--plays N] [--split tune|heldout|both]
+[--seed S] [--out PATH]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+console = Console()
+SPLITS = {
+    "tune": ("number_hunt", "cargo_knapsack", "polynomial_probe", "switchboard",
+             "ownership_riddle", "bank_transfer", "order_fulfillment"),
+    "heldout": ("code_breaker", "maze_walk", "sequence_oracle"),
+}  # fmt: skip
+"""The examples by split: the demo's trainable games and its held-out ones."""
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from spade.config import load_config
+
+    overrides = {"model.name_or_path": args.model, "evaluation.unhinted_plays": args.plays}
+    return load_config(args.config, overrides=overrides)
+
+
+def examples(split: str) -> list[tuple[str, str]]:
+    """``(name, code)`` of the split's bundled examples."""
+    from spade.envs.examples import example_paths
+
+    paths = {p.stem: p for p in example_paths()}
+    return [(name, paths[name].read_text()) for name in SPLITS[split]]
+
+
+async def write_hints(backend: Any, cfg: Any, games: list[tuple[str, str]], prompt: str) -> list:
+    """The hint the designer writes for each game with hint prompt ``prompt`` (None: none)."""
+    from spade.designer.hints import hint_designs
+    from spade.records import DesignAttempt
+
+    designer = cfg.designer.model_copy(update={"hint_prompt": prompt})
+    attempts = [
+        DesignAttempt(slot=i, attempt=0, skill="", doc_id=name, messages=[], code=code,
+                      env_id=name, accepted=True)
+        for i, (name, code) in enumerate(games)
+    ]  # fmt: skip
+    await hint_designs(attempts, backend, cfg.model_copy(update={"designer": designer}))
+    return [a.hint for a in attempts]
+
+
+async def play(backend: Any, cfg: Any, games: list[tuple[str, str]], hints: dict[str, list],
+               seeds: list[int]) -> dict[str, Any]:  # fmt: skip
+    """Unhinted plays and each source's hinted plays of every game, on ``seeds``."""
+    from spade.agent.evaluate import rollout_settings
+    from spade.agent.rollout import EpisodeJob, run_episodes
+    from spade.sandbox.policy import load_policy
+
+    jobs, keys = [], []
+    for g, (name, code) in enumerate(games):
+        for source in [None, *hints]:
+            hint = None if source is None else hints[source][g]
+            if source is not None and hint is None:
+                continue  # no hint written: that source adds nothing here (counted as such)
+            jobs += [EpisodeJob(name, code, s, hint, "ToolUseEnv" in code) for s in seeds]
+            keys += [(name, source or "unhinted", s) for s in seeds]
+    policy = load_policy(cfg.sandbox.policy_path)
+    played = await run_episodes(backend, jobs, rollout_settings(cfg), policy=policy)
+    returns: dict[str, dict[str, list[float]]] = {}
+    for (name, source, _), t in zip(keys, played, strict=True):
+        value = 0.0 if t.failed else t.episode_return()  # failed on our side: 0, and counted
+        returns.setdefault(name, {}).setdefault(source, []).append(value)
+    failed = sum(t.failed for t in played)
+    if failed:
+        console.print(f"[yellow]{failed} of {len(played)} plays failed on the inference side")
+    return returns
+
+
+def added(returns: dict[str, dict[str, list[float]]], source: str, rng: random.Random,
+          resamples: int = 2000) -> dict[str, Any]:  # fmt: skip
+    """What ``source`` adds: per game the mean paired difference (a game without its hint adds
+    0), their mean, and a 95% bootstrap interval over games and plays."""
+    diffs = {
+        name: [h - u for h, u in zip(by.get(source, by["unhinted"]), by["unhinted"], strict=True)]
+        for name, by in returns.items()
+    }
+    per_game = {name: fmean(d) for name, d in diffs.items()}
+    names = list(diffs)
+    boots = sorted(
+        fmean(
+            fmean(rng.choices(diffs[n], k=len(diffs[n]))) for n in rng.choices(names, k=len(names))
+        )
+        for _ in range(resamples)
+    )
+    low, high = boots[int(0.025 * resamples)], boots[int(0.975 * resamples) - 1]
+    return {"per_game": per_game, "mean": fmean(per_game.values()), "interval": [low, high]}
+
+
+def _resampled(diffs: dict[str, list[float]], names: list[str], rng: random.Random) -> list[float]:
+    """Each of ``names``'s mean difference over its plays drawn again with replacement."""
+    return [fmean(rng.choices(diffs[n], k=len(diffs[n]))) for n in names]
+
+
+def report(split: str, returns: dict, hints: dict[str, list], games: list) -> dict[str, Any]:
+    rng = random.Random(0)
+    sources = ["declared", *[s for s in hints if s != "declared"]]
+    rows = {s: added(returns, s, rng) for s in sources}
+    table = Table(title=f"What a hint adds ({split}): hinted minus unhinted return")
+    table.add_column("game")
+    table.add_column("unhinted", justify="right")
+    for s in sources:
+        table.add_column(s, justify="right")
+    for name, _ in games:
+        cells = [f"{rows[s]['per_game'][name]:+.3f}" for s in sources]
+        table.add_row(name, f"{fmean(returns[name]['unhinted']):.3f}", *cells)
+    means = [f"{rows[s]['mean']:+.3f} [{rows[s]['interval'][0]:+.2f}, "
+             f"{rows[s]['interval'][1]:+.2f}]" for s in sources]  # fmt: skip
+    table.add_row("mean [95%]", "", *means)
+    console.print(table)
+    written = {s: dict(zip([n for n, _ in games], h, strict=True)) for s, h in hints.items()}
+    return {"added": rows, "returns": returns, "hints": written}
+
+
+async def run_split(cfg: Any, args: argparse.Namespace, split: str) -> dict[str, Any]:
+    from spade.curriculum.memory import read_declarations
+    from spade.inference.pool import shared_backend
+    from spade.records import BASE
+
+    games = examples(split)
+    hints: dict[str, list] = {"declared": [read_declarations(c).get("hint") for _, c in games]}
+    seeds = [random.Random(f"{args.seed}:hints:{split}").randrange(2**31) + i
+             for i in range(args.plays)]  # fmt: skip
+    async with shared_backend(cfg, BASE) as backend:
+        for prompt in args.prompts:
+            hints[prompt] = await write_hints(backend, cfg, games, prompt)
+        returns = await play(backend, cfg, games, hints, seeds)
+    return report(split, returns, hints, games)
+
+
+def arguments() -> argparse.Namespace:
+    from spade.designer.prompts import HINT_PROMPTS
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo-cpu.yaml")
+    ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
+    ap.add_argument("--plays", type=int, default=6)
+    ap.add_argument("--split", choices=["tune", "heldout", "both"], default="tune")
+    ap.add_argument("--prompts", nargs="+", default=list(HINT_PROMPTS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="SmolLM2, 2 plays, the tune split")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "hints.json")
+    args = ap.parse_args()
+    if args.quick:
+        args.model, args.plays = "smollm2-135m-instruct", 2
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    from spade.inference.pool import close_shared_backends
+
+    started = time.perf_counter()
+    cfg = build_config(args)
+    splits = ["tune", "heldout"] if args.split == "both" else [args.split]
+    data: dict[str, Any] = {"machine": machine() | {"timestamp": timestamp()},
+                            "settings": {k: str(v) if isinstance(v, Path) else v
+                                         for k, v in vars(args).items()}}  # fmt: skip
+    try:
+        for split in splits:
+            data[split] = asyncio.run(run_split(cfg, args, split))
+    finally:
+        asyncio.run(close_shared_backends())
+    data["minutes"] = (time.perf_counter() - started) / 60
+    write_json(args.out, data)
+    console.print(f"{data['minutes']:.1f} min; written: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
