@@ -10,16 +10,18 @@ update per round each:
 - ``pool``: ``run.env_source: pool``: ``envs_per_round`` environments drawn from the pool each
   regeneration, nothing designed (the reference's fixed-environment GRPO baseline).
 
-Both arms play ``envs_per_round x evaluation.unhinted_plays`` unhinted episodes per round (what
-the agent trains on) and the same hinted plays (measurement only); the SPADE arm plays more
-in a round where more designs pass than it has slots (``designer.samples_per_slot`` > 1:
-every accepted sample is played), which its budget (``spent``) shows. The pool is the config's
-``run.env_pool`` (the demo's: the two bundled games in which the 0.5B's plays earned partial
-rewards), or every bundled example not held out when the config names none. Held out from
-both arms: ``run.heldout_envs`` (bundled examples) and a seeded reasoning-gym subset
-(``--rg-size`` tasks); after every round the held-out stage plays them unhinted with the
-round's published weights, and once before any training with the base weights (round -1, the
-same for both arms).
+Both arms train the agent on ``envs_per_round x evaluation.unhinted_plays`` unhinted episodes
+per round (``training.agent_envs_per_update``: the environments whose plays differ first, then a
+seeded order) and play the same hinted plays (measurement only); the SPADE arm plays more in a
+round where more designs pass than it has slots (``designer.samples_per_slot`` > 1: every
+accepted sample is played, for its regret; ``run.pool_envs_min``: a pool game beside them),
+which its budget (``spent``) shows, but trains on as many episodes as the pool arm. The pool is
+the config's ``run.env_pool`` (the demo's: the two bundled games in which the 0.5B's plays
+earned partial rewards), or every bundled example not held out when the config names none. Held
+out from both arms: ``run.heldout_envs`` (bundled examples) and a seeded reasoning-gym subset
+(``--rg-size`` tasks); after every round the held-out stage plays them unhinted with the round's
+published weights, and once before any training with the base weights (round -1, the same for
+both arms).
 
 Per round: the held-out win rate (environment files) and reasoning-gym score of both arms; of
 the SPADE arm, the designer's mean regret on its accepted designs, its mean reward (before
@@ -107,9 +109,12 @@ def base_overrides(args: argparse.Namespace, heldout: list[str]) -> dict[str, An
 
 
 def arm_overrides(arm: str, envs_per_round: int) -> dict[str, Any]:
+    """An arm's settings: where its environments come from, and the agent's update matched to
+    ``envs_per_round`` environments' plays in both (``training.agent_envs_per_update``)."""
+    matched = {"training.agent_envs_per_update": envs_per_round}
     if arm == "spade":
-        return {"run.env_source": "designed", "run.min_envs": envs_per_round}
-    return {"run.env_source": "pool", "run.min_envs": 0}
+        return {"run.env_source": "designed", "run.min_envs": envs_per_round} | matched
+    return {"run.env_source": "pool", "run.min_envs": 0, "run.pool_envs_min": 0} | matched
 
 
 def absolute(paths: list[str]) -> list[str]:

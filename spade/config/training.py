@@ -125,6 +125,16 @@ class TrainingConfig(Section):
     advantage_std: bool = Field(
         True, description="Divide group-centred agent rewards by the group's std (z-score)."
     )
+    agent_envs_per_update: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="The agent trains on the unhinted plays of at most this many environments"
+        " per update: those whose plays' returns differ (a gradient) first, then a seeded"
+        " order (None: every environment played). bench/learning.py sets it to"
+        " designer.envs_per_round in both arms, so a round where more designs pass than it has"
+        " slots trains on as many episodes as the pool arm.",
+    )
     micro_batch_tokens: int = Field(
         8192,
         ge=16,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -89,12 +90,34 @@ def _designer_rewards(
 
 def agent_samples(cfg: CampaignConfig, trajectories: Iterable[Trajectory]) -> list[Any]:
     """The agent's samples of ``trajectories`` (unhinted plays), advantages z-scored within
-    each environment's plays."""
+    each environment's plays; of at most ``training.agent_envs_per_update`` environments
+    (:func:`matched_envs`)."""
     from spade.training.samples import assign_advantages, samples_from_trajectories
 
-    samples = samples_from_trajectories(trajectories)
+    played = matched_envs(list(trajectories), cfg.training.agent_envs_per_update, cfg.seed)
+    samples = samples_from_trajectories(played)
     assign_advantages(samples, scale_by_std=cfg.training.advantage_std)
     return list(samples)
+
+
+def matched_envs(trajectories: list[Trajectory], limit: int | None, seed: int) -> list[Trajectory]:
+    """The plays of at most ``limit`` environments of ``trajectories`` (all: None), in their
+    order: environments whose unhinted plays' returns differ (a gradient) first, the rest after,
+    each kind in an order seeded by ``seed`` and the environment's id."""
+    envs = list(dict.fromkeys(t.env_id for t in trajectories))
+    if limit is None or len(envs) <= limit:
+        return trajectories
+    returns: dict[str, set[float]] = {}
+    for t in trajectories:
+        if not t.hinted and not t.failed:
+            returns.setdefault(t.env_id, set()).add(t.episode_return())
+
+    def rank(env_id: str) -> tuple[bool, str]:
+        flat = len(returns.get(env_id, set())) < 2
+        return flat, hashlib.sha256(f"{seed}:{env_id}".encode()).hexdigest()
+
+    kept = set(sorted(envs, key=rank)[:limit])
+    return [t for t in trajectories if t.env_id in kept]
 
 
 def designer_samples(

@@ -132,3 +132,24 @@ def test_each_arm_spends_the_sum_over_its_rounds_per_seed():
     assert spent["episodes"] == {"values": [20, 20], "mean": 20}
     assert spent["agent_tokens"] == {"values": [180, 180], "mean": 180}
     assert spent["designer_tokens"] == {"values": [600, None], "mean": 600}
+
+
+def test_both_arms_train_the_agent_on_as_many_environments():
+    """The SPADE arm may play more environments than it has slots (every accepted sample, a
+    pool game beside them), but its agent update is matched to the pool arm's."""
+    import importlib.util
+    import sys
+
+    from spade.config import load_config
+    from tests.bench.runner import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))  # the script imports its bench/ neighbours
+    spec = importlib.util.spec_from_file_location("bench_learning", REPO / "bench" / "learning.py")
+    assert spec is not None and spec.loader is not None
+    learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning)
+    spade, pool = (load_config(REPO / "configs" / "demo-cpu.yaml", learning.arm_overrides(arm, 2))
+                   for arm in ("spade", "pool"))  # fmt: skip
+    assert spade.training.agent_envs_per_update == pool.training.agent_envs_per_update == 2
+    assert (spade.run.env_source, spade.run.min_envs, spade.run.pool_envs_min) == ("designed", 2, 1)
+    assert (pool.run.env_source, pool.run.pool_envs_min) == ("pool", 0)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from spade.config import CampaignConfig
-from spade.records import DesignAttempt
+from spade.records import DesignAttempt, Trajectory, Turn
 from spade.training.run import load_samples
 
 
@@ -95,3 +95,37 @@ def test_spade_train_chains_both_roles_on_one_model_and_one_optimizer(tmp_path):
     assert agent.resumed_from is None and designer.resumed_from == agent.checkpoint
     state = load_checkpoint(designer.checkpoint).optimizer_state
     assert state is not None and {int(s["step"]) for s in state["state"].values()} == {2}
+
+
+def _play(env_id: str, reward: float, hinted: bool = False) -> Trajectory:
+    turn = Turn([1, 2], [3], [-0.5], "t", "a", "o", reward, True, False, "stop", 0.0, 0.0)
+    return Trajectory(env_id, 0, hinted, turns=[turn], status="terminated")
+
+
+def test_a_matched_update_keeps_the_environments_with_a_gradient_first():
+    from spade.training.run import matched_envs
+
+    plays = [
+        _play("flat-a", 0.0), _play("flat-a", 0.0),
+        _play("spread", 0.0), _play("spread", 0.4),
+        _play("flat-b", 0.2), _play("flat-b", 0.2), _play("flat-b", 1.0, hinted=True),
+        _play("also", 1.0), _play("also", 0.5),
+    ]  # fmt: skip
+    assert matched_envs(plays, None, 0) == plays == matched_envs(plays, 4, 0)
+    two = matched_envs(plays, 2, 0)
+    assert {t.env_id for t in two} == {"spread", "also"}  # a hinted play is no gradient
+    assert two == [t for t in plays if t.env_id in ("spread", "also")]  # the plays' order kept
+    three = {t.env_id for t in matched_envs(plays, 3, 0)}
+    assert {"spread", "also"} < three and three <= {"spread", "also", "flat-a", "flat-b"}
+    picks = {next(t.env_id for t in matched_envs(plays, 3, s) if t.env_id.startswith("flat"))
+             for s in range(20)}  # fmt: skip
+    assert picks == {"flat-a", "flat-b"}  # the seed orders the flat ones
+
+
+def test_agent_samples_train_on_the_matched_environments_only():
+    from spade.training.run import agent_samples
+
+    plays = [_play("flat", 0.0), _play("flat", 0.0), _play("spread", 0.0), _play("spread", 1.0)]
+    cfg = CampaignConfig.model_validate({"training": {"agent_envs_per_update": 1}})
+    assert {s.group for s in agent_samples(cfg, plays)} == {"spread"}
+    assert {s.group for s in agent_samples(CampaignConfig(), plays)} == {"flat", "spread"}
