@@ -370,45 +370,41 @@ def _length(max_sentences: int) -> str:
     return "1 sentence" if max_sentences == 1 else f"1 to {max_sentences} sentences"
 
 
-def hint_prompt(code: str, max_sentences: int = 3) -> list[dict[str, str]]:
-    """Chat messages asking for a strategy hint of 1 to ``max_sentences`` sentences
-    (``DesignerConfig.hint_max_sentences``) about an environment's code (``strategy``)."""
-    length = _length(max_sentences)
+def _coach(code: str, ask: str) -> list[dict[str, str]]:
+    """A hint request: the coach's system turn, the environment's code, then ``ask``."""
     return [
         {"role": "system", "content": "You coach players of text games and tool-use tasks."},
         {
             "role": "user",
-            "content": (
-                "Here is the code of an environment an agent will play:\n"
-                f"```python\n{code}\n```\n"
-                f"Write a strategy hint of {length} that helps a player succeed. Describe "
-                "how to approach the task; do not reveal the answer, secret values or the exact "
-                "moves. Answer with the hint only."
-            ),
+            "content": "Here is the code of an environment an agent will play:\n"
+            f"```python\n{code}\n```\n{ask}",
         },
     ]
+
+
+def hint_prompt(code: str, max_sentences: int = 3) -> list[dict[str, str]]:
+    """Chat messages asking for a strategy hint of 1 to ``max_sentences`` sentences
+    (``DesignerConfig.hint_max_sentences``) about an environment's code (``strategy``)."""
+    return _coach(
+        code,
+        f"Write a strategy hint of {_length(max_sentences)} that helps a player succeed. Describe"
+        " how to approach the task; do not reveal the answer, secret values or the exact moves."
+        " Answer with the hint only.",
+    )
 
 
 def procedure_hint_prompt(code: str, max_sentences: int = 3) -> list[dict[str, str]]:
     """Chat messages asking for a hint of 1 to ``max_sentences`` sentences that turns the
     ``solution()`` method's procedure into one a player can follow (``procedure``): the move's
     format, the first moves, what to read in each answer, how to close in; no hidden value."""
-    return [
-        {"role": "system", "content": "You coach players of text games and tool-use tasks."},
-        {
-            "role": "user",
-            "content": (
-                "Here is the code of an environment an agent will play:\n"
-                f"```python\n{code}\n```\n"
-                "Its `solution()` method wins because it can see the hidden state; the player"
-                f" cannot. Write a hint of {_length(max_sentences)} that lets the player do"
-                " what `solution()` does without seeing it: the exact form of a move, which"
-                " moves to make first, what to read in each answer and how to use it to reach"
-                " the goal. Never state a hidden value, the answer or a fixed list of moves."
-                " Answer with the hint only."
-            ),
-        },
-    ]
+    return _coach(
+        code,
+        "Its `solution()` method wins because it can see the hidden state; the player cannot."
+        f" Write a hint of {_length(max_sentences)} that lets the player do what `solution()`"
+        " does without seeing it: the exact form of a move, which moves to make first, what to"
+        " read in each answer and how to use it to reach the goal. Never state a hidden value,"
+        " the answer or a fixed list of moves. Answer with the hint only.",
+    )
 
 
 HINT_PROMPTS = {"strategy": hint_prompt, "procedure": procedure_hint_prompt}

@@ -3,10 +3,12 @@ read the JSON it writes; a failed run fails the test with the ends of its output
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,3 +25,16 @@ def run_bench(script: str, *args: str, out: Path, timeout: float) -> Any:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(out.read_text())
+
+
+def bench_module(stem: str) -> ModuleType:
+    """``bench/<stem>.py`` imported as its script imports its neighbours (bench/ on the path:
+    it is not a package), registered under ``stem``."""
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location(stem, REPO / "bench" / f"{stem}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(stem, module)
+    spec.loader.exec_module(module)
+    return module

@@ -4,9 +4,7 @@ answers verified in the jail, a GRPO update of the designer, GGUF publishing).""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,18 +13,11 @@ import pytest
 from spade.config import CorpusConfig, ScoringConfig
 from spade.designer.corpus import Corpus
 from spade.records import DesignAttempt
-from tests.bench.runner import REPO, run_bench
+from tests.bench.runner import bench_module, run_bench
 
 
 def _task() -> ModuleType:
-    """bench/designer_learnability_task.py, loaded as the script loads it."""
-    path = REPO / "bench" / "designer_learnability_task.py"
-    spec = importlib.util.spec_from_file_location("designer_learnability_task", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("designer_learnability_task", module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("designer_learnability_task")
 
 
 def test_the_held_out_split_shares_no_parent_pair_or_document_with_training():

@@ -3,23 +3,16 @@ paired hinted-minus-unhinted difference, a game without that source's hint addin
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from types import ModuleType
 
 import pytest
 
-from tests.bench.runner import REPO
+from tests.bench.runner import bench_module
 
 
 def _hints() -> ModuleType:
-    sys.path.insert(0, str(REPO / "bench"))  # the script imports bench/report.py as a module
-    spec = importlib.util.spec_from_file_location("bench_hints", REPO / "bench" / "hints.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("hints")
 
 
 def test_a_source_adds_the_mean_paired_difference_over_games():

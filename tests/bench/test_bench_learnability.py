@@ -4,26 +4,17 @@ publishing) that writes every figure its table and plot show."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.bench.runner import REPO, run_bench
+from tests.bench.runner import bench_module, run_bench
 
 
 def _task() -> ModuleType:
-    """bench/learnability_task.py, loaded as the script loads it (bench/ is not a package)."""
-    path = REPO / "bench" / "learnability_task.py"
-    spec = importlib.util.spec_from_file_location("learnability_task", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("learnability_task", module)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("learnability_task")
 
 
 def test_items_are_seeded_per_stream_and_scored_on_the_last_box():

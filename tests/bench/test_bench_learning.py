@@ -55,99 +55,10 @@ def test_learning_bench_quick_runs_both_arms_and_the_sweep(tmp_path: Path) -> No
 
 def _learning():
     """bench/learning.py loaded as the script runs (bench/ on the path for its report module)."""
-    import importlib.util
-    import sys
-
-    from tests.bench.runner import REPO
-
-    if str(REPO / "bench") not in sys.path:
-        sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location("bench_learning", REPO / "bench" / "learning.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _report():
-    """bench/learning_report.py, as bench/learning.py imports it."""
-    import importlib
-
-    _learning()
-    return importlib.import_module("learning_report")
-
-
-def test_the_arms_are_compared_across_seeds_with_paired_intervals():
-    bench = _report()
-
-    def rows(returns: list[float]) -> list[dict[str, float | int]]:
-        return [
-            {"round": n, "heldout_return": r, "heldout_win_rate": 0.0, "reasoning_gym": None}
-            for n, r in enumerate(returns)
-        ]
-
-    runs = {
-        "spade": {"0": rows([0.1, 0.3]), "1": rows([0.2, 0.5]), "2": rows([0.0, 0.4])},
-        "pool": {"0": rows([0.1, 0.2]), "1": rows([0.2, 0.3]), "2": rows([0.0, 0.1])},
-    }
-    comp = bench.comparison(runs)
-    assert comp["seeds"] == ["0", "1", "2"]
-    last = comp["heldout_return"]["last"]
-    assert last["spade"]["values"] == [0.3, 0.5, 0.4] and last["pool"]["values"] == [0.2, 0.3, 0.1]
-    assert last["spade_minus_pool"]["values"] == pytest.approx([0.1, 0.2, 0.3])
-    lo, hi = last["spade_minus_pool"]["interval"]
-    assert 0.1 - 1e-9 <= lo <= 0.2 <= hi <= 0.3 + 1e-9  # within the paired differences seen
-    every = comp["heldout_return"]["all_rounds"]["spade"]
-    assert every["mean"] == pytest.approx((0.2 + 0.35 + 0.2) / 3)
-    assert comp["reasoning_gym"]["last"]["spade"] == {"values": [], "mean": None, "interval": None}
-    means = bench.per_round_means(runs["spade"])
-    assert means[1]["heldout_return_interval"][0] <= means[1]["heldout_return"]
-    assert "0.400 [" in bench.with_interval(last["spade"])
-
-
-def test_a_partial_result_compares_only_seeds_both_arms_have_run():
-    """What the bench writes after each campaign: the runs so far, marked incomplete, with no
-    paired comparison for a seed whose pool arm has not run yet."""
-    import argparse
-
-    bench = _learning()
-    args = argparse.Namespace(
-        quick=False, config="c.yaml", rounds=1, seeds=[0, 1], rg_size=1, set=[], model=None
-    )
-    row = {"round": 0, "heldout_return": 0.25, "heldout_win_rate": 0.0, "reasoning_gym": None}
-    spade_row = row | {"designed_episodes": 4, "pool_episodes": 4}
-    runs = {"spade": {"0": [spade_row], "1": [spade_row]}, "pool": {"0": [row]}}
-    data = bench.results(args, [], {}, runs, None, done=False)
-    assert data["complete"] is False and data["comparison"]["seeds"] == ["0"]
-    assert data["designed_share"] == 0.5
-    assert data["means"]["spade"][0]["heldout_return"] == 0.25
-
-
-def test_each_arm_spends_the_sum_over_its_rounds_per_seed():
-    bench = _report()
-    row = {"designed_episodes": 4, "pool_episodes": 6, "agent_updates": 1, "agent_tokens": 90,
-           "designer_updates": 1, "designer_tokens": 300}  # fmt: skip
-    unknown = row | {"designer_tokens": None}  # a stage that did not commit
-    spent = bench.spent({"0": [row, row], "1": [row, unknown]})
-    assert spent["episodes"] == {"values": [20, 20], "mean": 20}
-    assert spent["agent_tokens"] == {"values": [180, 180], "mean": 180}
-    assert spent["designer_tokens"] == {"values": [600, None], "mean": 600}
-
-
-def test_both_arms_train_the_agent_on_as_many_environments():
-    """The SPADE arm may play more environments than it has slots (every accepted sample, a
-    pool game beside them), but its agent update is matched to the pool arm's."""
-    import importlib.util
-    import sys
-
     from spade.config import load_config
-    from tests.bench.runner import REPO
+    from tests.bench.runner import REPO, bench_module
 
-    sys.path.insert(0, str(REPO / "bench"))  # the script imports its bench/ neighbours
-    spec = importlib.util.spec_from_file_location("bench_learning", REPO / "bench" / "learning.py")
-    assert spec is not None and spec.loader is not None
-    learning = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learning)
+    learning = bench_module("learning")
     spade, pool = (load_config(REPO / "configs" / "demo-cpu.yaml", learning.arm_overrides(arm, 2))
                    for arm in ("spade", "pool"))  # fmt: skip
     assert spade.training.agent_envs_per_update == pool.training.agent_envs_per_update == 2

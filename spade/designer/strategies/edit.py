@@ -8,21 +8,19 @@ An answer that left out module-level names of the parent it still uses inherits 
 
 from __future__ import annotations
 
-from spade.config import CampaignConfig
 from spade.designer.followup import parent_code
 from spade.designer.inherit import inherit_missing
 from spade.designer.prompts import edit_prompt
-from spade.designer.strategies.base import Slot, references, rejection_feedback
-from spade.designer.strategies.write import module_of
-from spade.inference.base import Backend
+from spade.designer.strategies.base import Slot, references
+from spade.designer.strategies.write import Write, module_of
 from spade.records import DesignAttempt, env_id_for
 
 
-class Edit:
-    """A whole module per answer, grounded on a parent shown whole in the prompt."""
+class Edit(Write):
+    """A whole module per answer, grounded on a parent shown whole in the prompt; sampled and
+    repaired as a written module."""
 
     name = "edit"
-    whole_answer = True
 
     def prepare(self, att: DesignAttempt, slot: Slot) -> bool:
         parent = slot.memory.parent_for(slot.skill, slot.rng, slot.designer)
@@ -32,11 +30,6 @@ class Edit:
         att.strategy, att.parent_id = self.name, parent.env_id
         att.references = references(slot, [parent])
         return True
-
-    async def sample(
-        self, backend: Backend, attempts: list[DesignAttempt], cfg: CampaignConfig
-    ) -> None:
-        return None  # answered by the batch's design request
 
     def take_code(self, att: DesignAttempt, answer: str) -> None:
         """The answer's module, completed with the parent's module-level definitions it uses
@@ -48,17 +41,6 @@ class Edit:
         if parent is not None:
             code, att.inherited = inherit_missing(code, parent, str(att.parent_id))
         att.code, att.env_id = code, env_id_for(code)
-
-    async def complete(
-        self, backend: Backend, attempts: list[DesignAttempt], cfg: CampaignConfig
-    ) -> None:
-        return None
-
-    def repairable(self, att: DesignAttempt) -> bool:
-        return True
-
-    def repair_feedback(self, att: DesignAttempt) -> str:
-        return rejection_feedback(att)
 
 
 EDIT = Edit()
