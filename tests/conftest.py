@@ -74,7 +74,8 @@ def policy() -> SandboxPolicy:
 @pytest.fixture(scope="session")
 def smol_cache(pytestconfig, tmp_path_factory) -> Path:
     """Where the shipped SmolLM2 is converted once; it survives between runs in pytest's cache
-    folder (the conversion takes ~30 s, a cached load ~0.3 s)."""
+    folder (the conversion takes ~30 s, a cached load ~0.3 s). A copy is keyed by the converter's
+    code too (``converted_cache_dir``): after an edit to the converter the suite converts again."""
     cache = getattr(pytestconfig, "cache", None)
     return cache.mkdir("spade-models") if cache else tmp_path_factory.mktemp("spade-models")
 

@@ -18,9 +18,11 @@ De-quantizing a GGUF file (and rebuilding its tokenizer from GGUF metadata) cost
 SmolLM2-135M on CPU, so :func:`load_model_and_tokenizer` saves the converted model and tokenizer
 once with ``save_pretrained`` (float32 safetensors) under
 ``$SPADE_CACHE/models/<name>-<hash>`` (default ``~/.cache/spade/models``), where the hash covers
-the GGUF file's name, size and mtime; later loads read that copy (~0.5 s). The copy is written to
-a temporary folder and renamed into place, so a crashed or concurrent conversion never leaves a
-half-written cache behind.
+the GGUF file's name, size and mtime and the converter (:data:`CONVERTER_CODE`'s source and the
+versions of transformers and gguf, which de-quantize: an edit to the converter converts again
+rather than reading a copy an older converter wrote); later loads read that copy (~0.5 s). The
+copy is written to a temporary folder and renamed into place, so a crashed or concurrent
+conversion never leaves a half-written cache behind.
 
 torch and transformers are imported lazily: resolving a model is cheap and import-light.
 Loading one holds :data:`HF_LOADING`.
@@ -28,8 +30,11 @@ Loading one holds :data:`HF_LOADING`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import importlib.util
+import inspect
 import logging
 import os
 import re
@@ -37,7 +42,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,7 +145,8 @@ def converted_cache_dir(resolved: ResolvedModel, dtype: torch.dtype | None = Non
     default, or a copy stored in ``dtype`` (a ``-bfloat16`` or ``-float16`` suffix)."""
     assert resolved.gguf_file is not None and isinstance(resolved.path, Path)
     stat = (resolved.path / resolved.gguf_file).stat()
-    key = f"{resolved.gguf_file}|{stat.st_size}|{stat.st_mtime_ns}"
+    converter = converter_digest(CONVERTER_CODE)
+    key = f"{resolved.gguf_file}|{stat.st_size}|{stat.st_mtime_ns}|{converter}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     safe_name = re.sub(r"[^\w.-]", "_", resolved.name)
     name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
@@ -286,6 +292,28 @@ def _convert_gguf(resolved: ResolvedModel) -> tuple[Any, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read {resolved.gguf_file} in {resolved.path}: {exc}") from exc
     return model, tokenizer
+
+
+CONVERTER_CODE: tuple[Callable[..., Any], ...] = (
+    _convert_gguf,
+    _ensure_converted,
+    save_pretrained_once,
+)
+"""The functions whose source makes a converted copy what it is (de-quantizing, the dtype cast,
+what is saved): part of the copy's cache key (:func:`converted_cache_dir`)."""
+
+
+@functools.cache
+def converter_digest(code: tuple[Callable[..., Any], ...]) -> str:
+    """A hash of the source of ``code`` and of the installed transformers and gguf (which read and
+    de-quantize the GGUF file): it changes when any of them does."""
+    parts = [inspect.getsource(function) for function in code]
+    for dist in ("transformers", "gguf"):
+        try:
+            parts.append(f"{dist}=={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            parts.append(f"{dist} absent")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:

@@ -336,6 +336,41 @@ def test_alias_without_its_package_says_how_to_install(monkeypatch):
         resolve_model(ModelConfig())
 
 
+def _defined_in_a_file(source: str, path: Path):
+    """The function ``source`` defines, loaded from a module file at ``path`` (so that
+    ``inspect.getsource`` reads it, as it reads the converter's own file)."""
+    import importlib.util
+
+    path.write_text("from __future__ import annotations\nfrom typing import Any\n\n" + source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._convert_gguf
+
+
+def test_an_edit_to_the_converter_changes_the_converted_copys_folder(tmp_path, monkeypatch):
+    """The converted copy is keyed by the converter's code, not only by the GGUF file: the same
+    source (copied to another file) keeps the folder, an edit to it moves the folder, so a
+    machine holding a copy from before the edit converts again instead of reading it."""
+    import inspect
+
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "w.gguf").write_bytes(b"GGUF")
+    resolved = ResolvedModel(path=tmp_path, gguf_file="w.gguf", name="w")
+    before = spade_models.converted_cache_dir(resolved)
+    source = inspect.getsource(spade_models._convert_gguf)
+    assert "dtype=torch.float32" in source
+    edited = source.replace("dtype=torch.float32", "dtype=torch.float16")
+    convert, *rest = spade_models.CONVERTER_CODE
+    assert convert is spade_models._convert_gguf
+    for text, name, same in ((source, "unchanged", True), (edited, "edited", False)):
+        code = (_defined_in_a_file(text, tmp_path / f"{name}.py"), *rest)
+        monkeypatch.setattr(spade_models, "CONVERTER_CODE", code)
+        after = spade_models.converted_cache_dir(resolved)
+        assert (after == before) is same, (name, before.name, after.name)
+
+
 # -- the shipped SmolLM2 -----------------------------------------------------------------------
 
 
