@@ -19,7 +19,16 @@ MEANS = ("acceptance_rate", "win_rate", "hinted_win_rate", "regret", "designer_r
 
 @pytest.fixture(scope="module")
 def camp(tmp_path_factory):
+    """The module's campaign, read by many tests: none may write to it (a test that rewrites a
+    round builds its own, ``own_camp``), so each reads what ``build_campaign`` wrote whatever
+    the order the tests run in."""
     return build_campaign(tmp_path_factory.mktemp("runs"), rounds=ROUNDS, environments=ENVS, in_progress=True)  # fmt: skip
+
+
+@pytest.fixture
+def own_camp(tmp_path):
+    """A campaign of the test's own, like ``camp``, for a test that rewrites a round."""
+    return build_campaign(tmp_path, rounds=ROUNDS, environments=ENVS, in_progress=True)
 
 
 def check_rounds(ov, camp):
@@ -58,7 +67,10 @@ def test_round_in_progress_has_only_its_committed_stages(camp):
     assert set(last.stage_seconds) == set(last.stages_done)
 
 
-def test_reload_reads_manifests_only_until_a_stage_commits(camp, monkeypatch):
+def test_reload_reads_manifests_only_until_a_stage_commits(own_camp, monkeypatch):
+    """A reload reads the manifests only, until a stage commits: then that round's files (and
+    only those) are read again. It rewrites round 3, so on a campaign of its own."""
+    camp = own_camp
     data = CampaignData(camp.root, camp.campaign_id)
     first = data.overview()
     assert data.overview(max_age_s=60) is first  # young enough: not even the manifests
