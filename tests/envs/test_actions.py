@@ -107,15 +107,24 @@ MEGABYTE = 1 << 20
 @pytest.mark.attack
 @pytest.mark.timeout(60, method="thread")
 @pytest.mark.parametrize(
-    "unit", ["<tool_call>", "<answer>", "\\boxed{x}<tool_call>", "<tool_call>\\boxed{</tool_call>"]
+    ("unit", "action", "body"),
+    [
+        ("<tool_call>", None, None),  # never closed: no action, the text is one
+        ("<answer>", None, None),
+        ("\\boxed{x}<tool_call>", "\\boxed{x}", None),  # the boxes; the open tags are text
+        ("<tool_call>\\boxed{</tool_call>", "<tool_call>\\boxed{</tool_call>", "\\boxed{"),
+    ],
 )
-def test_splitting_a_megabyte_solution_is_linear(unit):
+def test_splitting_a_megabyte_solution_is_linear(unit, action, body):
     """A ~1 MB solution string of unclosed tags kept ``spade env check`` busy for minutes
-    (each regex search rescanned the rest of the text); found in milliseconds now."""
-    text = unit * (MEGABYTE // len(unit))
-    assert split_solution(text)
-    tool_call_bodies(text)
-    extract_answer(text)
+    (each regex search rescanned the rest of the text); found in milliseconds now, and found
+    right: one action per closed block (``action``, the whole text when none is closed), the
+    tool calls' bodies, and no answer (none is closed)."""
+    n = MEGABYTE // len(unit)
+    text = unit * n
+    assert split_solution(text) == ([action] * n if action else [text])
+    assert tool_call_bodies(text) == ([body] * n if body else [])
+    assert extract_answer(text) is None
 
 
 def test_bare_moves_are_boxed_and_actions_left_alone():
