@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ class FlakyEnv:
         return "more", 0.0, False, False, {}
 """
 
-# Each step takes a while inside the jail, so steps of different episodes can be seen to overlap.
+# Each step takes a while inside the jail (a lower bound the recorded step times must show).
 SLOW = """
 import time
 
@@ -108,26 +109,39 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
     return most
 
 
-def test_steps_of_live_episodes_run_at_the_same_time(session_starts, policy):
+def test_steps_of_live_episodes_run_at_the_same_time(session_starts, policy, monkeypatch):
+    """The three live episodes' steps are in flight at once. No timing: each step (the host's
+    blocking call into its jail) first waits at a barrier for three parties, which only three
+    steps running at the same time can pass; one at a time (or fewer threads than live
+    episodes) breaks the barrier (its timeout is a liveness bound, not a measure)."""
     starts = session_starts
+    together = threading.Barrier(3, timeout=60)
+    real_step = session_mod.JailedSession.step
+
+    def step_with_the_others(self, action):
+        together.wait()  # BrokenBarrierError unless three steps are in flight
+        return real_step(self, action)
+
+    monkeypatch.setattr(session_mod.JailedSession, "step", step_with_the_others)
     with FakeOpenAIServer(script=lambda r: "\\boxed{7}") as server:
         jobs = [EpisodeJob("slow", SLOW, seed=i) for i in range(6)]
         trajs = play(server, policy, jobs, max_parallel=3)
     assert len(starts) == 3  # sessions are still reused across episodes
     assert [t.seed for t in trajs] == list(range(6))
-    for t in trajs:  # each episode's own turns stay in order
+    for t in trajs:  # each episode's own turns stay in order, every step answered
         assert t.status == "terminated" and [turn.observation for turn in t.turns] == [
             "step 1 of \\boxed{7}",
             "step 2 of \\boxed{7}",
         ]
         assert t.messages[1]["content"] == f"instance {t.seed}"
+    assert not together.broken
     steps = [
         (turn.step_started_at, turn.step_started_at + turn.step_s)
         for t in trajs
         for turn in t.turns
     ]
     assert all(b - a >= 0.3 for a, b in steps)  # the sleep happened inside each step
-    # Live episodes step together: three steps in flight at once (one at a time gives 1).
+    # the recorded intervals agree: each group of three shares the moment the barrier opened
     assert most_at_once(steps) == 3
 
 
