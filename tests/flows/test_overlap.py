@@ -36,9 +36,27 @@ def _config(overrides: dict[str, Any], root, tiny_policy, **more: Any):
     )
 
 
+def _pytest_timeout_s(request: pytest.FixtureRequest) -> float:
+    """The seconds pytest-timeout gives this test (its ``timeout`` marker, else the ini's)."""
+    marker = request.node.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return float(request.config.getini("timeout") or 300)
+
+
 def test_overlapped_rounds_play_beside_training_on_one_round_stale_weights(
-    prefect_api, scripted_server, scripted_overrides, tiny_policy, tmp_path, monkeypatch
+    prefect_api, scripted_server, scripted_overrides, tiny_policy, tmp_path, monkeypatch, request
 ):
+    """Round 0's agent training holds on until round 1 has evaluated: only an overlapped
+    campaign gets round 1 that far while round 0 trains. The order is the check, not a time.
+
+    The wait keeps one wall-clock bound, and cannot drop it: in a campaign that does not overlap,
+    round 1 starts only after this training returns, so the wait is a deadlock that something
+    must end. It ends 30 s before pytest-timeout would stop the test (its own limit, which any
+    test has), so it fails no run that the per-test limit would not fail anyway, however busy
+    the cores; it only turns the deadlock into a clean failure (the training goes on, the
+    campaign ends, ``overlapped`` stays empty)."""
+    deadline = time.monotonic() + _pytest_timeout_s(request) - 30
     cfg = _config(
         scripted_overrides,
         tmp_path / "store",
@@ -52,9 +70,8 @@ def test_overlapped_rounds_play_beside_training_on_one_round_stale_weights(
     def train(ctx, data, parent):
         # round 0's agent update holds on until round 1 has played: only an overlapped
         # campaign gets round 1 that far while round 0 trains (a sequential one would wait
-        # here for nothing, and the flag stays down)
+        # here for nothing until the deadline, and the flag stays down)
         if ctx.round == 0 and data.role == "agent":
-            deadline = time.monotonic() + 120
             while "evaluate" not in cs.completed_stages(1) and time.monotonic() < deadline:
                 time.sleep(0.1)
             if "evaluate" in cs.completed_stages(1):
