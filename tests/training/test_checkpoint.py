@@ -9,7 +9,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -262,26 +261,41 @@ def test_prune_keeps_newest_and_in_progress_saves(tmp_path):
 # ----------------------------------------------------------------------------- (c) kill mid-save
 
 CHILD = """
-import json, sys, torch
-from spade.training.checkpoint import save_checkpoint
+import json, sys, time, torch
+import spade.training.checkpoint as checkpoint
 root, parent, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 g = torch.Generator().manual_seed(0)
-tensors = {f"w{i}": torch.randn(1024, 1024, generator=g) for i in range(16)}  # 64 MiB
-optim = {"state": {i: {"exp_avg": torch.randn(1024, 1024, generator=g)} for i in range(16)},
-         "param_groups": [{"lr": 1e-3, "params": list(range(16))}]}  # another 64 MiB
-save_checkpoint(root, 2, tensors=tensors, kind="full", optimizer_state=optim,
-                trainer_state={"step": 2}, parent=parent, storage_options=opts)
+tensors = {f"w{i}": torch.randn(256, 256, generator=g) for i in range(4)}
+optim = {"state": {i: {"exp_avg": torch.randn(256, 256, generator=g)} for i in range(4)},
+         "param_groups": [{"lr": 1e-3, "params": list(range(4))}]}
+
+def stop_here(*args, **kwargs):  # the weights are written; the optimizer, manifest are not
+    print("mid-save", flush=True)
+    time.sleep(600)  # killed here
+
+checkpoint.save_torch = stop_here
+checkpoint.save_checkpoint(root, 2, tensors=tensors, kind="full", optimizer_state=optim,
+                           trainer_state={"step": 2}, parent=parent, storage_options=opts)
 """
 
 
 def kill_mid_save(root: str, parent: str, opts: dict, started) -> None:
-    """Run CHILD, SIGKILL it once ``started()`` sees the step-2 folder, check it was mid-save."""
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, root, parent, json.dumps(opts)], cwd=REPO)
-    deadline = time.monotonic() + 30
-    while not started() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(10) == -signal.SIGKILL, "the save finished before the kill"
+    """Run CHILD, which stops mid-save (its weights written, its optimizer state, trainer state
+    and manifest not) and says so; SIGKILL it there. No race with the save finishing: the child
+    cannot get past that point, and ``started()`` must see the step-2 folder's files."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, root, parent, json.dumps(opts)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "mid-save\n"
+        assert started()  # a partly written step 2 is what the kill leaves behind
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
 
 
 def check_after_kill(root: str, opts: dict, caplog) -> None:
