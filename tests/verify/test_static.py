@@ -43,19 +43,20 @@ def test_parsed_share_is_the_share_of_lines_in_the_longest_parsing_prefix():
 
 
 @pytest.mark.parametrize(
-    "code",
+    ("code", "violations"),
     [
-        "import os",
-        "import os.path",
-        "from os import path",
-        "import socket as s",
-        "from . import x",
-        "from subprocess import run",
-        "import ctypes",
+        ("import os", ["os (line 1)"]),
+        ("import os.path", ["os.path (line 1)"]),
+        ("from os import path", ["os (line 1)", "os.path (line 1)"]),
+        ("import socket as s", ["socket (line 1)"]),
+        ("from . import x", [". (line 1): relative imports are not allowed"]),
+        ("from subprocess import run", ["subprocess (line 1)", "subprocess.run (line 1)"]),
+        ("import ctypes", ["ctypes (line 1)"]),
     ],
 )
-def test_disallowed_imports(code):
-    assert import_violations(_tree(code), POLICY)
+def test_disallowed_imports(code, violations):
+    """Each disallowed import is named (module and line), and nothing else is."""
+    assert import_violations(_tree(code), POLICY) == violations
 
 
 @pytest.mark.parametrize(
@@ -73,19 +74,23 @@ def test_allowed_imports(code):
 
 
 @pytest.mark.parametrize(
-    "code",
+    ("code", "violations"),
     [
-        "open('/etc/shadow')",
-        "eval('1')",
-        "__import__('os')",
-        "().__class__.__bases__[0].__subclasses__()",
-        "f.__globals__",
-        "getattr(x, '__globals__')",
-        "g = globals()",
+        ("open('/etc/shadow')", ["name 'open' (line 1)"]),
+        ("eval('1')", ["name 'eval' (line 1)"]),
+        ("__import__('os')", ["name '__import__' (line 1)"]),
+        (
+            "().__class__.__bases__[0].__subclasses__()",
+            ["attribute '__bases__' (line 1)", "attribute '__subclasses__' (line 1)"],
+        ),
+        ("f.__globals__", ["attribute '__globals__' (line 1)"]),
+        ("getattr(x, '__globals__')", ["getattr(..., '__globals__') (line 1)"]),
+        ("g = globals()", ["name 'globals' (line 1)"]),
     ],
 )
-def test_forbidden_names(code):
-    assert name_violations(_tree(code), POLICY)
+def test_forbidden_names(code, violations):
+    """Each forbidden name, attribute or getattr string is named (with its line), and only it."""
+    assert name_violations(_tree(code), POLICY) == violations
 
 
 def test_ordinary_code_has_no_name_violations():
