@@ -281,9 +281,22 @@ def test_corpus_malformed_file_fails(tmp_path):
 # -- model ------------------------------------------------------------------------------------
 
 
-def test_model_shipped_smollm2_passes(smol_env):
-    result = only(config(), "model")
-    assert "SmolLM2" in result.detail or "llama" in result.detail
+def test_model_shipped_smollm2_passes(smol_env, tmp_path, monkeypatch):
+    """Before its conversion the shipped GGUF's header is checked (converting costs ~30 s);
+    once converted, the copy is loaded and named with its model type and vocabulary."""
+    from spade.inference.models import converted_cache_dir, load_model_and_tokenizer, resolve_model
+
+    resolved = resolve_model(config().model)
+    assert isinstance(resolved.path, Path) and resolved.gguf_file is not None
+    gguf = resolved.path / resolved.gguf_file
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path / "nothing-converted"))
+    detail = only(config(), "model").detail
+    assert detail == f"{gguf}: GGUF header ok (converted on first load)"
+    monkeypatch.setenv("SPADE_CACHE", str(smol_env))
+    _, tokenizer = load_model_and_tokenizer(resolved, "float32", "cpu")  # converts once
+    detail = only(config(), "model").detail
+    assert detail == f"{converted_cache_dir(resolved)}: llama, vocabulary of {len(tokenizer)}"
+    assert len(tokenizer) == 49152  # SmolLM2's vocabulary
 
 
 def test_model_folder_passes(tmp_path):
