@@ -1,5 +1,7 @@
 """A persistent jailed session against real nsjail."""
 
+import time
+
 import pytest
 
 from spade.envs.examples import example_paths
@@ -84,6 +86,11 @@ def test_load_failures(code, kind, policy):
 
 
 def test_calls_after_death_fail_fast_and_close_is_idempotent(policy):
+    """After a timeout killed the jail, the next call fails at once with the same failure: it
+    sends nothing on the channel, so it cannot wait for a reply (the session's own call
+    counters, which every request on the channel moves, do not move), and it does not wait
+    otherwise: it takes less than half the time of the call that waited for its deadline (a
+    ratio of two calls in this test, not a bound in seconds: the failing call raises at once)."""
     code = "import time\nclass SEnv:\n    def reset(self, seed=None):\n        time.sleep(60)\n    def step(self, a): ...\n"
     short = policy.model_copy(
         update={"limits": policy.limits.model_copy(update={"call_timeout_s": 0.5})}
@@ -92,9 +99,15 @@ def test_calls_after_death_fail_fast_and_close_is_idempotent(policy):
         with pytest.raises(EnvFailure) as exc:
             s.reset(0)
         assert exc.value.failure.kind is FailureKind.TIMEOUT and exc.value.fatal
+        calls, timed = s.stats.calls, list(s.stats.call_s)
+        assert calls == 2 and timed[-1] >= 0.5  # load, then the reset that waited its deadline
+        t0 = time.perf_counter()
         with pytest.raises(EnvFailure) as again:
             s.step("x")
-        assert again.value.failure.kind is FailureKind.TIMEOUT
+        took = time.perf_counter() - t0
+        assert again.value.failure is exc.value.failure and again.value.fatal
+        assert (s.stats.calls, list(s.stats.call_s)) == (calls, timed)  # nothing was sent
+        assert took < timed[-1] / 2  # a generous ratio to the call that waited its deadline
     s.close()
 
 
