@@ -172,13 +172,31 @@ def test_a_prefill_is_prompt_the_model_continues_and_never_trained(backend):
     assert sum(sample.loss_mask) == len(done.token_ids)
 
 
+def _assert_ends_within_max_tokens(done, eos: int, max_tokens: int = 24) -> None:
+    """Either the end-of-sequence token was sampled, last, within ``max_tokens`` ("stop"), or
+    it was not and exactly ``max_tokens`` tokens were ("length")."""
+    if eos in done.token_ids:
+        assert done.finish_reason == "stop" and done.token_ids.index(eos) == len(done.token_ids) - 1
+        assert len(done.token_ids) <= max_tokens
+    else:
+        assert done.finish_reason == "length" and len(done.token_ids) == max_tokens
+
+
 def test_greedy_is_deterministic_and_stops_at_length(backend):
+    """Greedy answers repeat; each ends within max_tokens, at its end-of-sequence token or at
+    the limit. Both cases are forced: the seeded tiny model's greedy answer to "abc" never
+    samples end-of-sequence in 24 tokens (it stops at the limit), its answer to "what is up?"
+    does (it stops there). The length check holds in both."""
+    eos = backend.tokenizer.eos_token_id
     first, second = _complete(backend, [_chat("abc"), _chat("abc")])
     assert first.token_ids == second.token_ids and first.text == second.text
     again = _complete(backend, [_chat("abc")])[0]
     assert again.token_ids == first.token_ids
-    if backend.tokenizer.eos_token_id not in first.token_ids:
-        assert first.finish_reason == "length" and len(first.token_ids) == 24
+    assert eos not in first.token_ids  # the limit's case
+    _assert_ends_within_max_tokens(first, eos)
+    (ended,) = _complete(backend, [_chat("what is up?")])
+    assert eos in ended.token_ids  # the end-of-sequence case
+    _assert_ends_within_max_tokens(ended, eos)
 
 
 def test_seeds_make_samples_reproducible_whatever_the_batch(backend):
