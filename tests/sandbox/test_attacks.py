@@ -229,15 +229,26 @@ def test_network_to_host_loopback_never_arrives(loopback_listener: Listener):
 
 
 def test_reading_etc_shadow_finds_nothing():
+    """The jail cannot open /etc/shadow (/etc is not mounted), and none of the host's shadow
+    lines reach anything the design can see. Where this process cannot read /etc/shadow (not
+    root) there is nothing to compare with: the test skips, saying so, after the first check."""
     try:
         secrets = [ln for ln in Path("/etc/shadow").read_text().splitlines() if len(ln) >= 8]
-    except OSError:  # not root here: nothing to compare with, the kind is still checked
-        secrets = []
+    except OSError as exc:
+        secrets, unreadable = [], f"{exc!r}"
+    else:
+        unreadable = ""
     with jailed(attack("read_shadow")) as s:
         exc = expect_failure(s.reset, 1)
         seen = host_view(s, exc)
     assert exc.failure.kind is K.FS_DENIED and not exc.fatal
     assert "No such file or directory: '/etc/shadow'" in exc.failure.reason  # /etc is not mounted
+    if unreadable or not secrets:
+        pytest.skip(
+            "the host's /etc/shadow is unreadable here or holds no line to look for"
+            f" ({unreadable or 'no line of 8 characters'}): the jail's failure was checked, not"
+            " that no secret reached its view"
+        )
     assert not [ln for ln in secrets if ln in seen]
 
 
@@ -366,7 +377,13 @@ def test_session_after_fork_bomb_is_dead_or_in_sync():
 
 @pytest.mark.parametrize("name", ["memory_bytearray", "memory_list_growth"])
 def test_memory_bombs_are_capped(name: str, memory_cgroup: tuple[SandboxPolicy, Path | None]):
+    """A 10 GB bytearray is refused up front by RLIMIT_AS (a MemoryError, the jail lives on,
+    its pages never touched); a list grown page by page is killed by the session's memory
+    cgroup at its limit. Without a cgroup-v1 memory hierarchy the cgroup's part cannot be
+    checked: the list's case skips, and the bytearray's skips after its MemoryError check."""
     policy, parent = memory_cgroup
+    if parent is None and name == "memory_list_growth":
+        pytest.skip("no cgroup-v1 memory hierarchy here: no memory cgroup to kill the jail")
     if parent is not None:
         (parent / "memory.max_usage_in_bytes").write_text("0")
     with jailed(attack(name), policy) as s:
@@ -374,11 +391,15 @@ def test_memory_bombs_are_capped(name: str, memory_cgroup: tuple[SandboxPolicy, 
     assert exc.failure.kind is K.MEMORY  # a kill at the call deadline would be a TIMEOUT
     limit = policy.limits.cgroup_memory_mb << 20
     peak = int((parent / "memory.max_usage_in_bytes").read_text()) if parent else None
-    if name == "memory_bytearray" or parent is None:
+    if name == "memory_bytearray":
         # RLIMIT_AS refuses the allocation up front: a MemoryError, and the jail lives on.
         assert not exc.fatal and exc.failure.reason.startswith("MemoryError")
-        if name == "memory_bytearray" and peak is not None:
-            assert peak < 64 << 20  # the 10 GB were never touched
+        if peak is None:
+            pytest.skip(
+                "no cgroup-v1 memory hierarchy here: the MemoryError was checked, not that the"
+                " 10 GB were never touched (no memory cgroup to read the peak from)"
+            )
+        assert peak < 64 << 20  # the 10 GB were never touched
     else:
         # Pages really touched: the memory cgroup (512 MiB, under RLIMIT_AS) kills the jail.
         assert exc.fatal and "memory cgroup" in exc.failure.reason
