@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import threading
 from pathlib import Path
@@ -327,6 +328,46 @@ def test_reload_swaps_weights_and_bumps_the_version(tiny_dir, tmp_path):
 
 
 # -- model resolution --------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_model_is_placed_in_bfloat16_and_seeded_samples_repeat(tiny_dir):
+    """The CUDA paths of in-process inference: ``device: auto`` places the model on the current
+    GPU (an explicit index) in bfloat16 (``dtype: auto``), holding the float32 weights cast;
+    a forward pass there moves the allocator's peak the training step reports
+    (``spade.training.run._peak``); and the backend's seeded sampling forks the GPU's RNG
+    (``_seeded``): the same seeded request twice gives the same tokens, whose log-probs are
+    finite and one per token."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device: torch.cuda.is_available() is False")
+    from spade.training.run import _peak, _reset_peak
+
+    resolved = resolve_model(ModelConfig(name_or_path=str(tiny_dir)))
+    model, _ = load_model_and_tokenizer(resolved, "auto", "auto")
+    device = torch.device("cuda", torch.cuda.current_device())
+    assert {(p.device, p.dtype) for p in model.parameters()} == {(device, torch.bfloat16)}
+    wide, _ = load_model_and_tokenizer(resolved, "float32", "cpu")
+    for (name, w), (_, g) in zip(
+        wide.state_dict().items(), model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(w.to(torch.bfloat16), g.cpu()), name  # a cast: exact
+    _reset_peak(device)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[5, 6, 7]], device=device)).logits
+    assert logits.device == device and torch.isfinite(logits.float()).all()
+    assert _peak(device) >= logits.numel() * logits.element_size()  # at least the logits
+    backend = TransformersBackend(
+        ModelConfig(name_or_path=str(tiny_dir), max_context_tokens=256, device="cuda"),
+        InferenceConfig(batch_size=2),
+    )
+    request = _chat("roll", temperature=1.0, seed=7, max_tokens=16)
+    (first,) = _complete(backend, [request])
+    torch.manual_seed(123)  # the global RNG moved: the seeded request does not depend on it
+    torch.cuda.manual_seed_all(123)
+    (again,) = _complete(backend, [request])
+    assert first.ok and first.token_ids and again.token_ids == first.token_ids
+    assert len(first.logprobs) == len(first.token_ids)
+    assert all(math.isfinite(v) and v <= 0.0 for v in first.logprobs)
 
 
 def test_resolve_local_folders_and_ids(tiny_dir, tmp_path):
