@@ -5,7 +5,8 @@ Re-running with the same campaign id skips the rounds whose every stage is commi
 re-enters the first incomplete round, where finished stages come back from the cache. After
 each round a table artifact shows the per-round numbers and a markdown artifact links to the
 stored artifacts; ``spade stop`` (or cancelling the run) ends a campaign of ``rounds: 0``.
-Each round's numbers also go to the configured W&B / TensorBoard sinks (``metrics``); with
+Each round's numbers, its designs and a sample of its rollouts (as tables, read from the store)
+also go to the configured W&B / TensorBoard sinks (``metrics``); with
 ``metrics.prometheus_port`` the round subflow (this process) serves sandbox metrics for Prometheus.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from functools import partial
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -36,6 +38,7 @@ from spade.pipeline.campaign import (
 )
 from spade.pipeline.record import campaign_store
 from spade.pipeline.summary import SUMMARY_COLUMNS, campaign_status
+from spade.pipeline.tracker import round_tables
 from spade.placement import check_placement, placement, visible_gpus
 from spade.storage import CampaignStore
 
@@ -146,7 +149,9 @@ async def _finished(config: CampaignConfig, cs: CampaignStore, outcome: RoundOut
     # A side channel: it logs its own problems and never fails the round.
     log = get_run_logger()
     cid, r = cs.layout.campaign_id, outcome.round_index
-    await asyncio.to_thread(log_round, config, cid, r, outcome.summary, logger=log)
+    # the tables are read from the store inside log_round, only when a sink is on
+    tables = partial(round_tables, cs, r, config.metrics.rollout_samples, config.seed)
+    await asyncio.to_thread(log_round, config, cid, r, outcome.summary, tables=tables, logger=log)
 
 
 PLAYED_POLL_S = 0.25

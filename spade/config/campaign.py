@@ -104,6 +104,20 @@ class MetricsConfig(Section):
     tensorboard_dir: str | None = Field(
         None, description="Write TensorBoard event files here (local path; None: off)."
     )
+    tables: bool = Field(
+        True,
+        description="With W&B or TensorBoard on, also log each round's designs (code, verdict,"
+        " hint, win rates, regret, designer reward) and a sample of its rollouts as tables"
+        " (a W&B table, TensorBoard text; docs/tracker.md).",
+    )
+    rollout_samples: int = Field(
+        8,
+        ge=0,
+        le=256,
+        description="Plays in each round's rollouts table: a draw seeded by the master seed and"
+        " the round, spread over the environments played, unhinted and hinted alternating"
+        " (0: no rollouts table).",
+    )
     prometheus_port: int | None = Field(
         None,
         ge=1,

@@ -1,4 +1,4 @@
-"""Per-round numbers to Weights & Biases and TensorBoard, as configured in ``metrics``.
+"""Per-round numbers and tables to Weights & Biases and TensorBoard, as configured in ``metrics``.
 
 The object store holds every number of a round (``spade status`` reads them back from there);
 these sinks are copies for the dashboards teams already use. So :func:`log_round` never raises:
@@ -15,6 +15,12 @@ campaign that crashes or resumes in another process continues where it was:
 - TensorBoard: one folder per campaign, ``<tensorboard_dir>/<campaign_id>``, one event file per
   round in it; TensorBoard reads a folder's files as one run.
 
+With ``metrics.tables`` (the default) each round also logs two tables at its step
+(:mod:`spade.metrics.tables`): ``designs`` (every design attempt: code, verdict, hint, win rates,
+regret, designer reward) and ``rollouts`` (``metrics.rollout_samples`` plays as text); a W&B
+table each, and TensorBoard text (a table of markdown cells). A table that cannot be read or
+written is a warning too, and the round's numbers are still recorded.
+
 wandb and tensorboard are imported only when their sink is enabled (the ``metrics`` extra).
 """
 
@@ -26,6 +32,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from spade.metrics.tables import DESIGN_COLUMNS, ROLLOUT_COLUMNS, RoundTables
 
 if TYPE_CHECKING:
     from spade.config import CampaignConfig
@@ -40,6 +48,9 @@ class Sink(Protocol):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Record ``metrics`` (flat names, ``/`` groups them) at ``step``."""
+
+    def log_tables(self, tables: RoundTables, step: int) -> None:
+        """Record the round's ``designs`` and ``rollouts`` tables at ``step``."""
 
     def close(self) -> None:
         """Flush and release whatever the sink holds."""
@@ -74,6 +85,16 @@ class WandbSink:
         # with its own warning: the first numbers of a round stay, as in the store.
         self._run.log(dict(metrics), step=step)
 
+    def log_tables(self, tables: RoundTables, step: int) -> None:
+        import wandb
+
+        logged = {}
+        for name, columns, rows in table_parts(tables):
+            data = [[row.get(c) for c in columns] for row in rows]
+            logged[name] = wandb.Table(columns=list(columns), data=data, allow_mixed_types=True)
+        if logged:  # the same step as the numbers: one history row per round
+            self._run.log(logged, step=step)
+
     def close(self) -> None:
         self._run.finish()
 
@@ -102,8 +123,53 @@ class TensorBoardSink:
             Event(wall_time=time.time(), step=step, summary=Summary(value=values))
         )
 
+    def log_tables(self, tables: RoundTables, step: int) -> None:
+        import numpy as np
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.plugins.text.summary_v2 import text_pb
+
+        for name, columns, rows in table_parts(tables):
+            # a 2-D string tensor: TensorBoard's text tab shows it as a table, each cell as
+            # markdown; the first row names the columns
+            cells = [[f"**{c}**" for c in columns]]
+            cells += [[markdown_cell(c, row.get(c)) for c in columns] for row in rows]
+            summary = text_pb(name, np.array(cells, dtype=object))
+            self._writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+
     def close(self) -> None:
         self._writer.close()  # flushes; raises what the background writer hit
+
+
+def table_parts(
+    tables: RoundTables,
+) -> list[tuple[str, tuple[str, ...], list[dict[str, Any]]]]:
+    """(name, columns, rows) of each table that has rows: ``designs``, ``rollouts``."""
+    parts = [("designs", DESIGN_COLUMNS, tables.designs)]
+    parts.append(("rollouts", ROLLOUT_COLUMNS, tables.rollouts))
+    return [(name, columns, rows) for name, columns, rows in parts if rows]
+
+
+# what Python-Markdown (TensorBoard's renderer, with its tables extension) takes as markup;
+# a backslash escapes each but "<", which would open HTML
+_MARKDOWN = str.maketrans({c: f"\\{c}" for c in "\\`*_[]#|>"} | {"<": "&lt;"})
+BLOCK_COLUMNS = frozenset({"code", "transcript", "reason"})
+"""Cells shown as preformatted blocks (their line breaks and indentation kept)."""
+
+
+def markdown_cell(column: str, value: Any) -> str:
+    """A table cell as markdown: multi-line text in a fenced block (a fence longer than any
+    run of backticks in it), other text escaped, numbers as they are, None empty."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = str(value)
+    if column in BLOCK_COLUMNS:
+        fence = "```"
+        while fence in text:
+            fence += "`"
+        return f"{fence}\n{text}\n{fence}"
+    return text.translate(_MARKDOWN)
 
 
 SinkFactory = Callable[["CampaignConfig", str], Sink]
@@ -148,19 +214,26 @@ def round_metrics(summary_row: Mapping[str, Any]) -> dict[str, float]:
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
+TablesSource = Callable[[], RoundTables]
+"""Reads a round's tables (from the store: :func:`spade.pipeline.tracker.round_tables`)."""
+
+
 def log_round(
     cfg: CampaignConfig,
     campaign_id: str,
     round: int,
     summary_row: Mapping[str, Any],
     *,
+    tables: TablesSource | None = None,
     logger: logging.Logger | logging.LoggerAdapter[Any] | None = None,
 ) -> list[str]:
     """Send a round's numbers (``summary_row``, from ``spade.pipeline.summary``, held-out
-    suites included) to every configured sink, at ``step=round``.
+    suites included) to every configured sink, at ``step=round``, and with
+    ``metrics.tables`` the round's tables (``tables()``, read only when a sink is on).
 
     Never raises: each problem is logged as a warning (on ``logger``, e.g. the flow's run
-    logger, else this module's) and returned, one line per problem.
+    logger, else this module's) and returned, one line per problem. Tables that cannot be
+    read or written are problems of their own: the numbers are recorded all the same.
     """
     sinks = configured_sinks(cfg)
     if not sinks:
@@ -168,11 +241,24 @@ def log_round(
     warn = logger or log
     problems: list[str] = []
     metrics = round_metrics(summary_row)
+    round_tables = None
+    if tables is not None and cfg.metrics.tables:
+        try:
+            round_tables = tables()
+        except Exception as exc:  # a reporting side channel: never fail the round
+            problems.append(f"metrics: round {round}'s tables could not be read: {exc!r}")
     for name, factory in sinks:
         try:
             sink = factory(cfg, campaign_id)
             try:
                 sink.log(metrics, step=round)
+                if round_tables:
+                    try:
+                        sink.log_tables(round_tables, step=round)
+                    except Exception as exc:
+                        problems.append(
+                            f"metrics: {name} sink did not record round {round}'s tables: {exc!r}"
+                        )
             finally:
                 sink.close()
         except Exception as exc:  # a reporting side channel: never fail the round
@@ -184,9 +270,12 @@ def log_round(
 
 __all__ = [
     "Sink",
+    "TablesSource",
     "TensorBoardSink",
     "WandbSink",
     "configured_sinks",
     "log_round",
+    "markdown_cell",
     "round_metrics",
+    "table_parts",
 ]

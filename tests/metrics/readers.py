@@ -52,6 +52,14 @@ class OfflineRun:
     project: str = ""
     history: dict[int, dict[str, Any]] = field(default_factory=dict)
 
+    def table(self, step: int, key: str) -> list[dict[str, Any]]:
+        """The rows of the table logged as ``key`` at ``step``, from the JSON the offline run
+        wrote under ``files/media/table/`` (its history row holds the path)."""
+        row = self.history[step]
+        assert row[f"{key}/_type"] == "table-file", row
+        table = json.loads((self.folder / "files" / row[f"{key}/path"]).read_text())
+        return [dict(zip(table["columns"], values, strict=True)) for values in table["data"]]
+
 
 def offline_runs(wandb_dir: Path) -> list[OfflineRun]:
     """Every ``offline-run-*`` folder under ``wandb_dir/wandb``, oldest first."""
@@ -74,6 +82,24 @@ def offline_runs(wandb_dir: Path) -> list[OfflineRun]:
                 run.history[int(row["_step"])] = row
         runs.append(run)
     return runs
+
+
+# ---- TensorBoard ----------------------------------------------------------------------------
+
+
+def text_tables(log_dir: Path, tag: str) -> dict[int, list[list[str]]]:
+    """The 2-D text summaries ``tag`` in the event files of ``log_dir``: step -> cells (rows of
+    markdown strings, as TensorBoard's text tab renders them); none when nothing has that tag."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(log_dir), size_guidance={"tensors": 0})  # 0: keep every step
+    acc.Reload()
+    out: dict[int, list[list[str]]] = {}
+    for event in acc.Tensors(tag) if tag in acc.Tags()["tensors"] else []:
+        cells = tensor_util.make_ndarray(event.tensor_proto)
+        out[event.step] = [[c.decode() for c in row] for row in cells]
+    return out
 
 
 # ---- Prometheus ------------------------------------------------------------------------------

@@ -8,9 +8,17 @@ from pathlib import Path
 import pytest
 
 from spade.config import load_config
-from spade.metrics.sinks import configured_sinks, log_round, round_metrics
+from spade.metrics.sinks import configured_sinks, log_round, markdown_cell, round_metrics
+from spade.metrics.tables import (
+    DESIGN_COLUMNS,
+    ROLLOUT_COLUMNS,
+    RoundTables,
+    design_rows,
+    rollout_row,
+)
 from spade.pipeline.record import campaign_store
 from spade.pipeline.summary import SUMMARY_COLUMNS, summarize_round
+from tests.metrics.readers import text_tables
 
 CID = "metrics-camp-20260101-000000-abcd"
 
@@ -171,3 +179,172 @@ def test_log_round_takes_round_summary_as_it_is(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tb" / CID))
     acc.Reload()
     assert {"attempts", "stages_done", "heldout/humaneval/score"} <= set(acc.Tags()["scalars"])
+
+
+# ---- the round's tables: designs and a sample of rollouts -----------------------------------
+
+CODE = 'class Doors(TextEnv):\n    """Pick a door."""\n\n    def step(self, action):\n        return "a *goat* | <b>", 0.0, True, False, {}\n'
+
+
+def _tables(round: int) -> RoundTables:
+    """A round's tables as :func:`spade.pipeline.tracker.round_tables` builds them."""
+    attempts = [
+        {"slot": 0, "attempt": 0, "env_id": f"env-door{round}", "code": CODE, "accepted": True,
+         "skill": "deduction", "strategy": "splice", "parent_id": "number_hunt",
+         "directive": "clue"},
+        {"slot": 1, "attempt": 0, "env_id": None, "code": None, "accepted": False,
+         "failure_kind": "parse", "failure_reason": "no ```python block", "skill": "deduction",
+         "strategy": "write"},
+    ]  # fmt: skip
+    scored = [
+        {"slot": 0, "attempt": 0, "env_id": f"env-door{round}", "accepted": True,
+         "win_rate": 0.25, "hinted_win_rate": 0.75, "regret": 0.5, "raw_reward": 0.375},
+        {"slot": 1, "attempt": 0, "accepted": False, "failure": "parse", "raw_reward": -1.0},
+    ]  # fmt: skip
+    hints = {f"env-door{round}": "The prize_is never behind door 1."}
+    play = {
+        "env_id": f"env-door{round}", "seed": 40 + round, "hinted": True,
+        "status": "terminated", "return": 1.0,
+        "messages": [{"role": "user", "content": "Three doors."}],
+        "turns": [{"action": "door 2", "observation": "a prize!"}],
+    }  # fmt: skip
+    return RoundTables(
+        round, design_rows(round, attempts, scored, hints), [rollout_row(round, play, "designed")]
+    )
+
+
+def test_wandb_tables_read_back_from_the_offline_run(tmp_path, wandb_offline):
+    cfg = _cfg(tmp_path, **{"metrics.wandb": True})
+    for r in (0, 1):
+        assert log_round(cfg, CID, r, _row(r), tables=lambda r=r: _tables(r)) == []
+    history = {step: run for run in wandb_offline() for step in run.history}
+    assert sorted(history) == [0, 1]
+    for step, run in history.items():
+        assert run.history[step]["win_rate"] == _row(step)["win_rate"]  # the same history row
+        designs = run.table(step, "designs")
+        assert designs == _tables(step).designs  # every column, in order, values as logged
+        accepted, parse = designs
+        assert (accepted["env_id"], accepted["verdict"], accepted["code"]) == (
+            f"env-door{step}", "accepted", CODE,
+        )  # fmt: skip
+        assert (accepted["win_rate"], accepted["hinted_win_rate"]) == (0.25, 0.75)
+        assert (accepted["regret"], accepted["designer_reward"]) == (0.5, 0.375)
+        assert accepted["hint"] == "The prize_is never behind door 1."
+        assert (parse["verdict"], parse["reason"], parse["win_rate"]) == (
+            "parse", "no ```python block", None,
+        )  # fmt: skip
+        (rollout,) = run.table(step, "rollouts")
+        assert (rollout["seed"], rollout["hinted"], rollout["return"]) == (40 + step, True, 1.0)
+        assert rollout["transcript"] == (
+            "[start] Three doors.\n[1] > door 2\n    a prize!\n[end] terminated, return 1"
+        )
+
+
+def test_tensorboard_tables_as_text(tmp_path):
+    cfg = _cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb")})
+    for r in (0, 1):
+        assert log_round(cfg, CID, r, _row(r), tables=lambda r=r: _tables(r)) == []
+    designs = text_tables(tmp_path / "tb" / CID, "designs")
+    rollouts = text_tables(tmp_path / "tb" / CID, "rollouts")
+    assert sorted(designs) == sorted(rollouts) == [0, 1]
+    header, accepted, parse = designs[1]
+    assert header == [f"**{c}**" for c in DESIGN_COLUMNS]
+    cell = dict(zip(DESIGN_COLUMNS, accepted, strict=True))
+    assert (cell["round"], cell["env_id"], cell["verdict"]) == ("1", "env-door1", "accepted")
+    assert (cell["win_rate"], cell["designer_reward"]) == ("0.25", "0.375")
+    assert cell["code"] == f"```\n{CODE}\n```"  # a block: its lines and indentation kept
+    assert cell["hint"] == r"The prize\_is never behind door 1."  # text, not emphasis
+    cell = dict(zip(DESIGN_COLUMNS, parse, strict=True))
+    assert cell["reason"] == "````\nno ```python block\n````"  # a fence longer than its own
+    assert (cell["env_id"], cell["win_rate"], cell["code"]) == ("", "", "")  # None: empty
+    header, rollout = rollouts[0]
+    cell = dict(zip(ROLLOUT_COLUMNS, rollout, strict=True))
+    assert (cell["seed"], cell["hinted"], cell["return"]) == ("40", "True", "1")
+    assert cell["transcript"].startswith("```\n[start] Three doors.\n[1] > door 2\n")
+
+
+# bleach, vendored by tensorboard, warns that html5lib's sanitizer is deprecated
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_markdown_cells_render_as_their_text():
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    hint = "a_b c_d *x* [l](u) <b>bold</b> #h | p > q"
+    assert markdown_to_safe_html(markdown_cell("hint", hint)) == (
+        "<p>a_b c_d *x* [l](u) &lt;b&gt;bold&lt;/b&gt; #h | p &gt; q</p>"
+    )
+    assert markdown_to_safe_html(markdown_cell("code", CODE)).startswith("<pre><code>class")
+    assert markdown_cell("regret", 1 / 3) == "0.3333" and markdown_cell("hint", None) == ""
+
+
+def test_tables_that_cannot_be_read_only_warn(tmp_path):
+    cfg = _cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb")})
+
+    def unreadable() -> RoundTables:
+        raise OSError("store unreachable")
+
+    problems = log_round(cfg, CID, 0, _row(0), tables=unreadable)
+    assert problems == ["metrics: round 0's tables could not be read: OSError('store unreachable')"]
+    assert text_tables(tmp_path / "tb" / CID, "designs") == {}
+    assert set(_scalar_steps(tmp_path / "tb" / CID, "win_rate")) == {0}  # the numbers are in
+
+
+def test_tables_a_sink_cannot_write_only_warn(tmp_path, monkeypatch):
+    from spade.metrics import sinks
+
+    def broken(self, tables, step):
+        raise ValueError("no room for tables")
+
+    monkeypatch.setattr(sinks.TensorBoardSink, "log_tables", broken)
+    cfg = _cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb")})
+    problems = log_round(cfg, CID, 2, _row(2), tables=lambda: _tables(2))
+    assert problems == [
+        "metrics: tensorboard sink did not record round 2's tables: ValueError('no room for tables')"
+    ]
+    assert set(_scalar_steps(tmp_path / "tb" / CID, "win_rate")) == {2}
+
+
+def test_tables_off_or_no_sink_reads_nothing(tmp_path):
+    def never() -> RoundTables:
+        raise AssertionError("the tables were read")
+
+    assert log_round(_cfg(tmp_path), CID, 0, _row(0), tables=never) == []  # no sink
+    cfg = _cfg(
+        tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb"), "metrics.tables": False}
+    )
+    assert log_round(cfg, CID, 0, _row(0), tables=never) == []
+    assert text_tables(tmp_path / "tb" / CID, "designs") == {}
+    empty = RoundTables(0)  # a round with nothing to show: no table, no problem
+    assert log_round(_cfg(tmp_path, **{"metrics.tensorboard_dir": str(tmp_path / "tb2")}), CID, 0, _row(0), tables=lambda: empty) == []  # fmt: skip
+    assert text_tables(tmp_path / "tb2" / CID, "designs") == {}
+
+
+def test_a_stored_round_reaches_tensorboard_as_tables(tmp_path):
+    """What the campaign flow passes: the round's tables read from the store
+    (:func:`spade.pipeline.tracker.round_tables`), here a synthetic campaign's."""
+    from functools import partial
+
+    from spade.pipeline.tracker import round_tables
+    from spade.testing.synthetic import build_campaign
+
+    camp = build_campaign(tmp_path / "store", CID, rounds=1, environments=3, suites=False)
+    cfg = _cfg(
+        tmp_path,
+        **{"metrics.tensorboard_dir": str(tmp_path / "tb"), "metrics.rollout_samples": 5},
+    )
+    cs = campaign_store(cfg, CID)
+    tables = partial(round_tables, cs, 0, cfg.metrics.rollout_samples, cfg.seed)
+    assert log_round(cfg, CID, 0, summarize_round(cs, 0), tables=tables) == []
+    (designs,) = text_tables(tmp_path / "tb" / CID, "designs").values()
+    assert len(designs) - 1 == camp.expected[0]["attempts"]  # a row per attempt, and the header
+    verdicts = [dict(zip(DESIGN_COLUMNS, row, strict=True))["verdict"] for row in designs[1:]]
+    assert verdicts.count("accepted") == camp.expected[0]["accepted"]
+    (rollouts,) = text_tables(tmp_path / "tb" / CID, "rollouts").values()
+    assert len(rollouts) - 1 == 5
+
+
+def _scalar_steps(log_dir: Path, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(log_dir))
+    acc.Reload()
+    return [e.step for e in acc.Scalars(tag)]
