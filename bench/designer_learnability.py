@@ -252,8 +252,8 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--heldout", type=int, default=48)
     ap.add_argument("--eval-every", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=800)
-    # the agent's learning rate from bench/learnability.py --sweep (validation items): the
-    # demo's 2e-5 moves the weights too little in a few updates to measure anything
+    # bench/learnability.py's learning rate (LoRA's usual 1e-4 to 5e-4, chosen before any run
+    # there, not swept): the demo's 2e-5 moves the weights little in a dozen updates
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
