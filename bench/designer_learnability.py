@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from chain import publish_step  # bench/chain.py
 from designer_learnability_task import Prompt, fisher_exact, prompts, rates, results_path, reward
 from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
 from rich.console import Console
@@ -145,15 +146,6 @@ def train_step(cfg: Any, parent: str | None, attempts: list[Any], root: str) -> 
     return update, stats
 
 
-def publish_step(cfg: Any, step: int, uri: str) -> Any:
-    from spade.pipeline.context import RoundContext
-    from spade.pipeline.publish import publish
-    from spade.records import WeightsRef
-
-    weights = WeightsRef(f"u{step:04d}-designer", uri, "lora")
-    return asyncio.run(publish(RoundContext.open(cfg, CAMPAIGN, step), weights))
-
-
 def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Prompt],
               eval_at: set[int]) -> dict[str, Any]:  # fmt: skip
     from spade.records import BASE
@@ -172,7 +164,7 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
         design(cfg, weights, attempts, policy)
         update, stats = train_step(cfg, parent, attempts, root)
         parent = update.checkpoint
-        weights = publish_step(cfg, u, parent)
+        weights = publish_step(cfg, CAMPAIGN, u, "designer", parent)
         kept = {k: update.metrics.get(k) for k in STEP_METRICS}
         steps.append({"update": u, **stats, "seconds": time.perf_counter() - started, **kept})
         console.print(

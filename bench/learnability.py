@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chain import publish_step  # bench/chain.py
 from learnability_task import (
     LEVELS,
     Item,
@@ -139,15 +140,6 @@ def train_step(cfg: Any, parent: str | None, batch: list[Item], outs: list[Any],
     return update, stats
 
 
-def publish_step(cfg: Any, step: int, uri: str) -> Any:
-    from spade.pipeline.context import RoundContext
-    from spade.pipeline.publish import publish
-    from spade.records import WeightsRef
-
-    weights = WeightsRef(f"u{step:04d}-agent", uri, "lora")
-    return asyncio.run(publish(RoundContext.open(cfg, CAMPAIGN, step), weights))
-
-
 def calibrate(cfg: Any, args: argparse.Namespace) -> tuple[tuple[int, int], dict[str, float]]:
     from spade.records import BASE
 
@@ -177,7 +169,7 @@ def train_run(cfg: Any, args: argparse.Namespace, level: tuple[int, int], evalua
         outs = ask(cfg, weights, batch, args.samples, args.temperature, 1000 * u, args.max_tokens)
         update, stats = train_step(cfg, parent, batch, outs, root, args.samples)
         parent = update.checkpoint
-        weights = publish_step(cfg, u, parent)
+        weights = publish_step(cfg, CAMPAIGN, u, "agent", parent)
         m = update.metrics
         kept = {k: m.get(k) for k in STEP_METRICS}
         steps.append({"update": u, **stats, "seconds": time.perf_counter() - started, **kept})
