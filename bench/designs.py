@@ -64,6 +64,7 @@ from rich.table import Table
 from spade.config import CampaignConfig, load_config
 from spade.designer.corpus import Corpus
 from spade.designer.designer import design_batch, verify_design
+from spade.designer.followup import parent_code
 from spade.envs.examples import example_paths
 from spade.inference.factory import open_backend
 from spade.pipeline.state import seed_memory
@@ -152,7 +153,7 @@ def diff_from_parent(att: DesignAttempt, lines: int = 40) -> str:
     """``att``'s code as a unified diff from its parent's (the reference its prompt showed by
     the parent's name), at most ``lines`` lines; the head of the code when it has no parent."""
     code = att.code or ""
-    parent = next((r["code"] for r in att.references if r["name"] == att.parent_id), None)
+    parent = parent_code(att)
     if parent is None:
         return "\n".join(code.splitlines()[:lines])
     diff = difflib.unified_diff(
