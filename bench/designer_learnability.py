@@ -14,7 +14,8 @@ campaign's graded rejection reward (below 0) for the rest.
 
 1. **Training**: ``--updates`` steps of ``--prompts`` train prompts x ``--samples`` answers
    (16 per update by default), each prompt a train parent, one of its rule methods and a train
-   document.
+   document; each prompt's answers are centred on their own mean (``--centre prompt``, GRPO's
+   groups) or, as a round centres a designer's rewards, within each skill (``--centre skill``).
 2. **Held-out**: ``--heldout`` prompts of the held-out split (parents and documents never
    trained on), one answer each at the designer's temperature, with the base weights and after
    every ``--eval-every`` updates. The top-level ``p_value`` is the two-sided Fisher exact test
@@ -46,7 +47,15 @@ from pathlib import Path
 from typing import Any
 
 from chain import publish_step  # bench/chain.py
-from designer_learnability_task import Prompt, fisher_exact, prompts, rates, results_path, reward
+from designer_learnability_task import (
+    Prompt,
+    fisher_exact,
+    grouped,
+    prompts,
+    rates,
+    results_path,
+    reward,
+)
 from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
 from rich.console import Console
 from rich.table import Table
@@ -133,13 +142,16 @@ def evaluate(cfg: Any, weights: Any, heldout: list[Prompt], policy: Any) -> dict
     return {**rates(attempts), "outcomes": outcomes}
 
 
-def train_step(cfg: Any, parent: str | None, attempts: list[Any], root: str) -> tuple[Any, dict]:
-    """One GRPO update of the designer from ``parent`` on the verified attempts."""
+def train_step(
+    cfg: Any, parent: str | None, attempts: list[Any], root: str, centre: str
+) -> tuple[Any, dict]:
+    """One GRPO update of the designer from ``parent`` on the verified attempts, rewards centred
+    within each prompt's answers (``centre="prompt"``) or within each skill, as a round does."""
     from spade.training.run import designer_samples, update_from_parent
 
     measured = [a for a in attempts if not a.failed]  # an outage is no data (as in a round)
     rewards = [reward(a, cfg.scoring) for a in measured]
-    samples = designer_samples(cfg, measured, rewards)
+    samples = designer_samples(cfg, grouped(measured, centre), rewards)
     update = update_from_parent(cfg, "designer", parent, samples, root)
     kinds = Counter(a.failure_kind or "accepted" for a in measured)
     stats = {"reward": sum(rewards) / max(len(rewards), 1), **rates(attempts), "kinds": kinds}
@@ -162,7 +174,7 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
         batch = prompts(corpus, "train", args.prompts, args.seed, start=(u - 1) * args.prompts)
         attempts = attempts_for(cfg, batch, args.samples)
         design(cfg, weights, attempts, policy)
-        update, stats = train_step(cfg, parent, attempts, root)
+        update, stats = train_step(cfg, parent, attempts, root, args.centre)
         parent = update.checkpoint
         weights = publish_step(cfg, CAMPAIGN, u, "designer", parent)
         kept = {k: update.metrics.get(k) for k in STEP_METRICS}
@@ -241,6 +253,11 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--updates", type=int, default=12)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
+    # the defaults' run centred per skill (a round's estimator), which mixes a parent's clue and
+    # credit prompts in one group, and its training answers did not improve either (12 of the
+    # first 96 kept, 13 of the last 96): --prompts 2 --samples 8 --centre prompt (GRPO's
+    # groups) is the next run, not yet made (docs/results/designer_learnability.md)
+    ap.add_argument("--centre", choices=("prompt", "skill"), default="skill")
     ap.add_argument("--heldout", type=int, default=48)
     ap.add_argument("--eval-every", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=800)

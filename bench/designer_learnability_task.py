@@ -21,6 +21,7 @@ malformed answers and more designs kept among the well-formed ones.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -103,6 +104,18 @@ def reward(att: DesignAttempt, scoring: ScoringConfig) -> float:
     else:
         progress = float((att.verdict or {}).get("progress") or 0.0)
     return get_rejected_reward(scoring.rejected_reward)(kind, progress, scoring)
+
+
+def grouped(attempts: Sequence[DesignAttempt], centre: str) -> list[DesignAttempt]:
+    """``attempts`` as the trainer should group them: unchanged for ``"skill"`` (a round's
+    designer estimator centres within each skill), or each prompt's answers a group of their
+    own for ``"prompt"`` (GRPO's groups; the group a design sample is centred in is its
+    attempt's skill, so the copies carry the prompt's slot there)."""
+    if centre == "skill":
+        return list(attempts)
+    if centre != "prompt":
+        raise ValueError(f"centre must be 'prompt' or 'skill', not {centre!r}")
+    return [dataclasses.replace(a, skill=f"prompt{a.slot}") for a in attempts]
 
 
 def well_formed(att: DesignAttempt) -> bool:

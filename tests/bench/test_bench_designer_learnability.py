@@ -91,3 +91,26 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     assert math.isfinite(step["mismatch_kl"]) and -1.0 <= step["reward"] <= 1.0
     assert 0.0 <= data["p_value"] <= 1.0 and data["p_value"] == data["result"]["p_value"]
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_prompt_centring_puts_each_prompts_answers_in_a_group_of_their_own():
+    import dataclasses
+
+    from spade.training.advantages import designer_estimator
+    from spade.training.samples import assign_advantages, completion_sample
+
+    task = _task()
+    # one skill, two prompts (slots 0 and 1): prompt 0's answers score 1 and 0, prompt 1's 0, 0
+    answers = [dataclasses.replace(_attempt(k, None), slot=s) for s, k in [(0, 1), (0, 0), (1, 0), (1, 0)]]  # fmt: skip
+    rewards = [1.0, 0.0, 0.0, 0.0]
+    for centre, want in [("prompt", [0.5, -0.5, 0.0, 0.0]), ("skill", [0.75, -0.25, -0.25, -0.25])]:
+        grouped = task.grouped(answers, centre)
+        samples = [
+            completion_sample([1], [2], [-0.1], r, a.skill, unit=f"design{n}")
+            for n, (a, r) in enumerate(zip(grouped, rewards, strict=True))
+        ]
+        assign_advantages(samples, designer_estimator(True))
+        assert [s.advantage for s in samples] == want, centre
+    assert [a.skill for a in answers] == ["s"] * 4  # the attempts themselves are not changed
+    with pytest.raises(ValueError, match="centre"):
+        task.grouped(answers, "batch")
