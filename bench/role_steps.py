@@ -31,8 +31,8 @@ The batches. Completions are sampled once from the model at temperature 1 (the b
 log-probs are the model's own), an agent prompt and a designer prompt; each round draws from
 them. Agent: ``--envs`` environments x ``--plays`` plays with 0/1 returns, each environment's
 win rate uniform in [0, 1] (seeded), advantages z-scored per environment (groups whose plays
-all agree get 0, as in a campaign). Designer: the designer rewards of the README's 2-core demo
-rounds ("What a 2-core demo can and cannot show", the rule-directive rows: four designs a round
+all agree get 0, as in a campaign). Designer: the designer rewards of the 2-core demo
+rounds (docs/results/demo.md, the rule-directive rows: four designs a round
 in one skill, graded rejections), :data:`DEMO_DESIGN_ROUNDS`, scored by
 :func:`spade.scoring.rewards.raw_rewards` and centred by the campaign's code.
 
@@ -103,9 +103,9 @@ DESIGNER_PROMPT = (
     " self.target else 'lower'\n"
 )
 
-# The README's 2-core demo table, rule-directive rows (configs/demo-cpu.yaml: one skill a
-# round, two slots x two samples = four designs, graded rejections; progress within a tier,
-# which the table does not give, is set mid-tier). Valid designs: mean return and regret.
+# The 2-core demo table of docs/results/demo.md, rule-directive rows (configs/demo-cpu.yaml: one
+# skill a round, two slots x two samples = four designs, graded rejections; progress within a
+# tier, which the table does not give, is set mid-tier). Valid designs: mean return and regret.
 DEMO_DESIGN_ROUNDS: tuple[tuple[dict[str, Any], ...], ...] = (
     (  # seed 0, round 0: a polynomial_probe credit rule (its plays all scored 0), a clue that
         # tells nothing, a syntax error, a credit that wins every seed

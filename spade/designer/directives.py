@@ -7,7 +7,7 @@ guess or probe reveals; ``credit``: the partial score), which only parents that 
 offer. A rule method is a few lines whose signature and docstring say what it is for: the
 smallest answer that still changes the game, and one whose failure modes are few (the
 parent's parsing, win check and ``solution`` stay), where a rewritten ``play`` sank most small
-models' designs (README "Designs that pass").
+models' designs (docs/results/designs.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The verifier's ``feasibility`` replays ``solution()``, which reads the hidden state: it proves
 that the design can be won by code that sees everything, not that a player can win it from the
-observations. A cubic with three clues for four unknowns passed (README "Designs that pass").
+observations. A cubic with three clues for four unknowns passed (docs/designer.md).
 As the reference does for its tool-use environments (a solvability auditor, lenient on a
 missing verdict), the same model reads the design's code and judges whether the goal can be
 derived from what the agent is told; an accepted design judged unsolvable is rejected with the

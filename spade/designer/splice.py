@@ -1,8 +1,8 @@
 """The splice strategy: the model rewrites a few whole methods of a working parent, the harness
 splices them in (SWE-smith-style method-level mutation).
 
-Small models do not write or edit a whole environment module reliably (README "Designs that
-pass": cut-off answers, syntax, crashes on names they dropped), and asking for a smaller answer
+Small models do not write or edit a whole environment module reliably (docs/results/designs.md:
+cut-off answers, syntax, crashes on names they dropped), and asking for a smaller answer
 in words does not work: shown a whole game and told to answer with three methods, the 0.5B coder
 rewrote the whole class in 18 of 18 answers. So the answer's *shape* is enforced by how it is
 sampled: the answer starts prefilled with the fence and the first method's signature (prompt
