@@ -6,6 +6,7 @@ import typer
 
 from spade.cli.benchmark import benchmark
 from spade.cli.campaign import status, stop
+from spade.cli.config import config_app
 from spade.cli.dashboard import dashboard
 from spade.cli.doctor import doctor
 from spade.cli.env import env_app
@@ -24,6 +25,7 @@ app = typer.Typer(
 app.add_typer(env_app, name="env")
 app.add_typer(pool_app, name="pool")
 app.add_typer(infra_app, name="infra")
+app.add_typer(config_app, name="config")
 app.command("design")(design)
 app.command("evaluate")(evaluate)
 app.command("benchmark")(benchmark)
