@@ -40,12 +40,17 @@ from spade.storage import STAGES, ObjectStore
 
 REFRESH_S = 30.0
 TABS = ("Rounds", "Environments", "Held-out", "Memory")
+# The training charts, a row of three each, with the caption shown above them. (No bare string
+# at the top level of this script: Streamlit's "magic" writes it on the page, above the title.)
 TRAIN_CHARTS = (
     ("loss", "kl", "clip_fraction"),
     ("mismatch_kl", "mismatch_outside", "zero_variance_groups"),
 )
-"""The training charts, a row of three each: the update, then the sampler/trainer mismatch
-(k3 KL, share of ratios outside [0.5, 2]) and the share of groups without a gradient."""
+TRAIN_CAPTION = (
+    "Each role's update per round (agent_*, designer_*): the loss, the KL and the share of"
+    " clipped ratios; below, the sampler/trainer mismatch (k3 KL, share of ratios outside"
+    " [0.5, 2]) and the share of groups without a gradient."
+)
 
 
 def settings() -> tuple[str, str | None, dict[str, Any]]:
@@ -127,6 +132,7 @@ def rounds_tab(data: CampaignData, ov: Overview) -> None:
     suites = {r.round: {n: s.get("score") for n, s in r.heldout_suites.items()} for r in rs}
     show(st.container(), charts.lines(charts.per_round(suites), unit_range=True), "no suites")
     st.markdown("**Training (agent and designer updates)**")
+    st.caption(TRAIN_CAPTION)
     for row in TRAIN_CHARTS:
         for col, metric in zip(st.columns(len(row)), row, strict=True):
             col.caption(metric)

@@ -7,8 +7,10 @@ open tab runs, so each test opens its tab first (``open_tab``).
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -75,6 +77,33 @@ def test_rounds_tab_shows_the_campaign_numbers(camp, monkeypatch):
     assert table.loc[2, "accepted"] == camp.expected[2]["accepted"]
     suite = camp.expected[2]["heldout_suites"]["humaneval"]["score"]
     assert table.loc[2, "heldout_humaneval"] == pytest.approx(suite)
+
+
+def test_the_page_opens_with_the_title_and_captions_sit_by_their_charts(camp, monkeypatch):
+    at = run_app(monkeypatch, camp.root, "demo")
+    elements = [el for el in at.main if el.type not in ("main", "flex_container", "column")]
+    assert elements[0].type == "title" and elements[0].value == "Campaign demo"
+    # the training charts' explanation is under their heading, right before them
+    texts = [(el.type, getattr(el, "value", None)) for el in elements]
+    heading = texts.index(("markdown", "**Training (agent and designer updates)**"))
+    caption, first_chart_title, first_chart = texts[heading + 1 : heading + 4]
+    assert caption[0] == "caption" and "sampler/trainer mismatch" in caption[1]
+    assert first_chart_title == ("caption", "loss") and first_chart[0] == "vega_lite_chart"
+    # Streamlit's magic writes any bare string of the script's top level (or a function's,
+    # after its docstring) on the page: the script keeps none
+    tree = ast.parse(Path(APP).read_text(encoding="utf-8"))
+    bare = [
+        node.lineno
+        for holder in ast.walk(tree)
+        for part in ("body", "orelse", "finalbody")  # a lambda's or an if-else's body: no list
+        if isinstance(block := getattr(holder, part, None), list)
+        for i, node in enumerate(block)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        and not (part == "body" and i == 0
+                 and isinstance(holder, ast.Module | ast.FunctionDef | ast.ClassDef))
+    ]  # fmt: skip
+    assert not bare, f"dashboards/app.py: strings Streamlit would show, at lines {bare}"
 
 
 def test_gallery_shows_one_environment(camp, monkeypatch):
