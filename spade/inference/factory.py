@@ -91,7 +91,7 @@ def vllm_inference_config(inf: InferenceConfig) -> InferenceConfig:
     server answers to the name requests ask for (and keeps it across restarts on new weights).
 
     Raises:
-        ConfigError: ``vllm.extra_args`` already name the model differently.
+        ConfigError: ``inference.vllm.extra_args`` already name the model differently.
     """
     if not inf.served_model:
         return inf

@@ -294,7 +294,7 @@ def check_seed_dependence(ctx: Context) -> str:
     cfg, session = ctx.config, ctx.session
     if cfg.seed_probe_count == 0:
         ctx.seed_solutions = {cfg.seed: ctx.solution}
-        return "not checked (verify.seed_probe_count is 0)"
+        return "not checked (sandbox.verify.seed_probe_count is 0)"
     firsts: dict[int, str] = {}
     for seed in cfg.probe_seeds:
         firsts[seed], _ = session.reset(seed)

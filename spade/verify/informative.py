@@ -147,7 +147,7 @@ def check_informative(ctx: Context) -> str:
     cfg = ctx.config
     seeds = ", ".join(map(str, cfg.probe_seeds))
     if len(cfg.probe_seeds) < 2:
-        return "not checked (one probe seed: verify.seed_probe_count is 0)"
+        return "not checked (one probe seed: sandbox.verify.seed_probe_count is 0)"
     if len({tuple(s) for s in ctx.seed_solutions.values()}) == 1 and ctx.seed_solutions:
         # one solution wins every seed: no instance needs telling apart (only reached with
         # seed_dependence waived, since otherwise the first observations differ)

@@ -13,13 +13,13 @@ design's answer (``answer 3, -2, 5, 1``). It knows nothing of the hidden state a
 seed alike. The value is written as the design's answers are (the config seed's last solution
 move: ``\\boxed{...}`` or ``<answer>...</answer>``).
 
-A reader that wins within two moves on all ``verify.leak_seeds`` seeds but one in eight (7 of 8)
-leaks the answer, unless the design varies a parent (the most similar reference, at least
-:data:`~spade.verify.novelty.VARIANT_SIMILARITY` by source) that readers win too: the leak is
-then the parent's, not the design's. The bar is high on purpose: a fair multiple-choice game
-whose answer is one of k listed words is won by a positional reader on a seed with chance 1/k,
-so a reader that wins 7 seeds of 8 by luck is rare (k = 3: under 0.3% per reader), while a clue
-that prints the answer is read on every seed.
+A reader that wins within two moves on all ``sandbox.verify.leak_seeds`` seeds but one in eight
+(7 of 8) leaks the answer, unless the design varies a parent (the most similar reference, at least
+:data:`~spade.verify.novelty.VARIANT_SIMILARITY` by source) that readers win too: the leak is then
+the parent's, not the design's. The bar is high on purpose: a fair multiple-choice game whose answer
+is one of k listed words is won by a positional reader on a seed with chance 1/k, so a reader that
+wins 7 seeds of 8 by luck is rare (k = 3: under 0.3% per reader), while a clue that prints the
+answer is read on every seed.
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def check_leaks_answer(ctx: Context) -> str:
     cfg = ctx.config
     seeds = [(cfg.seed + i) % 2**32 for i in range(cfg.leak_seeds)]
     if not seeds:
-        return "not checked (verify.leak_seeds is 0)"
+        return "not checked (sandbox.verify.leak_seeds is 0)"
     assert ctx.info is not None
     info = ctx.info
 
