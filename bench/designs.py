@@ -11,10 +11,12 @@ seeded documents for every variant), and for each variant of the designer:
 - ``edit``: ACCEL-style editing of a whole parent from the same pool into a variant on the
   document;
 - ``edit-repair``: ``edit`` with one repair turn;
-- ``splice``: method-level mutation of a whole parent from the same pool under one seeded
-  rule-level directive (the answer prefilled with ``setup``'s signature, stopped at anything
-  else; the harness splices the methods into the parent; up to two follow-up requests ask for
-  an asked hook it left unwritten or a method it calls and never wrote);
+- ``splice``: method-level mutation of a whole parent from the same pool under one seeded rule-level
+  directive (the answer prefilled with the first asked method's signature, for ``clue`` and
+  ``credit`` its docstring too, and stopped at the closing fence, a module-level ``def`` or
+  ``class``, ``if __name__``, ``__init__`` and, for ``clue`` and ``credit``, the next method; the
+  harness splices the methods into the parent; up to two follow-up requests ask for an asked hook it
+  left unwritten or a method it calls and never wrote);
 - ``splice-once``: ``splice`` without follow-ups (the answer as first sampled);
 - ``splice-rules``: ``splice`` drawing only the rule directives (``clue``, ``credit``): the
   answer is one small rule method of the parent, its signature and docstring prefilled (a
