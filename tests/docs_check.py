@@ -215,8 +215,8 @@ def missing_paths(page: Path, text: str, root: Path) -> list[str]:
 
 
 def _test_under_tests(root: Path, path: str) -> bool:
-    """A test module named relative to tests/ (the README's tables of findings and the tests
-    that defeat them write `flows/test_results.py::test_x` for tests/flows/test_results.py)."""
+    """A test module named relative to tests/ (a page may write `flows/test_results.py::test_x`
+    for tests/flows/test_results.py)."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     return name.startswith("test_") and (root / "tests" / path).exists()
 
