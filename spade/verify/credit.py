@@ -2,22 +2,33 @@
 
 The 0.5B coder's rule splices of ``number_hunt`` passed every other check while scoring the
 farther guess higher (``distance / self.top``), or a closer guess 0: the solution still wins,
-random play still loses. This check plays the design's own moves and a few altered ones and
-asks three things of the returns (the last reward of a terminated play, else 0):
+random play still loses. The 1.5B coder's splice of ``polynomial_probe`` scored a submission
+lower the more coefficients it got right (``0.5 * (1 - right / 4)``, 0 for none right) and passed
+a near-against-far comparison, as one right still beat none. This check plays the design's own
+moves and a few altered ones and asks three things of the returns (the last reward of a
+terminated play, else 0):
 
 - no play ends below 0: partial credit is a share of the win, in [0, 1] (a product over
   guesses, a penalty sum, can leave it);
 - no play scores more than the solution's play: the designed way to win is the best way;
 - where the design varies a parent (a reference at least
-  :data:`~spade.verify.novelty.VARIANT_SIMILARITY` similar by source) whose credit rises as a
-  guess gets closer, the design's does not fall: on each probe seed the parent's solution with
-  its answer missed narrowly (the answer's last digit moved by one) and widely (every digit of it
-  moved by five) is played on both; a parent that scores the near miss higher defines
-  closeness, and a design that scores it lower on most of those seeds is perverse.
+  :data:`~spade.verify.novelty.VARIANT_SIMILARITY` similar by source), the design's credit does
+  not fall where the parent's rises as a guess gets closer. On each probe seed the parent's
+  solution is played, on both games, with its answer missed by each rung of a closeness
+  :func:`ladder`: the near miss (the last digit moved by one), the last k digits each moved by
+  five (k = 1 .. n - 1 for an answer of n digits, at most :data:`MIDDLE_RUNGS` of them, spaced),
+  and the far miss (every digit moved by five). The parent's returns order the rungs: for every
+  pair it scores strictly apart, the design must not score them strictly the other way. A seed
+  with such a reversed pair is a fall; a design that falls on most of the seeds where the parent
+  orders some pair is perverse. A flat rule (the same credit on every rung) never falls.
 
 A miss is a solution whose last move is altered and then repeated until the play ends (a
-guessing game ends when its guesses run out, and scores the closest guess then). A seed where
-the altered move still wins, or a move without digits, defines nothing and is left out.
+guessing game ends when its guesses run out, and scores the closest guess then). What defines
+nothing, precisely: an answer without digits gives no ladder; a rung whose play, on the parent
+or on the design, still wins or does not end has no credit to compare and is left out of that
+seed's pairs; a seed where the parent orders no pair of the rungs left, or where the parent's
+solution does not win the design (it hides another answer there, as the same game over another
+range does: the parent's misses would be unrelated guesses to it), is left out of the count.
 """
 
 from __future__ import annotations
@@ -62,33 +73,84 @@ def _play(session: JailedSession, seed: int, moves: Sequence[str], cfg: VerifyCo
     )
 
 
-MISSES = ((1, 1, "near"), (None, 5, "far"))
-"""(digits, shift, name) of the two misses: the answer's last digit moved by one, every digit
-moved by five."""
+MIDDLE_RUNGS = 6
+"""At most this many rungs between the near and the far miss. Each rung is one play per probe
+seed on the parent and one on the design, so an answer of many digits (twenty two-digit
+numbers) would cost forty plays a seed on each; six, spaced from one digit moved to all but one,
+keep the ladder spanning near to far (answers of up to seven digits get every k) at a bounded
+cost."""
+
+
+def _spaced(n: int) -> list[int]:
+    """The k of the middle rungs for an answer of ``n`` digits: 1 .. n - 1 (n itself is the far
+    miss), or :data:`MIDDLE_RUNGS` of them evenly spaced, 1 and n - 1 kept."""
+    if n - 1 <= MIDDLE_RUNGS:
+        return list(range(1, n))
+    step = (n - 2) / (MIDDLE_RUNGS - 1)  # > 1 here: the rounded ks are distinct
+    return [1 + round(i * step) for i in range(MIDDLE_RUNGS)]
+
+
+def ladder(answer: str) -> list[tuple[str, str]]:
+    """The misses of ``answer``, closest first, as (how it is missed, move): the near miss
+    (its last digit moved by one), its last k digits each moved by five (:func:`_spaced`), the
+    far miss (every digit moved by five) last; none when it has no digit. The parent's returns,
+    not this order, say which rung is closer (a 9 moved by one is a 0: farther than by five)."""
+    n = sum(ch.isdigit() for ch in answer)
+    if not n:
+        return []
+    middle = [
+        (f"its last {f'{k} digits' if k > 1 else 'digit'} moved by five", altered(answer, k, 5))
+        for k in _spaced(n)
+    ]
+    return [
+        ("its last digit moved by one (a near miss)", altered(answer, 1, 1)),
+        *middle,
+        ("every digit moved by five (a far miss)", altered(answer, None, 5)),
+    ]
 
 
 def miss_plays(
     session: JailedSession, seed: int, solution: Sequence[str], cfg: VerifyConfig
 ) -> list[tuple[str, Episode]]:
-    """The near and the far miss of ``solution`` on ``seed``, played, by name; none when the
-    answer (its last move) has no digit."""
-    if not solution or not any(ch.isdigit() for ch in solution[-1]):
+    """The near and the far miss of ``solution`` on ``seed``, played, by name ("near", "far");
+    none when the answer (its last move) has no digit."""
+    rungs = ladder(solution[-1]) if solution else []
+    if not rungs:
         return []
+    ends = (("near", rungs[0][1]), ("far", rungs[-1][1]))
+    return [(name, _play(session, seed, [*solution[:-1], move], cfg)) for name, move in ends]
+
+
+def ladder_returns(
+    session: JailedSession,
+    seed: int,
+    solution: Sequence[str],
+    cfg: VerifyConfig,
+    only: set[int] | None = None,
+) -> list[float | None]:
+    """The return of each rung of ``solution``'s answer's :func:`ladder` on ``seed`` (only the
+    rungs in ``only``, when given; the others None); None for a rung whose play still wins or
+    never ends: it has no credit to compare."""
+    rungs = ladder(solution[-1]) if solution else []
+    out: list[float | None] = []
+    for i, (_, move) in enumerate(rungs):
+        if only is not None and i not in only:
+            out.append(None)
+            continue
+        episode = _play(session, seed, [*solution[:-1], move], cfg)
+        void = not episode.ended or episode.succeeded(cfg.success_threshold)
+        out.append(None if void else episode.episode_return())
+    return out
+
+
+def _ordered(returns: Sequence[float | None]) -> list[tuple[int, int]]:
+    """The pairs of rungs (i, j) whose returns put i strictly above j."""
     return [
-        (name, _play(session, seed, [*solution[:-1], altered(solution[-1], digits, shift)], cfg))
-        for digits, shift, name in MISSES
+        (i, j)
+        for i, ri in enumerate(returns)
+        for j, rj in enumerate(returns)
+        if ri is not None and rj is not None and ri > rj + EPS
     ]
-
-
-def misses(
-    session: JailedSession, seed: int, solution: Sequence[str], cfg: VerifyConfig
-) -> tuple[float, float] | None:
-    """The returns of the near and the far miss of ``solution`` on ``seed``; None where they
-    define nothing (no digit in the answer, a miss that still wins or never ends)."""
-    plays = [episode for _, episode in miss_plays(session, seed, solution, cfg)]
-    if not plays or any(not e.ended or e.succeeded(cfg.success_threshold) for e in plays):
-        return None
-    return plays[0].episode_return(), plays[1].episode_return()
 
 
 def _solutions(session: JailedSession, seeds: Sequence[int]) -> dict[int, list[str]]:
@@ -144,26 +206,45 @@ def _check_closeness(ctx: Context) -> str:
         return note
     try:
         moves = _solutions(session, cfg.probe_seeds)
-        theirs = {s: misses(session, s, moves[s], cfg) for s in cfg.probe_seeds}
+        theirs = {s: ladder_returns(session, s, moves[s], cfg) for s in cfg.probe_seeds}
     except EnvFailure as exc:  # the parent broke: it defines nothing, and is not our failure
         return f"its parent {parent.name!r} failed ({exc.failure.kind})"
     finally:
         session.close()
-    defined = [s for s, r in theirs.items() if r is not None and r[0] > r[1] + EPS]
-    if not defined:
-        return f"{parent.name!r}, which it varies, does not score a near miss above a far one"
-    mine = {s: misses(ctx.session, s, moves[s], cfg) for s in defined}
-    falls = [s for s, r in mine.items() if r is not None and r[0] < r[1] - EPS]
-    if 2 * len(falls) > len(defined):
-        s = falls[0]
-        near, far = mine[s] or (0.0, 0.0)
-        pnear, pfar = theirs[s] or (0.0, 0.0)
+    orders = {s: pairs for s, r in theirs.items() if (pairs := _ordered(r))}
+    if not orders:
+        return f"{parent.name!r}, which it varies, scores no miss of its answer above another"
+    # The parent's misses are the design's only where the parent's answer wins the design: one
+    # that hides another answer on a seed (the same game over another range) would be played
+    # guesses unrelated to its answer, whose order means nothing.
+    won = cfg.success_threshold
+    orders = {
+        s: p for s, p in orders.items() if _play(ctx.session, s, moves[s], cfg).succeeded(won)
+    }
+    if not orders:
+        return f"the answers of {parent.name!r}, which it varies, do not win it: nothing to compare"
+    falls: dict[int, tuple[list[float | None], list[tuple[int, int]]]] = {}
+    for s, pairs in orders.items():  # the design plays only the rungs the parent orders
+        mine = ladder_returns(ctx.session, s, moves[s], cfg, {k for pair in pairs for k in pair})
+        mine_ordered = set(_ordered(mine))
+        if reversed_ := [(i, j) for i, j in pairs if (j, i) in mine_ordered]:
+            falls[s] = mine, reversed_
+    if 2 * len(falls) > len(orders):
+        s, (mine, reversed_) = next(iter(falls.items()))
+        # the pair the parent sets widest apart: the plainest case of the fall
+        i, j = max(reversed_, key=lambda p: (theirs[s][p[0]] or 0.0) - (theirs[s][p[1]] or 0.0))
+        rungs = ladder(moves[s][-1])
         raise _perverse(
-            f"credit falls as the guess gets closer on {len(falls)} of {len(defined)} seeds: on"
-            f" seed {s} a near miss of the answer {moves[s][-1]!r} scores {near:g}, a far miss"
-            f" {far:g}; {parent.name!r}, which it varies, scores them {pnear:g} and {pfar:g}"
+            f"credit falls as the guess gets closer on {len(falls)} of {len(orders)} seeds: on"
+            f" seed {s} the answer {moves[s][-1]!r} with {rungs[i][0]} ({rungs[i][1]!r}) scores"
+            f" {mine[i]:g}, with {rungs[j][0]} ({rungs[j][1]!r}) {mine[j]:g}; {parent.name!r},"
+            f" which it varies, scores them {theirs[s][i]:g} and {theirs[s][j]:g}"
         )
-    return f"a near miss scores at least a far one, as in {parent.name!r}, on {len(defined)} seeds"
+    kept = sum(len(pairs) for pairs in orders.values())
+    return (
+        f"no closer miss of the answer scores below a farther one, as {parent.name!r}, which it"
+        f" varies, orders them ({kept} pairs), on {len(orders) - len(falls)} of {len(orders)} seeds"
+    )
 
 
 def check_perverse_credit(ctx: Context) -> str:
