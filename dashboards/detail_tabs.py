@@ -86,9 +86,13 @@ def gallery_tab(data: CampaignData, ov: Overview) -> None:
         right.selectbox("Environment", list(by_id), format_func=lambda i: env_label(by_id[i]))
     ]
     detail = data.env_detail(which, env["env_id"])
-    items = [("win rate", "win_rate"), ("hinted", "hinted_win_rate"), ("regret", "regret")]
-    for col, (label, key) in zip(st.columns(4), [*items, ("reward", "reward")], strict=True):
-        col.metric(label, fmt(env.get(key)))
+    # the designer reward as the status table and the trackers show it: before centring (the
+    # score row's "reward" is the centred one, the advantage the update trained on)
+    raw = env.get("raw_reward", env.get("reward"))
+    values = [env.get("win_rate"), env.get("hinted_win_rate"), env.get("regret"), raw]
+    labels = ("win rate", "hinted", "regret", "designer reward")
+    for col, label, value in zip(st.columns(4), labels, values, strict=True):
+        col.metric(label, fmt(value))
     if not env.get("accepted"):
         st.error(rejection(env, detail))
     design(detail)
