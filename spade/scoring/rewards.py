@@ -88,16 +88,17 @@ class DesignOutcome:
         return self.win_rate, self.regret
 
 
-def plateau(win_rate: float, low: float = 0.4, high: float = 0.6, ramp: float = 0.25) -> float:
-    """1 on ``[low, high]``, falling linearly to 0 over ``ramp`` outside, 0 beyond.
+def plateau(x: float, low: float = 0.4, high: float = 0.6, ramp: float = 0.25) -> float:
+    """1 for ``x`` (the rewards pass a mean return: partial credit counts) on ``[low, high]``,
+    falling linearly to 0 over ``ramp`` outside, 0 beyond.
 
     So ``plateau(low - ramp) == plateau(high + ramp) == 0``.
     """
     if low > high or ramp <= 0:
         raise ValueError(f"plateau needs low <= high and ramp > 0, got {low}, {high}, {ramp}")
-    if low <= win_rate <= high:
+    if low <= x <= high:
         return 1.0
-    distance = low - win_rate if win_rate < low else win_rate - high
+    distance = low - x if x < low else x - high
     return max(0.0, 1.0 - distance / ramp)
 
 
@@ -140,8 +141,8 @@ DesignerReward = Callable[["DesignOutcome", "ScoringConfig", Mapping[str, float]
 """``(valid outcome, config, EMA by skill before this batch) -> reward``."""
 
 
-def _plateau_of(win: float, config: ScoringConfig) -> float:
-    return plateau(win, config.plateau_low, config.plateau_high, config.plateau_ramp)
+def _plateau_of(mean_return: float, config: ScoringConfig) -> float:
+    return plateau(mean_return, config.plateau_low, config.plateau_high, config.plateau_ramp)
 
 
 def _mean_return(o: DesignOutcome) -> float:
