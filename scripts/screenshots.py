@@ -19,7 +19,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,9 +50,7 @@ GALLERY_READY = '[data-testid="stCode"], [data-testid="stAlert"]'  # a design, o
 @contextlib.contextmanager
 def served(store: str, campaign: str, options: str | None, log: Path) -> Iterator[str]:
     """The URL of the dashboard of ``campaign`` in ``store``, served until the block ends."""
-    import httpx
-
-    from spade.cli.dashboard import READY_TIMEOUT_S, streamlit_command
+    from spade.cli.dashboard import streamlit_command, wait_ready
     from spade.processes import free_port, stop_process_group
 
     port = free_port()
@@ -64,20 +61,14 @@ def served(store: str, campaign: str, options: str | None, log: Path) -> Iterato
             cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:  # the server's whole process group goes, whatever happens here
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while True:
-                with contextlib.suppress(httpx.HTTPError):  # not listening yet
-                    if httpx.get(f"{url}/_stcore/health", timeout=2).text == "ok":
-                        break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"no dashboard at {url}:\n{log.read_text()[-3000:]}")
-                time.sleep(0.2)
+            if not wait_ready(proc, url):  # `spade dashboard`'s own health wait
+                raise SystemExit(f"no dashboard at {url}:\n{log.read_text()[-3000:]}")
             yield url
         finally:
             stop_process_group(proc)
 
 
-def wait_ready(page: Any, selector: str, timeout_s: float) -> None:
+def wait_drawn(page: Any, selector: str, timeout_s: float) -> None:
     """Wait until READY_JS holds for ``selector``; an exception on the page ends the script."""
     handle = page.wait_for_function(READY_JS, arg=selector, polling="raf", timeout=timeout_s * 1000)
     if handle.json_value() == "exception":
@@ -94,13 +85,13 @@ def shoot(url: str, campaign: str, out: Path, size: tuple[int, int], timeout_s: 
         page = browser.new_page(viewport={"width": size[0], "height": size[1]})
         page.goto(url)
         page.get_by_text(f"Campaign {campaign}", exact=True).wait_for(timeout=timeout_s * 1000)
-        wait_ready(page, ROUNDS_READY, timeout_s)
+        wait_drawn(page, ROUNDS_READY, timeout_s)
         page.screenshot(path=str(out / "dashboard-rounds.png"))
         page.get_by_role("tab", name="Environments").click()
-        wait_ready(page, GALLERY_READY, timeout_s)
+        wait_drawn(page, GALLERY_READY, timeout_s)
         # the gallery from its tabs down: the headline above it is the rounds page's already
         page.get_by_role("tablist").first.evaluate("(e) => e.scrollIntoView({block: 'start'})")
-        wait_ready(page, GALLERY_READY, timeout_s)
+        wait_drawn(page, GALLERY_READY, timeout_s)
         page.screenshot(path=str(out / "dashboard-gallery.png"))
 
 
