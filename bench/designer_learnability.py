@@ -21,6 +21,11 @@ campaign's graded rejection reward (below 0) for the rest.
    every ``--eval-every`` updates. The top-level ``p_value`` is the two-sided Fisher exact test
    of the last point's share of designs kept against the base's; the rise is split into
    well-formed answers (past parse, syntax, policy and contract) and designs kept among them.
+3. **How far each update moved**: ``training.measure_shift`` scores each update's batch again
+   with the new weights: KL from the weights before and the mean log-prob change per token of
+   the answers with a positive and a negative advantage (:mod:`spade.training.shift`), so a flat
+   curve can be told apart as "the weights barely moved" or "they moved, toward answers that
+   do not carry over".
 
 ``--quick`` is a smoke run on the shipped SmolLM2-135M. The defaults (Qwen2.5-Coder-0.5B, the
 demo's config) budget about 75 min on 2 cores. Benchmarks report; they do not assert. A table
@@ -65,7 +70,8 @@ sys.path.insert(0, str(ROOT))
 
 console = Console()
 CAMPAIGN = "designer-learnability"
-STEP_METRICS = ("mismatch_kl", "mismatch_outside", "zero_variance_groups", "loss", "grad_norm")
+STEP_METRICS = ("mismatch_kl", "mismatch_outside", "zero_variance_groups", "loss", "grad_norm",
+                "shift_kl", "shift_up", "shift_down")  # fmt: skip
 
 
 def build_config(args: argparse.Namespace, store: Path) -> Any:
@@ -84,6 +90,9 @@ def build_config(args: argparse.Namespace, store: Path) -> Any:
         "inference.backend": "llamacpp",
         "inference.llamacpp.parallel": 4,
         "run.train": True,
+        # how far each update moved the policy, and toward which answers (the learning-rate
+        # question a flat held-out curve asks): one more forward pass per update
+        "training.measure_shift": True,
     }
     return load_config(args.config, overrides=overrides)
 
@@ -182,7 +191,10 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
         console.print(
             f"update {u}: reward {stats['reward']:+.2f} kept {stats['kept']}/{stats['n']}"
             f" well formed {stats['well_formed']} flat {kept['zero_variance_groups'] or 0:.2f}"
-            f" mismatch {kept['mismatch_kl'] or 0:.4f} ({steps[-1]['seconds']:.0f} s)"
+            f" mismatch {kept['mismatch_kl'] or 0:.4f} moved KL {kept['shift_kl'] or 0:.4f}"
+            f" (advantage > 0 {kept['shift_up'] or 0:+.3f}, < 0 {kept['shift_down'] or 0:+.3f}"
+            " nats/token)"
+            f" ({steps[-1]['seconds']:.0f} s)"
         )
         if u in eval_at:
             points.append({"update": u, **evaluate(cfg, weights, heldout, policy)})
@@ -239,8 +251,10 @@ def plot(data: dict[str, Any], path: Path) -> None:
     ax[1].plot(us, [s["kept_share"] for s in steps], "x-", label="kept")
     ax[1].set(title="training answers", xlabel="update")
     ax[1].legend()
-    ax[2].plot(us, [s["mismatch_kl"] or 0.0 for s in steps])
-    ax[2].set(title="sampler/trainer k3 KL (nats/token)", xlabel="update")
+    ax[2].plot(us, [s["mismatch_kl"] or 0.0 for s in steps], label="sampler/trainer")
+    ax[2].plot(us, [s.get("shift_kl") or 0.0 for s in steps], label="update moved")
+    ax[2].set(title="k3 KL (nats/token)", xlabel="update")
+    ax[2].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

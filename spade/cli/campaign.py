@@ -210,7 +210,8 @@ def _paired(design: dict[str, Any]) -> str:
 
 def health_lines(rows: list[dict[str, Any]]) -> list[str]:
     """One line per training update: how far the sampler's log-probs were from the trainer's
-    (k3 KL, share of ratios outside [0.5, 2]) and the share of groups without a gradient."""
+    (k3 KL, share of ratios outside [0.5, 2]) and the share of groups without a gradient; a
+    second where the update measured how far it moved the policy (``training.measure_shift``)."""
     lines = []
     for row in rows:
         for role, h in (row.get("training_health") or {}).items():
@@ -222,6 +223,12 @@ def health_lines(rows: list[dict[str, Any]]) -> list[str]:
             )
             if said:
                 lines.append(f"round {row['round']}: {role} update: {said}")
+            if all(key in h for key in ("shift_kl", "shift_up", "shift_down")):
+                lines.append(
+                    f"round {row['round']}: {role} update moved the policy: KL"
+                    f" {h['shift_kl']:.4f}, log-prob per token {h['shift_up']:+.3f} where the"
+                    f" advantage > 0, {h['shift_down']:+.3f} where < 0"
+                )
     return lines
 
 

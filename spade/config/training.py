@@ -166,6 +166,14 @@ class TrainingConfig(Section):
         " updates per rollout batch, where the clipped ratio bounds the later ones; 1: one"
         " on-policy step, ratio 1).",
     )
+    measure_shift: bool = Field(
+        False,
+        description="After each update, score its batch again (one forward pass without"
+        " gradient, about a third of a step) and report how far the update moved the policy:"
+        " `shift_kl` (KL from the weights before, per trained token) and `shift_up` /"
+        " `shift_down` (mean log-prob change per token of the samples with a positive /"
+        " negative advantage; a working update raises the first and lowers the second).",
+    )
     designer_delay_steps: int = Field(
         2,
         ge=0,

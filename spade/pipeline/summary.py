@@ -115,11 +115,15 @@ HEALTH_METRICS = (
     "zero_variance_groups",
     "is_weight_mean",
     "dropped_samples",
+    "shift_kl",
+    "shift_up",
+    "shift_down",
 )
 """An update's health (``training_health``): the sampler/trainer mismatch (k3 KL and share of
 ratios outside [0.5, 2], :func:`spade.training.loss.mismatch_metrics`), the share of groups
-with no gradient, the mean truncated importance weight, and the replies dropped for want of
-token ids."""
+with no gradient, the mean truncated importance weight, the replies dropped for want of
+token ids and, with ``training.measure_shift``, how far the update moved the policy
+(:mod:`spade.training.shift`)."""
 
 
 def _training(outcome: dict[str, Any]) -> tuple[float | None, str | None]:

@@ -322,7 +322,7 @@ def update_from_parent(
     rank, world = trainer.engine.rank, trainer.engine.world_size
     device = trainer.engine.device
     _reset_peak(device)
-    metrics = trainer.step(shard(samples, rank, world)).to_dict()
+    metrics = {**trainer.step(shard(samples, rank, world)).to_dict(), **trainer.last_shift}
     for r, peak in enumerate(trainer.engine.gather(_peak(device))):  # rank 0 gets them all
         metrics[f"peak_memory_rank{r}"] = peak
     # of the whole batch, not a rank's shard: a group split across ranks is still one group

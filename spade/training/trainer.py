@@ -57,6 +57,7 @@ from spade.training.engines import make_engine
 from spade.training.loss import LossOutput, policy_loss
 from spade.training.samples import Batch, TrainSample, collate, micro_batches
 from spade.training.scoring import enable_activation_checkpointing, token_logprobs
+from spade.training.shift import SUM_KEYS, shift_metrics, shift_sums
 from spade.training.trainer_state import TrainerState
 from spade.training.weights import wrap_lora
 
@@ -171,13 +172,15 @@ class GRPOTrainer(TrainerState):
             ref_model.to(self.engine.device).eval().requires_grad_(False)
         self.global_step = 0  # optimizer steps taken
         self.last_updates: list[StepMetrics] = []  # each update of the latest step()
+        self.last_shift: dict[str, float] = {}  # the latest step()'s, with measure_shift
 
     # ---------------------------------------------------------------------------------- step
 
     def step(self, samples: Sequence[TrainSample]) -> StepMetrics:
         """``updates_per_batch`` optimizer steps on ``samples`` (this rank's shard); see the
         module docstring. Returns the batch's metrics; each update's are in
-        :attr:`last_updates`."""
+        :attr:`last_updates`; with ``measure_shift``, how far they moved the policy is in
+        :attr:`last_shift` (:mod:`spade.training.shift`)."""
         started = time.perf_counter()
         if any(s.advantage is None for s in samples):
             raise ValueError("every sample needs an advantage: call assign_advantages first")
@@ -187,12 +190,14 @@ class GRPOTrainer(TrainerState):
             on_policy=len(plans) == 1,
         )
         updates, at = [], 0
+        kept: list[torch.Tensor] | None = [] if self.config.measure_shift else None
         for plan in plans:  # pi_old stays the weights before the first update
             n = len(plan.batches)
             old_part = old[at : at + n] if old is not None else None
-            updates.append(self._update(plan, old_part, ref[at : at + n] if ref else None))
+            updates.append(self._update(plan, old_part, ref[at : at + n] if ref else None, kept))
             at += n
         self.last_updates = updates
+        self.last_shift = self._shift(plans, kept) if kept is not None else {}
         return self._summary(updates, started)
 
     def _split(self, samples: Sequence[TrainSample]) -> list[Sequence[TrainSample]]:
@@ -230,11 +235,16 @@ class GRPOTrainer(TrainerState):
         return _Plan(batches, chunks, denoms, total, len(samples))
 
     def _update(
-        self, plan: _Plan, old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None
+        self,
+        plan: _Plan,
+        old: list[torch.Tensor] | None,
+        ref: list[torch.Tensor] | None,
+        kept: list[torch.Tensor] | None = None,
     ) -> StepMetrics:
         """Forward and backward over the plan's micro-batches, then one optimizer step.
 
-        ``old`` None: one on-policy update, pi_old is the forward's own log-probs, detached."""
+        ``old`` None: one on-policy update, pi_old is the forward's own log-probs, detached.
+        ``kept``: each micro-batch's pi_old is appended to it (for :meth:`_shift`)."""
         started = time.perf_counter()
         n_micro = len(plan.batches)
         self.engine.module.train()
@@ -252,6 +262,8 @@ class GRPOTrainer(TrainerState):
                     chunks=plan.chunks[i],
                 )
             pi_old = lp.detach() if old is None else old[i]
+            if kept is not None:
+                kept.append(pi_old)
             out = self._loss(lp, pi_old, ref[i] if ref is not None else None, batch)
             self.engine.backward(out.loss * (share * self.engine.world_size))
             if share > 0.0:  # else a padding micro-batch: it only keeps the ranks in step
@@ -259,6 +271,22 @@ class GRPOTrainer(TrainerState):
         grad_norm = self.engine.finish_step()
         self.global_step += 1
         return self._metrics(sums, grad_norm, n_micro, started)
+
+    def _shift(self, plans: list[_Plan], olds: list[torch.Tensor]) -> dict[str, float]:
+        """The batch scored again with the updated weights, against pi_old (``olds``, one per
+        micro-batch of ``plans`` in order): :func:`spade.training.shift.shift_metrics`, summed
+        over the ranks (collective: every rank scores as many micro-batches)."""
+        module, sums, t = self.engine.module, dict.fromkeys(SUM_KEYS, 0.0), self.temperature
+        micro = [m for p in plans for m in zip(p.batches, p.chunks, p.denoms, strict=True)]
+        module.eval()  # as pi_old's own pass (no dropout noise)
+        with torch.no_grad(), self.engine.autocast():
+            for (batch, chunks, denom), old in zip(micro, olds, strict=True):
+                new = token_logprobs(module, batch, temperature=t, chunks=chunks)[0]
+                if denom > 0:  # else a padding micro-batch, scored to keep the ranks in step
+                    part = shift_sums(old, new, batch["advantages"], batch["loss_mask"])
+                    sums = {k: sums[k] + part[k] for k in SUM_KEYS}
+        totals = self.engine.sum_across_ranks([sums[k] for k in SUM_KEYS])
+        return shift_metrics(dict(zip(SUM_KEYS, totals, strict=True)))
 
     def _summary(self, updates: list[StepMetrics], started: float) -> StepMetrics:
         """The batch's metrics (see :class:`StepMetrics`), timed from ``started``."""

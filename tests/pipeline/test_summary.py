@@ -177,7 +177,8 @@ def test_each_update_reports_the_sampler_mismatch_and_the_groups_without_gradien
     cs = campaign_store(cfg, "c")
     metrics = {"loss": 0.1, "mismatch_kl": 0.0123, "mismatch_outside": 0.015,
                "zero_variance_groups": 0.5, "is_weight_mean": 0.99,
-               "dropped_samples": 2}  # fmt: skip
+               "dropped_samples": 2, "shift_kl": 0.0021, "shift_up": 0.0125,
+               "shift_down": -0.004}  # fmt: skip
     agent = {"metrics": metrics}
     designer = {"metrics": None, "skipped": "no designs this round"}
     for role, outcome in (("agent", agent), ("designer", designer)):
@@ -187,7 +188,9 @@ def test_each_update_reports_the_sampler_mismatch_and_the_groups_without_gradien
     assert row["training_health"] == {"agent": {k: v for k, v in metrics.items() if k != "loss"}}
     assert health_lines([row]) == [
         "round 0: agent update: sampler KL 0.0123, ratios outside [0.5, 2] 1.5%,"
-        " groups without gradient 50%, 2 replies dropped (no token ids)"
+        " groups without gradient 50%, 2 replies dropped (no token ids)",
+        "round 0: agent update moved the policy: KL 0.0021, log-prob per token +0.013 where the"
+        " advantage > 0, -0.004 where < 0",
     ]
 
 

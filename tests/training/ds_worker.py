@@ -35,11 +35,13 @@ def shard(samples: list[TrainSample], rank: int, world: int) -> list[TrainSample
 
 def one_step(budget: int) -> tuple[GRPOTrainer, dict[str, float | int]]:
     """A fresh ZeRO-2 trainer (seeded tiny Llama) after one step on this rank's shard."""
-    config = TrainingConfig(engine="deepspeed", lr=LR, micro_batch_tokens=budget)
+    config = TrainingConfig(
+        engine="deepspeed", lr=LR, micro_batch_tokens=budget, measure_shift=True
+    )
     trainer = GRPOTrainer(tiny_llama(), PAD, config)
     rank, world = trainer.engine.rank, trainer.engine.world_size
     metrics = trainer.step(shard(varied_samples(n=GLOBAL_BATCH), rank, world))
-    return trainer, metrics.to_dict()
+    return trainer, {**metrics.to_dict(), **trainer.last_shift}
 
 
 def main(out: Path, budget: int) -> None:

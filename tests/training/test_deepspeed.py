@@ -162,6 +162,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+SHIFT = ("shift_kl", "shift_up", "shift_down")
+
+
 def test_two_processes_give_the_one_process_step(tmp_path):
     """torchrun, 2 ranks x half the batch == 1 rank x the whole batch == the step written out
     by hand (loss, gradient norm, new weights), each to what float32 guarantees: the ranks sum
@@ -186,6 +189,10 @@ def test_two_processes_give_the_one_process_step(tmp_path):
 
     assert two["world_size"] == 2 and one["samples"] == two["samples"] == 8
     assert one["tokens"] == two["tokens"] and one["trained_tokens"] == two["trained_tokens"]
+    # how far the step moved the policy, summed over the ranks' shards (padding left out)
+    print("\n1 vs 2 processes, moved:", *(f"{k} {one[k]:.8f}/{two[k]:.8f}" for k in SHIFT))
+    for key in SHIFT:
+        assert two[key] == pytest.approx(one[key], rel=1e-3), key  # measured: 2e-7
     print(f"\n1 vs 2 processes: loss {one['loss']:.10f} vs {two['loss']:.10f}, "
           f"grad norm {one['grad_norm']:.8f} vs {two['grad_norm']:.8f}")  # fmt: skip
     loss, grads = on_policy_step(whole)  # the step both must take, written out by hand

@@ -129,3 +129,25 @@ def test_agent_samples_train_on_the_matched_environments_only():
     cfg = CampaignConfig.model_validate({"training": {"agent_envs_per_update": 1}})
     assert {s.group for s in agent_samples(cfg, plays)} == {"spread"}
     assert {s.group for s in agent_samples(CampaignConfig(), plays)} == {"flat", "spread"}
+
+
+def test_an_update_measuring_its_shift_reports_it_with_its_metrics(tmp_path):
+    """``training.measure_shift``: the update's metrics (what the stage stores and ``spade
+    status`` reads) carry how far it moved the policy; without it they carry nothing of it."""
+    from spade.testing.scripted_designer import write_tiny_policy
+    from spade.training.run import train_once
+
+    policy = write_tiny_policy(tmp_path / "policy")
+    for measure in (True, False):
+        cfg = CampaignConfig.model_validate(
+            {
+                "model": {"name_or_path": str(policy), "device": "cpu"},
+                "storage": {"root": str(tmp_path / f"store-{measure}")},
+                "training": {"lr": 1e-3, "measure_shift": measure},
+            }
+        )
+        metrics = train_once(cfg, "designer", _scored_attempts(tmp_path)).metrics
+        shift = {k for k in metrics if k.startswith("shift_")}
+        # (the four answers are the same tokens, so their advantages cancel: what the figures
+        # are is tests/training/test_shift.py's business)
+        assert shift == ({"shift_kl", "shift_up", "shift_down"} if measure else set())
