@@ -383,7 +383,7 @@ def _memory_record(a: dict[str, Any], ev: dict[str, Any], rnd: int) -> dict[str,
 
 
 def _metrics(rnd: int, role: str, rng: random.Random) -> dict[str, float | int]:
-    """:class:`spade.training.trainer.StepMetrics` fields, values rounded to 4 places."""
+    """:class:`spade.training.step_metrics.StepMetrics` fields, values rounded to 4 places."""
     base = 1.0 if role == "agent" else 0.6
     return {
         "step": rnd + 1, "loss": round(base / (rnd + 1) + rng.random() / 100, 4),
