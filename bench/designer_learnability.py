@@ -32,8 +32,11 @@ demo's config) budget about 75 min on 2 cores. Benchmarks report; they do not as
 prints, JSON goes to ``--out`` (default bench/results/designer_learnability.json) and the figure
 beside it (``.png``).
 
+``--heldout 0`` is a training-side run: no held-out point and no p-value, only the updates
+(the training answers and how far each moved the policy), e.g. to compare learning rates.
+
 Usage: ``.venv/bin/python bench/designer_learnability.py [--quick] [--updates N] [--lr X]
-[--seed S] [--out PATH]``
+[--heldout N] [--seed S] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -174,9 +177,10 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
 
     policy = load_policy(cfg.sandbox.policy_path)
     root = str(Path(cfg.storage.root) / "checkpoints")
-    weights, parent = BASE, None
-    points = [{"update": 0, **evaluate(cfg, BASE, heldout, policy)}]
-    console.print(f"update 0: held-out kept {points[0]['kept']}/{points[0]['n']}")
+    weights, parent, points = BASE, None, []
+    if heldout:  # else a training-side run (--heldout 0): the updates and how far they moved
+        points.append({"update": 0, **evaluate(cfg, BASE, heldout, policy)})
+        console.print(f"update 0: held-out kept {points[0]['kept']}/{points[0]['n']}")
     steps = []
     for u in range(1, args.updates + 1):
         started = time.perf_counter()
@@ -196,7 +200,7 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
             " nats/token)"
             f" ({steps[-1]['seconds']:.0f} s)"
         )
-        if u in eval_at:
+        if u in eval_at and heldout:
             points.append({"update": u, **evaluate(cfg, weights, heldout, policy)})
             console.print(f"update {u}: held-out kept {points[-1]['kept']}/{points[-1]['n']}")
     return {"points": points, "steps": steps}
@@ -241,11 +245,15 @@ def plot(data: dict[str, Any], path: Path) -> None:
 
     points, steps = data["points"], data["steps"]
     fig, ax = plt.subplots(1, 3, figsize=(14, 4))
-    xs = [p["update"] for p in points]
-    ax[0].plot(xs, [p["kept_share"] for p in points], "o-", label="kept")
-    ax[0].plot(xs, [p["well_formed_share"] for p in points], "s--", label="well formed")
-    ax[0].set(title=f"held-out ({points[0]['n']} prompts)", xlabel="update", ylim=(-0.05, 1.05))
-    ax[0].legend()
+    if points:
+        xs = [p["update"] for p in points]
+        ax[0].plot(xs, [p["kept_share"] for p in points], "o-", label="kept")
+        ax[0].plot(xs, [p["well_formed_share"] for p in points], "s--", label="well formed")
+        title = f"held-out ({points[0]['n']} prompts)"
+        ax[0].set(title=title, xlabel="update", ylim=(-0.05, 1.05))
+        ax[0].legend()
+    else:  # a training-side run (--heldout 0)
+        ax[0].set_axis_off()
     us = [s["update"] for s in steps]
     ax[1].plot(us, [s["reward"] for s in steps], ".-", label="mean reward")
     ax[1].plot(us, [s["kept_share"] for s in steps], "x-", label="kept")
@@ -273,6 +281,7 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--centre", choices=("prompt", "skill"), default="prompt")
+    # 0: no held-out point (no p-value): the training answers and how far each update moved
     ap.add_argument("--heldout", type=int, default=48)
     ap.add_argument("--eval-every", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=800)
@@ -286,7 +295,7 @@ def arguments() -> argparse.Namespace:
     args = ap.parse_args()
     if args.quick:
         args.model, args.updates, args.prompts, args.samples = "smollm2-135m-instruct", 1, 2, 2
-        args.heldout, args.eval_every, args.max_tokens = 2, 1, 64
+        args.heldout, args.eval_every, args.max_tokens = min(args.heldout, 2), 1, 64
     return args
 
 
@@ -308,9 +317,10 @@ def main() -> None:
                                     "settings": settings}  # fmt: skip
             eval_at = set(range(args.eval_every, args.updates + 1, args.eval_every))
             data |= train_run(cfg, args, corpus, heldout, eval_at | {args.updates})
-            data["result"] = summary(data["points"])
-            data["p_value"] = data["result"]["p_value"]
-            print_table(data["points"], data["result"])
+            if data["points"]:
+                data["result"] = summary(data["points"])
+                data["p_value"] = data["result"]["p_value"]
+                print_table(data["points"], data["result"])
         finally:
             asyncio.run(close_shared_backends())
     data["minutes"] = (time.perf_counter() - started) / 60

@@ -36,9 +36,10 @@ DeepSpeed specifics:
 - **Compiled ops.** DeepSpeed JIT-compiles C++ ops on first use: its CPU communicator
   (``deepspeed_shm_comm``, loaded at every process-group start on CPU; ~50-75 s to build on 2
   cores) and, when used, ``fused_adam`` (~85 s) / ``cpu_adam`` (~135 s). They are cached under
-  ``TORCH_EXTENSIONS_DIR``, which is set to ``$SPADE_CACHE/torch_extensions`` (default
-  ``~/.cache/spade/torch_extensions``) unless already set, so only the first run on a machine
-  pays for them; ``scripts/bootstrap.sh`` builds the communicator there ahead of time.
+  ``TORCH_EXTENSIONS_DIR``, which is set to ``$SPADE_CACHE/torch_extensions/<environment>``
+  (default ``~/.cache/spade/...``; one folder per Python environment, see
+  :func:`extensions_dir`) unless already set, so only the first run of an environment pays for
+  them; ``scripts/bootstrap.sh`` builds the communicator there ahead of time.
 - **Autocast.** DeepSpeed's engine forward turns an outer ``torch.autocast`` off unless its
   config has a ``torch_autocast`` section (``deepspeed/runtime/torch_autocast.py``; it asks
   ``torch.is_autocast_enabled()``, CUDA's state, so only a GPU run shows it). With fp32 masters
@@ -63,8 +64,10 @@ DeepSpeed specifics:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from datetime import timedelta
@@ -85,6 +88,7 @@ __all__ = [
     "TorchEngine",
     "deepspeed_config",
     "ensure_extensions_dir",
+    "extensions_dir",
     "make_engine",
 ]
 
@@ -251,12 +255,27 @@ def deepspeed_arch_list(value: str) -> str:
     return "".join(re.sub(r"^(\d+\.\d+)[a-z]+", r"\1", part) for part in parts)
 
 
+def extensions_dir() -> Path:
+    """``TORCH_EXTENSIONS_DIR`` if set, else ``$SPADE_CACHE/torch_extensions/<environment>``.
+
+    One folder per Python environment (its resolved ``sys.prefix``, hashed): two checkouts'
+    environments on one machine build the same op with different include paths, and in one
+    shared folder each rebuilt what the other had just built (ninja sees a changed build file),
+    while the other's ranks waited on the build lock (two ``make test`` side by side timed out
+    their DeepSpeed tests that way)."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    cache = Path(os.environ.get("SPADE_CACHE") or "~/.cache/spade").expanduser()
+    prefix = os.path.realpath(sys.prefix)
+    key = hashlib.sha256(prefix.encode()).hexdigest()[:12]
+    return cache / "torch_extensions" / f"{Path(prefix).name.lstrip('.')}-{key}"
+
+
 def ensure_extensions_dir() -> Path:
-    """``TORCH_EXTENSIONS_DIR``, defaulted to ``$SPADE_CACHE/torch_extensions``; created."""
-    if not os.environ.get("TORCH_EXTENSIONS_DIR"):
-        cache = Path(os.environ.get("SPADE_CACHE") or "~/.cache/spade").expanduser()
-        os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "torch_extensions")
-    path = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    """:func:`extensions_dir`, created and set as ``TORCH_EXTENSIONS_DIR`` (where DeepSpeed's
+    JIT builds go; launched ranks inherit it)."""
+    path = extensions_dir()
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

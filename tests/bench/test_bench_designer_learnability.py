@@ -89,7 +89,20 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     step = steps[0]
     assert step["n"] == data["settings"]["prompts"] * data["settings"]["samples"]
     assert math.isfinite(step["mismatch_kl"]) and -1.0 <= step["reward"] <= 1.0
+    assert step["shift_kl"] >= 0.0 and math.isfinite(step["shift_up"] + step["shift_down"])
     assert 0.0 <= data["p_value"] <= 1.0 and data["p_value"] == data["result"]["p_value"]
+    assert out.with_suffix(".png").stat().st_size > 0
+
+
+@pytest.mark.slow  # ~1 min: one update, no held-out answers
+@pytest.mark.sandbox
+def test_a_training_side_run_has_no_held_out_point_and_no_p_value(
+    tmp_path: Path, smol_env: Path
+) -> None:
+    out = tmp_path / "designer_learnability.json"
+    data = run_bench("designer_learnability.py", "--quick", "--heldout", "0", out=out, timeout=900)
+    assert data["points"] == [] and "p_value" not in data and "result" not in data
+    assert [s["update"] for s in data["steps"]] == [1] and data["steps"][0]["shift_kl"] >= 0.0
     assert out.with_suffix(".png").stat().st_size > 0
 
 

@@ -175,15 +175,14 @@ def _environment(tmp_path: Path, private_tmp: Path) -> dict[str, str]:
     private TMPDIR, a private SPADE_CACHE (where the publish stage stages the weights it
     serves) with DeepSpeed's compiled ops kept where they were built."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    default_cache = Path(os.environ.get("SPADE_CACHE") or "~/.cache/spade").expanduser()
+    from spade.training.engines import extensions_dir  # this environment's, where they were built
+
     return env | {
         "PREFECT_HOME": str(tmp_path / "prefect"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "TMPDIR": str(private_tmp),
         "SPADE_CACHE": str(tmp_path / "cache"),
-        "TORCH_EXTENSIONS_DIR": os.environ.get(
-            "TORCH_EXTENSIONS_DIR", str(default_cache / "torch_extensions")
-        ),
+        "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
         "HF_HUB_OFFLINE": "1",
     }
 

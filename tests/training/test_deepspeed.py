@@ -1,7 +1,7 @@
 """GRPOTrainer on DeepSpeed ZeRO, on CPU with gloo: learning signal, resume, and 2 ranks = 1.
 
 DeepSpeed's CPU communicator op is compiled once (~1 min here) under ``TORCH_EXTENSIONS_DIR``
-(default ``~/.cache/spade/torch_extensions``), by ``scripts/bootstrap.sh`` before the tests run
+(default ``~/.cache/spade/torch_extensions/<environment>``), by ``scripts/bootstrap.sh`` before the tests run
 (else by the first test); loading it takes well under a second. The in-process tests share one
 single-rank process group.
 """
@@ -69,6 +69,27 @@ def test_config_choices_on_cpu():
     assert bf16["torch_autocast"]["enabled"] and bf16["torch_autocast"]["dtype"] == "bfloat16"
     with pytest.raises(ConfigError, match="zero_stage 3"):
         deepspeed_config(_ds(2, deepspeed={"offload_params": True}), 1e-6, on_cpu=True)
+
+
+def test_each_python_environment_builds_its_ops_in_a_folder_of_its_own(monkeypatch, tmp_path):
+    """Two checkouts' environments on one machine (two ``make test`` side by side) each keep
+    their own build of an op: in one shared folder each rebuilt the other's, while the other's
+    ranks waited on the build lock past their tests' timeout."""
+    from spade.training import engines
+
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setenv("SPADE_CACHE", str(tmp_path))
+    folders = {}
+    for checkout in ("a", "b", "a"):
+        monkeypatch.setattr(sys, "prefix", str(tmp_path / checkout / ".venv"))
+        folders.setdefault(checkout, set()).add(engines.extensions_dir())
+    assert all(len(found) == 1 for found in folders.values())  # stable for an environment
+    (a,), (b,) = folders["a"], folders["b"]
+    assert a != b and a.parent == b.parent == tmp_path / "torch_extensions"
+    assert engines.ensure_extensions_dir() == a and a.is_dir()  # the last prefix set: a's
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == str(a)  # what launched ranks inherit
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "mine"))
+    assert engines.extensions_dir() == tmp_path / "mine"  # a folder set by the user wins
 
 
 def test_zero2_learns_the_rewarded_completion():
