@@ -75,6 +75,7 @@ def test_fisher_exact_is_the_two_sided_hypergeometric_test():
 
 @pytest.mark.slow  # ~2 min: a real update of SmolLM2 on verified splice answers, published
 @pytest.mark.sandbox
+@pytest.mark.timeout(900)  # the bench's own limit: beside two `make test` it took 8-10 min
 def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompts(
     tmp_path: Path, smol_env: Path
 ) -> None:
@@ -96,6 +97,7 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
 
 @pytest.mark.slow  # ~1 min: one update, no held-out answers
 @pytest.mark.sandbox
+@pytest.mark.timeout(900)  # the bench's own limit (see above)
 def test_a_training_side_run_has_no_held_out_point_and_no_p_value(
     tmp_path: Path, smol_env: Path
 ) -> None:
