@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from spade.training.loss import kl_k3
+
 SUM_KEYS = ("tokens", "kl", "up_tokens", "up", "down_tokens", "down")
 """The keys of :func:`shift_sums`, in the order the trainer sums them across ranks."""
 
@@ -46,9 +48,11 @@ def shift_sums(old: Tensor, new: Tensor, advantages: Tensor, mask: Tensor) -> di
     if advantages.shape != old.shape[:1]:
         raise ValueError(f"advantages {tuple(advantages.shape)} must be ({old.shape[0]},)")
     m = mask > 0
+    zero = torch.zeros((), dtype=torch.float64)
     # double: the k3 term of a small gap is a difference of nearly equal numbers
-    gap = torch.where(m, new.double() - old.double(), torch.zeros((), dtype=torch.float64))
-    k3 = torch.where(m, torch.exp(gap) - 1.0 - gap, torch.zeros((), dtype=torch.float64))
+    old, new = old.double(), new.double()
+    gap = torch.where(m, new - old, zero)
+    k3 = torch.where(m, kl_k3(old, new), zero)  # the loss's own k3, KL(old || new)
     up = m & (advantages > 0).unsqueeze(1)
     down = m & (advantages < 0).unsqueeze(1)
     return {
