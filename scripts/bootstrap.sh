@@ -98,10 +98,10 @@ fi
 
 # DeepSpeed JIT-compiles its CPU communication op (deepspeed_shm_comm) at every process-group
 # start on CPU (~1 min on 2 cores); build it once into the cache the trainer uses, a folder of
-# this environment's own (spade.training.engines.extensions_dir), so tests never compile and a
+# this environment's own (spade.training.extensions.extensions_dir), so tests never compile and a
 # CI cache of ~/.cache/spade keeps it. DeepSpeed's own build_shm_op builds exactly what it will
 # load (nothing on GPU machines). The stamp holds the torch/DeepSpeed pins the build was made with.
-ext_dir=$(.venv/bin/python -c 'from spade.training.engines import extensions_dir; print(extensions_dir())')
+ext_dir=$(.venv/bin/python -c 'from spade.training.extensions import extensions_dir; print(extensions_dir())')
 ext_stamp=$ext_dir/.spade-prebuilt
 ext_want=$({ grep -E '^(torch|deepspeed)==' constraints.txt || true; } | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$ext_stamp" 2>/dev/null)" != "$ext_want" ]; then

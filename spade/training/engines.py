@@ -38,8 +38,9 @@ DeepSpeed specifics:
   cores) and, when used, ``fused_adam`` (~85 s) / ``cpu_adam`` (~135 s). They are cached under
   ``TORCH_EXTENSIONS_DIR``, which is set to ``$SPADE_CACHE/torch_extensions/<environment>``
   (default ``~/.cache/spade/...``; one folder per Python environment, see
-  :func:`extensions_dir`) unless already set, so only the first run of an environment pays for
-  them; ``scripts/bootstrap.sh`` builds the communicator there ahead of time.
+  :mod:`spade.training.extensions`) unless already set, so only the first run of an
+  environment pays for them; ``scripts/bootstrap.sh`` builds the communicator there ahead of
+  time.
 - **Autocast.** DeepSpeed's engine forward turns an outer ``torch.autocast`` off unless its
   config has a ``torch_autocast`` section (``deepspeed/runtime/torch_autocast.py``; it asks
   ``torch.is_autocast_enabled()``, CUDA's state, so only a GPU run shows it). With fp32 masters
@@ -64,14 +65,11 @@ DeepSpeed specifics:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,6 +78,7 @@ from torch import nn
 from spade.config import TrainingConfig
 from spade.errors import ConfigError
 from spade.processes import free_port
+from spade.training.extensions import ensure_extensions_dir, extensions_dir
 from spade.training.scoring import TokenScorer
 
 __all__ = [
@@ -253,31 +252,6 @@ def deepspeed_arch_list(value: str) -> str:
     the same optimizer kernels. ``+PTX`` and separators are kept."""
     parts = re.split(r"([;\s]+)", value)
     return "".join(re.sub(r"^(\d+\.\d+)[a-z]+", r"\1", part) for part in parts)
-
-
-def extensions_dir() -> Path:
-    """``TORCH_EXTENSIONS_DIR`` if set, else ``$SPADE_CACHE/torch_extensions/<environment>``.
-
-    One folder per Python environment (its resolved ``sys.prefix``, hashed): two checkouts'
-    environments on one machine build the same op with different include paths, and in one
-    shared folder each rebuilt what the other had just built (ninja sees a changed build file),
-    while the other's ranks waited on the build lock (two ``make test`` side by side timed out
-    their DeepSpeed tests that way)."""
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
-    cache = Path(os.environ.get("SPADE_CACHE") or "~/.cache/spade").expanduser()
-    prefix = os.path.realpath(sys.prefix)
-    key = hashlib.sha256(prefix.encode()).hexdigest()[:12]
-    return cache / "torch_extensions" / f"{Path(prefix).name.lstrip('.')}-{key}"
-
-
-def ensure_extensions_dir() -> Path:
-    """:func:`extensions_dir`, created and set as ``TORCH_EXTENSIONS_DIR`` (where DeepSpeed's
-    JIT builds go; launched ranks inherit it)."""
-    path = extensions_dir()
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(path)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _init_process_group(on_cpu: bool, timeout_s: float) -> None:

@@ -174,8 +174,9 @@ def _environment(tmp_path: Path, private_tmp: Path) -> dict[str, str]:
     """The commands' environment: Prefect's embedded server in a private PREFECT_HOME, a
     private TMPDIR, a private SPADE_CACHE (where the publish stage stages the weights it
     serves) with DeepSpeed's compiled ops kept where they were built."""
+    from spade.training.extensions import extensions_dir  # this environment's, where built
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    from spade.training.engines import extensions_dir  # this environment's, where they were built
 
     return env | {
         "PREFECT_HOME": str(tmp_path / "prefect"),

@@ -75,7 +75,7 @@ def test_each_python_environment_builds_its_ops_in_a_folder_of_its_own(monkeypat
     """Two checkouts' environments on one machine (two ``make test`` side by side) each keep
     their own build of an op: in one shared folder each rebuilt the other's, while the other's
     ranks waited on the build lock past their tests' timeout."""
-    from spade.training import engines
+    from spade.training import extensions as engines
 
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     monkeypatch.setenv("SPADE_CACHE", str(tmp_path))
