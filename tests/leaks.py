@@ -2,7 +2,10 @@
 
 Jails that other runs on the same host started are not ours: a run keeps its session folders
 (and so its nsjail configs) under a private TMPDIR, and :func:`own_leaks` leaves out every live
-nsjail whose config is elsewhere, with its processes and cgroups."""
+nsjail whose config is elsewhere, with its processes and cgroups. A dead jail's cgroup cannot be
+told apart from ours, and need not be: every session start sweeps those (an nsjail SIGKILLed by
+anyone leaves them; :func:`spade.sandbox.cgroups.sweep_stale`), so the check sweeps too and
+counts what is left."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from spade.sandbox.cgroups import detect_cgroups
 from spade.sandbox.policy import load_policy
 
 
@@ -77,8 +81,10 @@ def pid_namespace(pid: int) -> str | None:
 
 def own_leaks(before: HostSnapshot, private: Path) -> list[str]:
     """``HostSnapshot`` leaks since ``before``, minus live jails that other runs started (their
-    nsjail's config is not under the run's private TMPDIR). Anything that escaped a jail of
-    ours, or that no live nsjail accounts for, still counts."""
+    nsjail's config is not under the run's private TMPDIR), after the sweep a session start does
+    (empty cgroups of dead jails). Anything that escaped a jail of ours, or that no live nsjail
+    accounts for, still counts."""
+    detect_cgroups(load_policy())  # sweeps the policy's parents
     after = HostSnapshot.take()
     foreign = {pid for pid, cmd in after.processes if "nsjail" in cmd and str(private) not in cmd}
     foreign_kids = {kid for pid in foreign for kid in child_pids(pid)}

