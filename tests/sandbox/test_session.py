@@ -1,12 +1,15 @@
 """A persistent jailed session against real nsjail."""
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from spade.envs.examples import example_paths
 from spade.records import FailureKind
 from spade.sandbox import EnvFailure, JailedSession
+from spade.sandbox import session as session_module
 
 pytestmark = pytest.mark.sandbox
 
@@ -208,3 +211,34 @@ def test_the_jail_finds_a_fresh_bytecode_cache_of_its_runtime(policy):
     with JailedSession(code, policy=policy) as s:
         names = ["spade.envs", "spade.envs.base", "spade.envs.reference"]
         assert s.reset(0)[0] == repr(sorted((n, "fresh") for n in names))
+
+
+def test_at_most_the_gates_count_of_jails_start_at_once(policy, monkeypatch):
+    """A burst of starts queues at the gate (its clock not yet running), each started."""
+    gate, starts = 2, 8
+    monkeypatch.setattr(session_module, "START_GATE", threading.BoundedSemaphore(gate))
+    lock, counts = threading.Lock(), {"in": 0, "peak": 0}
+    real_start = JailedSession._start
+
+    def counted(self):
+        with lock:
+            counts["in"] += 1
+            counts["peak"] = max(counts["peak"], counts["in"])
+        try:
+            return real_start(self)
+        finally:
+            with lock:
+                counts["in"] -= 1
+
+    monkeypatch.setattr(JailedSession, "_start", counted)
+    together = threading.Barrier(starts)
+
+    def start_one(_: int) -> str:
+        together.wait()
+        with JailedSession(CODE_BREAKER, policy=policy) as s:
+            assert s.info is not None
+            return s.info.class_name
+
+    with ThreadPoolExecutor(starts) as pool:
+        names = list(pool.map(start_one, range(starts)))
+    assert names == ["CodeBreakerEnv"] * starts and 1 <= counts["peak"] <= gate
