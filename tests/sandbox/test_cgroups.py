@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,9 @@ import pytest
 from spade.envs.examples import example_paths
 from spade.sandbox import JailedSession
 from spade.sandbox.cgroups import detect_cgroups, sweep_stale
+from tests.sandbox.attack_kit import SETTLE_S, wait_for
 
 CODE_BREAKER = next(p for p in example_paths() if p.stem == "code_breaker").read_text()
-SETTLE_S = 30.0  # the longest wait for a killed jail's process to be reaped: a wait, not a bound
 
 
 def _dead_pid() -> int:
@@ -58,10 +57,10 @@ def test_a_killed_jails_cgroups_are_gone_once_the_next_jail_starts(policy):
         left = _session_cgroups(parents)
         assert left, "nsjail removed its cgroups although it was SIGKILLed"
         pids = {c.name.removeprefix("NSJAIL.") for c in left}
-        deadline = time.monotonic() + SETTLE_S
-        while any(Path(f"/proc/{pid}").exists() for pid in pids):  # the jail dies with nsjail
-            assert time.monotonic() < deadline, f"the killed jail's process lives on: {pids}"
-            time.sleep(0.05)
+        gone = wait_for(  # the jail dies with nsjail
+            lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), SETTLE_S
+        )
+        assert gone, f"the killed jail's process lives on: {pids}"
         with JailedSession(CODE_BREAKER, policy=mine) as running:
             now = _session_cgroups(parents)
             assert not now & left, f"not swept: {sorted(now & left)}"
@@ -70,7 +69,5 @@ def test_a_killed_jails_cgroups_are_gone_once_the_next_jail_starts(policy):
     finally:
         killed.close()
         for parent in parents:
-            deadline = time.monotonic() + SETTLE_S
-            while list(parent.glob("NSJAIL.*")) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: not list(parent.glob("NSJAIL.*")), SETTLE_S)  # noqa: B023 (waited here)
             parent.rmdir()
