@@ -23,16 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spade.config import ScoringConfig
 from spade.designer.corpus import Corpus, Document
 from spade.designer.extract import parse_progress
 from spade.envs.examples import example_paths
+from spade.inference.base import Backend, ChatRequest, Completion
 from spade.records import DesignAttempt
 from spade.scoring.rewards import get_rejected_reward, rejected_tier
 
@@ -134,6 +137,58 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     seen = prob(k1)
     low, high = max(0, k - n2), min(k, n1)
     return min(1.0, sum(p for a in range(low, high + 1) if (p := prob(a)) <= seen * (1 + 1e-9)))
+
+
+def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> float:
+    """Two-sided exact McNemar test of paired outcomes (each prompt answered at two points):
+    with no change, a discordant pair (kept at one point only) is kept after with probability
+    1/2, so the split of the discordant pairs is Binomial(b + c, 1/2); the probability of a split
+    at least as uneven as the one seen. Concordant pairs carry no information about the change."""
+    if len(before) != len(after):
+        raise ValueError(f"paired outcomes differ in length: {len(before)} and {len(after)}")
+    b = sum(x and not y for x, y in zip(before, after, strict=True))  # kept before only
+    c = sum(y and not x for x, y in zip(before, after, strict=True))  # kept after only
+    n = b + c
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def request_seed(seed: int, request: ChatRequest) -> int:
+    """A sampling seed that depends only on ``seed`` and what the request asks (its messages and
+    prefill): the same held-out prompt is sampled under the same seed at every point."""
+    key = json.dumps([seed, list(request.messages), request.prefill], sort_keys=True)
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+class SeededBackend:
+    """``backend`` with every request sampled under :func:`request_seed`: the held-out points
+    differ by their weights, not by the sampler's draws (the same weights read 4/48 and 9/48
+    unseeded), so the points can be compared prompt by prompt (:func:`mcnemar_exact`). Only for
+    one answer per prompt: the answers of a training group must differ."""
+
+    def __init__(self, backend: Backend, seed: int) -> None:
+        self._backend, self._seed = backend, seed
+
+    @property
+    def model_name(self) -> str:
+        return self._backend.model_name
+
+    async def complete(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        seeded = [
+            dataclasses.replace(
+                r, params=dataclasses.replace(r.params, seed=request_seed(self._seed, r))
+            )
+            for r in requests
+        ]
+        return await self._backend.complete(seeded)
+
+    def count_tokens(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> int | None:
+        return self._backend.count_tokens(messages, tools)
+
+    async def aclose(self) -> None:  # the pool owns the backend it wraps
+        return None
 
 
 def rates(attempts: Sequence[DesignAttempt]) -> dict[str, float | int]:

@@ -4,7 +4,10 @@ answers verified in the jail, a GRPO update of the designer, GGUF publishing).""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -12,6 +15,7 @@ import pytest
 
 from spade.config import CorpusConfig, ScoringConfig
 from spade.designer.corpus import Corpus
+from spade.inference.base import ChatRequest, Completion, SamplingParams
 from spade.records import DesignAttempt
 from tests.bench.runner import bench_module, run_bench
 
@@ -73,6 +77,61 @@ def test_fisher_exact_is_the_two_sided_hypergeometric_test():
     assert task.fisher_exact(0, 4, 0, 4) == 1.0
 
 
+def test_mcnemar_exact_weighs_only_the_prompts_whose_outcome_changed():
+    task = _task()
+    # kept after only on 8 prompts, before only on 1, both on 5, neither on 10: the textbook
+    # exact two-sided McNemar value, 2 * P(Binomial(9, 1/2) <= 1) = 20/512 = 0.039
+    before = [False] * 8 + [True] + [True] * 5 + [False] * 10
+    after = [True] * 8 + [False] + [True] * 5 + [False] * 10
+    assert task.mcnemar_exact(before, after) == pytest.approx(20 / 512)
+    assert task.mcnemar_exact(after, before) == pytest.approx(20 / 512)  # two-sided
+    assert task.mcnemar_exact(before[:9], after[:9]) == pytest.approx(
+        20 / 512
+    )  # concordant: no say
+    assert task.mcnemar_exact([True, False], [False, True]) == 1.0
+    assert task.mcnemar_exact([True, True], [True, True]) == 1.0
+    with pytest.raises(ValueError, match="length"):
+        task.mcnemar_exact([True], [])
+
+
+class _Asked:
+    """The inference boundary: records the requests it is asked, answers each with ``ok``."""
+
+    model_name = "recorded"
+
+    def __init__(self) -> None:
+        self.asked: list[ChatRequest] = []
+
+    async def complete(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        self.asked += requests
+        return [Completion(text="ok") for _ in requests]
+
+    def count_tokens(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_held_out_requests_are_seeded_by_what_they_ask_and_the_runs_seed():
+    task = _task()
+    a = ChatRequest([{"role": "user", "content": "a"}], SamplingParams(temperature=0.9))
+    requests = [
+        a,
+        ChatRequest([{"role": "user", "content": "b"}]),
+        dataclasses.replace(a, prefill="x"),
+        a,
+    ]
+    asked, other = _Asked(), _Asked()
+    asyncio.run(task.SeededBackend(asked, seed=0).complete(requests))
+    asyncio.run(task.SeededBackend(other, seed=1).complete(requests[:1]))
+    seeds = [r.params.seed for r in asked.asked]
+    assert None not in seeds and seeds[0] == seeds[3] and len(set(seeds[:3])) == 3
+    assert other.asked[0].params.seed != seeds[0]  # another run's seed, other draws
+    assert asked.asked[0].params.temperature == 0.9 and asked.asked[2].prefill == "x"
+    assert a.params.seed is None  # the caller's requests are not changed
+
+
 @pytest.mark.slow  # ~2 min: a real update of SmolLM2 on verified splice answers, published
 @pytest.mark.sandbox
 @pytest.mark.timeout(900)  # the bench's own limit: beside two `make test` it took 8-10 min
@@ -92,6 +151,9 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     assert math.isfinite(step["mismatch_kl"]) and -1.0 <= step["reward"] <= 1.0
     assert step["shift_kl"] >= 0.0 and math.isfinite(step["shift_up"] + step["shift_down"])
     assert 0.0 <= data["p_value"] <= 1.0 and data["p_value"] == data["result"]["p_value"]
+    kept = [[o["kept"] for o in p["outcomes"]] for p in points]
+    assert data["p_value"] == _task().mcnemar_exact(*kept)  # paired, prompt by prompt
+    assert 0.0 <= data["result"]["fisher_p"] <= 1.0
     assert out.with_suffix(".png").stat().st_size > 0
 
 
@@ -109,7 +171,6 @@ def test_a_training_side_run_has_no_held_out_point_and_no_p_value(
 
 
 def test_prompt_centring_puts_each_prompts_answers_in_a_group_of_their_own():
-    import dataclasses
 
     from spade.training.advantages import designer_estimator
     from spade.training.samples import assign_advantages, completion_sample

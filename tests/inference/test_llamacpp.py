@@ -213,6 +213,20 @@ def test_greedy_is_the_reference_models_argmax_and_repeats(backend, reference) -
     assert_close_to_reference(reference[0], [first])
 
 
+def test_a_seeded_request_samples_the_same_answer_alone_or_in_a_batch(backend) -> None:
+    """A request's ``seed`` fixes its sample, whatever else the server is answering: what the
+    designer learnability bench's paired held-out points rest on (each prompt under its own
+    seed at every point). Another seed samples another answer (the seed reaches the sampler)."""
+    prompt, other = "Write a haiku about rivers.", "Name three colours."
+    seeded = ask(prompt, max_tokens=32, temperature=1.0, seed=7)
+    (alone,) = complete(backend, [seeded])
+    batch = [ask("Hi!", max_tokens=32, temperature=1.0), seeded, ask(other, max_tokens=32, seed=1)]
+    beside = complete(backend, batch)[1]
+    reseeded = [ask(prompt, max_tokens=32, temperature=1.0, seed=s) for s in (8, 9, 10)]
+    assert alone.ok and beside.ok and beside.token_ids == alone.token_ids
+    assert any(c.token_ids != alone.token_ids for c in complete(backend, reseeded))
+
+
 def test_a_stop_string_cuts_the_text_and_keeps_its_tokens_logprobs(backend, reference) -> None:
     model, tokenizer = reference
     free = complete(backend, [ask("Say hello and introduce yourself.", max_tokens=40,
