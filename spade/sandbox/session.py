@@ -232,9 +232,7 @@ class JailedSession:
         request = {"id": self._next_id, **request}
         try:
             self._write(json.dumps(request).encode() + b"\n")
-            line = self._read_line(
-                time.monotonic() + (timeout or self.policy.limits.call_timeout_s)
-            )
+            line = self._read_line(timeout or self.policy.limits.call_timeout_s, load=load)
         except _Dead as dead:
             self.failure = dead.failure
             prom.record_failure(dead.failure.kind)
@@ -286,8 +284,10 @@ class JailedSession:
         except (BrokenPipeError, OSError):  # the jail died before reading: classify its exit
             raise _Dead(self._exit_failure()) from None
 
-    def _read_line(self, deadline: float) -> bytes:
+    def _read_line(self, limit_s: float, *, load: bool) -> bytes:
+        """The next reply line, within ``limit_s`` seconds (the load's limit when ``load``)."""
         assert self._proc is not None and self._proc.stdout is not None
+        deadline = time.monotonic() + limit_s
         fd = self._proc.stdout.fileno()
         limit = self.policy.limits.max_message_bytes
         searched = 0  # bytes already searched for the newline: each byte is searched once
@@ -300,7 +300,7 @@ class JailedSession:
             ready = select.select([fd], [], [], max(0.0, remaining))[0] if remaining > 0 else []
             if not ready:
                 self._kill()
-                raise _Dead(self._timeout_failure())
+                raise _Dead(self._timeout_failure(limit_s, load=load))
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 raise _Dead(self._exit_failure())
@@ -314,10 +314,14 @@ class JailedSession:
 
     # -- death and classification ------------------------------------------------------------
 
-    def _timeout_failure(self) -> Failure:
+    def _timeout_failure(self, limit_s: float, *, load: bool) -> Failure:
+        # the limit that ran out, by name: a load past start_timeout_s on a loaded host reads
+        # differently from a call past call_timeout_s (the old text named the call's for both)
+        which = "start_timeout_s" if load else "call_timeout_s"
         return Failure(
             FailureKind.TIMEOUT,
-            f"no reply within the call's wall-clock limit ({self.policy.limits.call_timeout_s:g}s)",
+            f"no reply within the {'load' if load else 'call'}'s wall-clock limit ({which}:"
+            f" {limit_s:g}s)",
             self.log_tail(),
         )
 

@@ -88,6 +88,26 @@ def test_load_failures(code, kind, policy):
     assert exc.value.failure.kind is kind and exc.value.fatal
 
 
+def test_a_timeout_names_the_limit_that_ran_out_load_or_call(policy):
+    """A load past ``start_timeout_s`` and a call past ``call_timeout_s`` each say which limit
+    it was and its value (distinct values here, so one named for the other is caught)."""
+    code = "import time\nclass SEnv:\n    def __init__(self, **kw):\n        time.sleep({init})\n    def reset(self, seed=None):\n        time.sleep(60)\n    def step(self, a): ...\n"
+    limits = policy.limits.model_copy(update={"start_timeout_s": 1.5, "call_timeout_s": 0.5})
+    short = policy.model_copy(update={"limits": limits})
+    slow_load = JailedSession(code.format(init=60), policy=short)
+    with pytest.raises(EnvFailure) as load:
+        slow_load.start()
+    slow_load.close()
+    with (
+        JailedSession(code.format(init=0), policy=short) as slow_reset,
+        pytest.raises(EnvFailure) as call,
+    ):
+        slow_reset.reset(0)
+    assert load.value.failure.kind is call.value.failure.kind is FailureKind.TIMEOUT
+    assert "load's wall-clock limit (start_timeout_s: 1.5s)" in load.value.failure.reason
+    assert "call's wall-clock limit (call_timeout_s: 0.5s)" in call.value.failure.reason
+
+
 def test_calls_after_death_fail_fast_and_close_is_idempotent(policy):
     """After a timeout killed the jail, the next call fails at once with the same failure: it
     sends nothing on the channel, so it cannot wait for a reply (the session's own call
