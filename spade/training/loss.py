@@ -381,13 +381,15 @@ def mismatch_metrics(train_logprobs: Tensor, behaviour_logprobs: Tensor, mask: T
         behaviour_logprobs: ``(B, T)``, the sampler's.
         mask: ``(B, T)`` bool, the trained tokens.
     """
-    gap = torch.where(mask, train_logprobs - behaviour_logprobs, torch.zeros_like(train_logprobs))
-    gap = gap.double()  # exp of a few nats in float32 loses the k3's small differences
-    ratio = torch.exp(gap)
+    # float64: exp of a few nats in float32 loses the k3's small differences; off the mask the
+    # sampler's log-prob is taken as the trainer's (gap 0, k3 0: padding adds nothing)
+    train = train_logprobs.double()
+    behaviour = torch.where(mask, behaviour_logprobs.double(), train)
+    ratio = torch.exp(train - behaviour)
     low, high = MISMATCH_BAND
     outside = mask & ((ratio < low) | (ratio > high))
     denom = max(int(mask.sum().item()), 1)
-    return {
-        "mismatch_kl": _masked_mean((ratio - 1.0 - gap).float(), mask),
+    return {  # KL(behaviour || train) from the behaviour's samples: k3 with pi = the sampler
+        "mismatch_kl": _masked_mean(kl_k3(behaviour, train).float(), mask),
         "mismatch_outside": int(outside.sum().item()) / denom,
     }
