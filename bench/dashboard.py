@@ -201,9 +201,9 @@ def served(
 ) -> Iterator[tuple[str, subprocess.Popen[bytes], float]]:
     """The app served as ``spade dashboard`` serves it (or ``command(port)``); yields (url,
     process, start seconds). The server's process group is stopped on the way out."""
-    import httpx
 
     from spade.cli.dashboard import streamlit_command
+    from spade.cli.dashboard import wait_ready as wait_healthy
     from spade.processes import free_port, stop_process_group
 
     port = free_port()
@@ -220,14 +220,8 @@ def served(
             start_new_session=True,
         )
         try:
-            deadline = time.monotonic() + 90
-            while True:
-                with contextlib.suppress(httpx.HTTPError):  # not listening yet
-                    if httpx.get(f"{url}/_stcore/health", timeout=2).text == "ok":
-                        break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"no dashboard at {url}:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.1)
+            if not wait_healthy(proc, url, timeout_s=90, poll_s=0.1):
+                raise SystemExit(f"no dashboard at {url}:\n{log_path.read_text()[-3000:]}")
             yield url, proc, time.perf_counter() - t0
         finally:
             stop_process_group(proc)

@@ -49,19 +49,22 @@ def streamlit_command(
     return cmd + (["--storage-options", storage_options] if storage_options else [])
 
 
-def wait_ready(proc: subprocess.Popen[bytes], url: str) -> bool:
+def wait_ready(
+    proc: subprocess.Popen[bytes], url: str, timeout_s: float = READY_TIMEOUT_S, poll_s: float = 0.2
+) -> bool:
     """Wait until the server at ``url`` answers its health check (True), or the process ended
-    or ``READY_TIMEOUT_S`` passed (False: the URL is printed anyway, unconfirmed)."""
+    or ``timeout_s`` passed (False: the URL is printed anyway, unconfirmed). The tests' and the
+    dashboard benchmark's served dashboards wait here too."""
     import httpx
 
-    deadline = time.monotonic() + READY_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while proc.poll() is None and time.monotonic() < deadline:
         try:  # not listening yet: the warm-up reads the campaign first
             if httpx.get(f"{url}/_stcore/health", timeout=2).text == "ok":
                 return True
         except httpx.HTTPError:
             pass
-        time.sleep(0.2)
+        time.sleep(poll_s)
     return False
 
 

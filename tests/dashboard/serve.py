@@ -6,13 +6,12 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from spade.cli.dashboard import wait_ready
 from spade.processes import free_port, stop_process_group
 from tests.integration.prefect_live import REPO_ROOT
 
@@ -29,16 +28,7 @@ def served_dashboard(root: str, campaign: str, log_path: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:  # the server and its whole process group go, whatever the checks say
-        deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
-            try:  # not listening yet: try again
-                if httpx.get(f"{url}/_stcore/health", timeout=2).text == "ok":
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, log_path.read_text()
-            time.sleep(0.3)
-        else:
+        if not wait_ready(proc, url, timeout_s=45, poll_s=0.3):
             pytest.fail(f"no dashboard at {url}: {log_path.read_text()}")
         yield url
     finally:
