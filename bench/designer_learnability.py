@@ -217,10 +217,17 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
     return {"points": points, "steps": steps}
 
 
+def paired_kept(base: dict[str, Any], point: dict[str, Any]) -> tuple[list[bool], list[bool]]:
+    """Each prompt's outcome at ``base`` and at ``point``, in prompt order; a prompt whose
+    request failed on our side at either point is left out (it measures nothing)."""
+    pairs = [(b, a) for b, a in zip(base["outcomes"], point["outcomes"], strict=True)
+             if not (b["failed"] or a["failed"])]  # fmt: skip
+    return [b["kept"] for b, _ in pairs], [a["kept"] for _, a in pairs]
+
+
 def paired_p(base: dict[str, Any], point: dict[str, Any]) -> float:
     """McNemar's exact test of ``point`` against ``base``, prompt by prompt."""
-    kept = [[o["kept"] for o in p["outcomes"]] for p in (base, point)]
-    return mcnemar_exact(*kept)
+    return mcnemar_exact(*paired_kept(base, point))
 
 
 def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -228,14 +235,14 @@ def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
     the same seeds (the ``p_value``), Fisher's exact test on the two shares as if unpaired, and
     the rise split into well-formed answers and designs kept among them."""
     base, last = points[0], points[-1]
-    pairs = list(zip(base["outcomes"], last["outcomes"], strict=True))
+    before, after = paired_kept(base, last)
     return {
         "base_kept_share": base["kept_share"], "final_kept_share": last["kept_share"],
         "rise": last["kept_share"] - base["kept_share"],
         "well_formed_rise": last["well_formed_share"] - base["well_formed_share"],
         "kept_if_well_formed_rise": last["kept_if_well_formed"] - base["kept_if_well_formed"],
-        "kept_base_only": sum(b["kept"] and not a["kept"] for b, a in pairs),
-        "kept_last_only": sum(a["kept"] and not b["kept"] for b, a in pairs),
+        "kept_base_only": sum(b and not a for b, a in zip(before, after, strict=True)),
+        "kept_last_only": sum(a and not b for b, a in zip(before, after, strict=True)),
         "p_value": paired_p(base, last),
         "fisher_p": fisher_exact(base["kept"], base["n"], last["kept"], last["n"]),
     }  # fmt: skip

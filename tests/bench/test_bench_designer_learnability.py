@@ -151,8 +151,10 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     assert math.isfinite(step["mismatch_kl"]) and -1.0 <= step["reward"] <= 1.0
     assert step["shift_kl"] >= 0.0 and math.isfinite(step["shift_up"] + step["shift_down"])
     assert 0.0 <= data["p_value"] <= 1.0 and data["p_value"] == data["result"]["p_value"]
-    kept = [[o["kept"] for o in p["outcomes"]] for p in points]
-    assert data["p_value"] == _task().mcnemar_exact(*kept)  # paired, prompt by prompt
+    pairs = [(b, a) for b, a in zip(*(p["outcomes"] for p in points), strict=True)
+             if not (b["failed"] or a["failed"])]  # fmt: skip
+    kept = [[b["kept"] for b, _ in pairs], [a["kept"] for _, a in pairs]]
+    assert data["p_value"] == _task().mcnemar_exact(*kept)  # paired, failed requests left out
     assert 0.0 <= data["result"]["fisher_p"] <= 1.0
     assert out.with_suffix(".png").stat().st_size > 0
 
