@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from spade.metrics import prom
 from spade.records import Failure, FailureKind
 from spade.sandbox.cgroups import detect_cgroups, require_memory_bound
 from spade.sandbox.failures import EnvFailure, classify_exit
+from spade.sandbox.gate import StartGate
 from spade.sandbox.jail import (
     CODE_DIR,
     JailFiles,
@@ -57,12 +57,10 @@ from spade.sandbox.schemas import check_tools
 CODE_NAME = "env.py"
 # nsjail's own line when the jail's set-up failed before the interpreter ran
 _NOT_LAUNCHED = "Couldn't launch the child process"
-# Starting a jail is CPU work (nsjail, the interpreter, the design's imports): more starts at
-# once than cores only stretch each one, and a burst (an evaluation starts a jail per episode:
-# 72 at once in the scripted round, 3.6 s for the last on 2 idle cores) pushed starts past
-# ``start_timeout_s`` on a loaded machine, failing plays. Starts queue here instead, so the
-# limit's clock times the jail's own start.
-START_GATE = threading.BoundedSemaphore(max(2, os.cpu_count() or 1))
+# Starts queue at a host-wide gate (spade.sandbox.gate: a burst of 72 starts at once once pushed
+# starts past ``start_timeout_s`` on a loaded machine), so the limit's clock times the jail's own
+# start; one gate per process, its slots shared with every other process of the user.
+START_GATE = StartGate()
 
 
 @dataclass
@@ -127,9 +125,9 @@ class JailedSession:
         return self._proc is not None and self._proc.poll() is None and self.failure is None
 
     def start(self) -> SessionInfo:
-        """Start the jail and load the code, at most :data:`START_GATE`'s count at once in this
-        process; raise EnvFailure if the code does not load."""
-        with START_GATE:
+        """Start the jail and load the code, at most :data:`START_GATE`'s slots at once on this
+        host; raise EnvFailure if the code does not load."""
+        with START_GATE.held():
             return self._start()
 
     def _start(self) -> SessionInfo:

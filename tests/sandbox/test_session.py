@@ -10,6 +10,7 @@ from spade.envs.examples import example_paths
 from spade.records import FailureKind
 from spade.sandbox import EnvFailure, JailedSession
 from spade.sandbox import session as session_module
+from spade.sandbox.gate import StartGate
 
 pytestmark = pytest.mark.sandbox
 
@@ -233,10 +234,10 @@ def test_the_jail_finds_a_fresh_bytecode_cache_of_its_runtime(policy):
         assert s.reset(0)[0] == repr(sorted((n, "fresh") for n in names))
 
 
-def test_at_most_the_gates_count_of_jails_start_at_once(policy, monkeypatch):
+def test_at_most_the_gates_count_of_jails_start_at_once(policy, monkeypatch, tmp_path):
     """A burst of starts queues at the gate (its clock not yet running), each started."""
     gate, starts = 2, 8
-    monkeypatch.setattr(session_module, "START_GATE", threading.BoundedSemaphore(gate))
+    monkeypatch.setattr(session_module, "START_GATE", StartGate(tmp_path / "gate", gate))
     lock, counts = threading.Lock(), {"in": 0, "peak": 0}
     real_start = JailedSession._start
 
