@@ -16,8 +16,8 @@ the hint prompt is chosen on ``tune`` (the demo's trainable games), and ``heldou
 held-out games) is only reported, never used to choose. Benchmarks report; they do not assert.
 A table prints; JSON goes to ``--out`` (default bench/results/hints.json).
 
-Usage: ``.venv/bin/python bench/hints.py [--quick] [--plays N] [--split tune|heldout|both]
-[--seed S] [--out PATH]``
+Usage: ``.venv/bin/python bench/hints.py [--quick] [--plays N] [--games N]
+[--split tune|heldout|both] [--prompts NAME ...] [--seed S] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -93,7 +93,16 @@ async def play(backend: Any, cfg: Any, games: list[tuple[str, str]], hints: dict
             jobs += [EpisodeJob(name, code, s, hint, "ToolUseEnv" in code) for s in seeds]
             keys += [(name, source or "unhinted", s) for s in seeds]
     policy = load_policy(cfg.sandbox.policy_path)
-    played = await run_episodes(backend, jobs, rollout_settings(cfg), policy=policy)
+    count, step = [0], max(1, len(jobs) // 10)
+
+    def progress(_: int, __: Any) -> None:  # a line per tenth of the plays: runs last an hour
+        count[0] += 1
+        if count[0] % step == 0 or count[0] == len(jobs):
+            console.print(f"played {count[0]}/{len(jobs)}")
+
+    played = await run_episodes(
+        backend, jobs, rollout_settings(cfg), policy=policy, on_finished=progress
+    )
     returns: dict[str, dict[str, list[float]]] = {}
     for (name, source, _), t in zip(keys, played, strict=True):
         value = 0.0 if t.failed else t.episode_return()  # failed on our side: 0, and counted
@@ -154,13 +163,14 @@ async def run_split(cfg: Any, args: argparse.Namespace, split: str) -> dict[str,
     from spade.inference.pool import shared_backend
     from spade.records import BASE
 
-    games = examples(split)
+    games = examples(split)[: args.games]
     hints: dict[str, list] = {"declared": [read_declarations(c).get("hint") for _, c in games]}
     seeds = [random.Random(f"{args.seed}:hints:{split}").randrange(2**31) + i
              for i in range(args.plays)]  # fmt: skip
     async with shared_backend(cfg, BASE) as backend:
         for prompt in args.prompts:
             hints[prompt] = await write_hints(backend, cfg, games, prompt)
+            console.print(f"hints written: {prompt}")
         returns = await play(backend, cfg, games, hints, seeds)
     return report(split, returns, hints, games)
 
@@ -175,11 +185,12 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--split", choices=["tune", "heldout", "both"], default="tune")
     ap.add_argument("--prompts", nargs="+", default=list(HINT_PROMPTS))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="SmolLM2, 2 plays, the tune split")
+    ap.add_argument("--games", type=int, default=None, help="only the split's first N games")
+    ap.add_argument("--quick", action="store_true", help="SmolLM2, 2 plays, 2 games of tune")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "hints.json")
     args = ap.parse_args()
     if args.quick:
-        args.model, args.plays = "smollm2-135m-instruct", 2
+        args.model, args.plays, args.games = "smollm2-135m-instruct", 2, 2
     return args
 
 

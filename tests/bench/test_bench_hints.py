@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.bench.runner import bench_module
+from tests.bench.runner import bench_module, run_bench
 
 
 def _hints() -> ModuleType:
@@ -34,3 +34,27 @@ def test_the_splits_are_the_demos_trainable_and_held_out_games():
     hints = _hints()
     assert not set(hints.SPLITS["tune"]) & set(hints.SPLITS["heldout"])
     assert set(hints.SPLITS["heldout"]) == {"code_breaker", "maze_walk", "sequence_oracle"}
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.timeout(900)  # the bench's own limit
+def test_hints_quick_writes_each_sources_hints_and_pairs_every_play(tmp_path, smol_env):
+    """``--quick`` end to end (llama.cpp serving SmolLM2, the jail playing the tune split):
+    each source's hints are written for every game, every arm has a play per seed, and what a
+    source adds is the mean of its per-game differences, inside its interval."""
+    hints = _hints()
+    data = run_bench("hints.py", "--quick", out=tmp_path / "hints.json", timeout=900)
+    tune = data["tune"]
+    games = list(hints.SPLITS["tune"][:2])  # --quick: the first two
+    assert set(tune["hints"]) == {"declared", "strategy", "procedure"}
+    assert all(tune["hints"]["declared"][g] for g in games)  # every example declares one
+    assert set(tune["returns"]) == set(games)
+    for game in games:
+        by_source = tune["returns"][game]
+        assert len(by_source["unhinted"]) == 2  # --quick: 2 plays
+        assert all(len(r) == 2 and all(0.0 <= x <= 1.0 for x in r) for r in by_source.values())
+    for row in tune["added"].values():
+        assert row["mean"] == pytest.approx(sum(row["per_game"].values()) / len(games))
+        low, high = row["interval"]  # a percentile interval; 1e-9: sums in another order
+        assert low - 1e-9 <= row["mean"] <= high + 1e-9
