@@ -62,16 +62,18 @@ def examples(split: str) -> list[tuple[str, str]]:
     return [(name, paths[name].read_text()) for name in SPLITS[split]]
 
 
-async def write_hints(backend: Any, cfg: Any, games: list[tuple[str, str]], prompt: str) -> list:
-    """The hint the designer writes for each game with hint prompt ``prompt`` (None: none)."""
+async def write_hints(backend: Any, cfg: Any, games: list[tuple[str, str]], prompt: str,
+                      solutions: list[list[str]]) -> list:  # fmt: skip
+    """The hint the designer writes for each game with hint prompt ``prompt`` (None: none),
+    a hint that spells out a move of the game's ``solutions`` asked again, as in a round."""
     from spade.designer.hints import hint_designs
     from spade.records import DesignAttempt
 
     designer = cfg.designer.model_copy(update={"hint_prompt": prompt})
     attempts = [
         DesignAttempt(slot=i, attempt=0, skill="", doc_id=name, messages=[], code=code,
-                      env_id=name, accepted=True)
-        for i, (name, code) in enumerate(games)
+                      env_id=name, accepted=True, solution=solution)
+        for i, ((name, code), solution) in enumerate(zip(games, solutions, strict=True))
     ]  # fmt: skip
     await hint_designs(attempts, backend, cfg.model_copy(update={"designer": designer}))
     return [a.hint for a in attempts]
@@ -161,15 +163,19 @@ def report(split: str, returns: dict, hints: dict[str, list], games: list) -> di
 async def run_split(cfg: Any, args: argparse.Namespace, split: str) -> dict[str, Any]:
     from spade.curriculum.memory import read_declarations
     from spade.inference.pool import shared_backend
+    from spade.pipeline.hint import solution_of
     from spade.records import BASE
+    from spade.sandbox.policy import load_policy
 
     games = examples(split)[: args.games]
     hints: dict[str, list] = {"declared": [read_declarations(c).get("hint") for _, c in games]}
     seeds = [random.Random(f"{args.seed}:hints:{split}").randrange(2**31) + i
              for i in range(args.plays)]  # fmt: skip
+    policy = load_policy(cfg.sandbox.policy_path)
+    solutions = [solution_of(code, policy, cfg) for _, code in games]  # asks the jail
     async with shared_backend(cfg, BASE) as backend:
         for prompt in args.prompts:
-            hints[prompt] = await write_hints(backend, cfg, games, prompt)
+            hints[prompt] = await write_hints(backend, cfg, games, prompt, solutions)
             console.print(f"hints written: {prompt}")
         returns = await play(backend, cfg, games, hints, seeds)
     return report(split, returns, hints, games)
