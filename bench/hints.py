@@ -81,7 +81,8 @@ async def write_hints(backend: Any, cfg: Any, games: list[tuple[str, str]], prom
 
 async def play(backend: Any, cfg: Any, games: list[tuple[str, str]], hints: dict[str, list],
                seeds: list[int]) -> dict[str, Any]:  # fmt: skip
-    """Unhinted plays and each source's hinted plays of every game, on ``seeds``."""
+    """Unhinted plays and each source's hinted plays of every game, on ``seeds``: their
+    returns (game -> arm -> per seed) and how they ended (game -> arm -> status -> count)."""
     from spade.agent.evaluate import rollout_settings
     from spade.agent.rollout import EpisodeJob, run_episodes
     from spade.sandbox.policy import load_policy
@@ -106,13 +107,20 @@ async def play(backend: Any, cfg: Any, games: list[tuple[str, str]], hints: dict
         backend, jobs, rollout_settings(cfg), policy=policy, on_finished=progress
     )
     returns: dict[str, dict[str, list[float]]] = {}
+    endings: dict[str, dict[str, dict[str, int]]] = {}  # game -> arm -> status -> plays
     for (name, source, _), t in zip(keys, played, strict=True):
         value = 0.0 if t.failed else t.episode_return()  # failed on our side: 0, and counted
         returns.setdefault(name, {}).setdefault(source, []).append(value)
+        arm = endings.setdefault(name, {}).setdefault(source, {})
+        arm[t.status] = arm.get(t.status, 0) + 1
     failed = sum(t.failed for t in played)
     if failed:
         console.print(f"[yellow]{failed} of {len(played)} plays failed on the inference side")
-    return returns
+    broken = [t for t in played if t.status == "env_failed"]
+    if broken:  # a 0 that is not the player's: say so, with the first reason
+        console.print(f"[yellow]{len(broken)} of {len(played)} plays ended env_failed, e.g."
+                      f" {broken[0].env_id}: {broken[0].failure}")  # fmt: skip
+    return {"returns": returns, "endings": endings}
 
 
 def added(returns: dict[str, dict[str, list[float]]], source: str, rng: random.Random,
@@ -177,8 +185,8 @@ async def run_split(cfg: Any, args: argparse.Namespace, split: str) -> dict[str,
         for prompt in args.prompts:
             hints[prompt] = await write_hints(backend, cfg, games, prompt, solutions)
             console.print(f"hints written: {prompt}")
-        returns = await play(backend, cfg, games, hints, seeds)
-    return report(split, returns, hints, games)
+        played = await play(backend, cfg, games, hints, seeds)
+    return report(split, played["returns"], hints, games) | {"endings": played["endings"]}
 
 
 def arguments() -> argparse.Namespace:

@@ -84,14 +84,53 @@ def parse_progress(completion: str) -> float:
     return parsed_share(text[opening.end() :]) if opening else 0.0
 
 
+_HINT_LABEL = re.compile(
+    r"[*_#\s]*(?:(?:here\s+is\s+)?(?:the|a|my)\s+)?(?:strategy\s+)?(?:hint|strategy)\b"
+    r"(?:\s+is)?[*_]*\s*(?::|(?=[\"'\u201c\u2018]))[*_]*\s*",
+    re.IGNORECASE,
+)  # a label ends in a colon or opens a quote: "The strategy is simple" is no label
+_QUOTES = "\"'\u201c\u201d\u2018\u2019"
+_LABELS_MAX = 4  # labels taken off the front, each with its quotes (the 1.5B wrote them nested)
+
+
 def clean_hint(completion: str, max_sentences: int = 3, max_chars: int = 600) -> str:
-    """The hint text: no thinking, no quotes or labels, at most ``max_sentences`` sentences."""
-    text = drop_thinking(completion).strip().strip('"').strip()
-    text = re.sub(r"^[*_#\s]*(hint|strategy)\s*:?[*_]*\s*:?\s*", "", text, flags=re.IGNORECASE)
-    text = text.strip().strip('"').strip()
+    """The hint text: no thinking, no quotes or labels ("Hint:", "The hint is"), at most
+    ``max_sentences`` sentences."""
+    text = drop_thinking(completion).strip()
+    for _ in range(_LABELS_MAX):
+        text = text.lstrip(_QUOTES).strip()
+        label = _HINT_LABEL.match(text)
+        if label is None or label.end() == 0:
+            break
+        text = text[label.end() :]
+    text = text.strip().strip('"\u201c\u201d').strip()
     text = " ".join(text.split())
     sentences = re.split(r"(?<=[.!?])\s+", text)
     return " ".join(sentences[:max_sentences])[:max_chars].strip()
+
+
+def repeats_itself(hint: str, n: int = 4, times: int = 3) -> bool:
+    """Whether some run of ``n`` words comes ``times`` or more times in ``hint`` (a degenerate
+    answer: the 1.5B once wrote "The hint is: 'The hint is: ..." to the length limit)."""
+    words = hint.lower().split()
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i : i + n])
+        counts[gram] = counts.get(gram, 0) + 1
+        if counts[gram] >= times:
+            return True
+    return False
+
+
+def echoes(hint: str, request: str, n: int = 8) -> bool:
+    """Whether ``hint`` repeats a run of ``n`` words of ``request`` (the instructions it was
+    given, without the code): the 1.5B answered one request with the request's own words."""
+
+    def grams(text: str) -> set[tuple[str, ...]]:
+        words = re.findall(r"[a-z0-9']+", text.lower())
+        return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+    return bool(grams(hint) & grams(request))
 
 
 def move_contents(action: str) -> list[str]:

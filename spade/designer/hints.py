@@ -1,8 +1,9 @@
 """Hints for accepted designs: a short strategy the hinted plays get (the regret is how much
 better the agent plays with it).
 
-A hint that is empty or spells out the solution is asked again, up to ``designer.hint_tries``
-requests, then dropped: the design has legitimately no hint and is evaluated without hinted
+A hint that is empty, spells out the solution, repeats itself (a phrase again and again) or
+repeats the request's own words is asked again, up to ``designer.hint_tries`` requests, then
+dropped: the design has legitimately no hint and is evaluated without hinted
 plays. A hint request that failed on our side is not such an answer: a design it leaves
 without a hint raises :class:`~spade.errors.InferenceError`, so the stage is retried rather
 than the design scored with a regret of 0.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spade.config import CampaignConfig
-from spade.designer.extract import clean_hint, leaks_solution
+from spade.designer.extract import clean_hint, echoes, leaks_solution, repeats_itself
 from spade.designer.prompts import HINT_PROMPTS
 from spade.errors import InferenceError
 from spade.inference.base import Backend, ChatRequest, SamplingParams
@@ -27,14 +28,15 @@ async def hint_designs(
     accepted: list[DesignAttempt], backend: Backend, cfg: CampaignConfig
 ) -> None:
     """Ask for a hint per accepted design, of at most ``designer.hint_max_sentences``
-    sentences; an empty hint or one that spells out the solution is asked again, up to
-    ``designer.hint_tries`` requests, then dropped (the design is then evaluated without hinted
-    plays). A request that failed on our side is asked again too; a design still without a hint
+    sentences; an empty hint, one that spells out the solution, repeats itself or repeats the
+    request is asked again, up to ``designer.hint_tries`` requests, then dropped (the design is
+    then evaluated without hinted plays). A request that failed on our side is asked again too; a design still without a hint
     after one raises InferenceError: without hinted plays its regret would read 0, an outage
     taken for a design with nothing to learn."""
     d = cfg.designer
     prompt = lookup(HINT_PROMPTS, d.hint_prompt, "hint prompt")
     params = SamplingParams(max_tokens=d.hint_max_tokens, temperature=d.hint_temperature)
+    request = " ".join(m["content"] for m in prompt("", d.hint_max_sentences))  # no code
     todo = list(accepted)
     lost: dict[int, str] = {}  # id(attempt) -> its last failed request, while it has no hint
     for _ in range(d.hint_tries):
@@ -56,6 +58,9 @@ async def hint_designs(
                 retry.append(att)
             elif leaks_solution(hint, solution):
                 att.hint_note = "hint revealed the solution"
+                retry.append(att)
+            elif repeats_itself(hint) or echoes(hint, request):
+                att.hint_note = "hint repeated itself or the request"
                 retry.append(att)
             else:
                 att.hint, att.hint_note = hint, None

@@ -50,3 +50,21 @@ def test_a_design_left_without_a_hint_by_an_outage_raises(corpus, plan, answers)
     with serve(Script({}, hints={"FineEnv": ["   ", LEAK]})) as server:
         hint(server, config(server, corpus), [fine])  # every try answered: no hint, no raise
     assert fine.hint is None and fine.hint_note == "hint revealed the solution"
+
+
+def test_a_hint_that_repeats_itself_or_the_request_is_asked_again(corpus):
+    """Two answers the 1.5B gave on the bundled examples: a label repeated to the length
+    limit, and the request's own words (the `strategy` prompt's here) instead of a hint."""
+    looped = "The hint is: 'The hint is: " * 40
+    echoed = "Describe how to approach the task; do not reveal the answer, secret values."
+    design = accepted_attempt("LoopEnv", ["\\boxed{4213}"])
+    script = Script({}, hints={"LoopEnv": [looped, echoed, CLEAN_HINT]})
+    with serve(script) as server:
+        hint(server, config(server, corpus, hint_tries=3), [design])
+    assert design.hint == CLEAN_HINT and script.calls == {"hint:LoopEnv": 3}
+    tried_twice = accepted_attempt("LoopEnv", ["\\boxed{4213}"])
+    script = Script({}, hints={"LoopEnv": [looped, echoed]})
+    with serve(script) as server:
+        hint(server, config(server, corpus, hint_tries=2), [tried_twice])
+    assert tried_twice.hint is None
+    assert tried_twice.hint_note == "hint repeated itself or the request"

@@ -8,7 +8,14 @@ import pytest
 
 from spade.config import COGNITIVE_SKILLS, TOOL_SKILLS
 from spade.curriculum.memory import MemoryRecord
-from spade.designer.extract import clean_hint, extract_code, leaks_solution, parse_progress
+from spade.designer.extract import (
+    clean_hint,
+    echoes,
+    extract_code,
+    leaks_solution,
+    parse_progress,
+    repeats_itself,
+)
 from spade.designer.prompts import (
     FORMAT_EXAMPLE,
     GAME_CONTRACT,
@@ -283,6 +290,35 @@ def test_clean_hint_strips_labels_quotes_and_thinking(completion, expected):
 )
 def test_clean_hint_strips_a_label_before_quotes_and_markdown_labels(completion):
     assert clean_hint(completion) == "Work backwards."
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ('The hint is "A lamp changes when toggled.', "A lamp changes when toggled."),  # 1.5B
+        ("The hint is: 'The hint is: 'Halve it.'", "Halve it.'"),  # nested labels
+        ("Here is a hint: go left.", "go left."),
+        ("Strategy hint: halve.", "halve."),
+        ("The strategy is simple: halve.", "The strategy is simple: halve."),  # a sentence
+        ("Strategy is key.", "Strategy is key."),
+        ("hinting helps", "hinting helps"),  # a word that starts like a label
+    ],
+)
+def test_clean_hint_strips_sentence_labels_but_not_sentences(completion, expected):
+    assert clean_hint(completion) == expected
+
+
+def test_a_hint_repeats_itself_when_a_run_of_words_comes_three_times():
+    assert repeats_itself("the hint is: " * 4)  # "the hint is: the" three times
+    assert not repeats_itself("Guess the middle, then halve the range that is still possible.")
+    assert not repeats_itself("the hint is: " * 3)  # each run of four words twice: no loop
+
+
+def test_a_hint_echoes_the_request_when_it_repeats_eight_of_its_words_in_a_row():
+    request = "Write a hint that lets the player do what solution() does without seeing it"
+    assert echoes("Lets the player do what solution() does without seeing it.", request)
+    assert not echoes("Guess the middle of the range that is still possible.", request)
+    assert not echoes("The player do what solution does.", request)  # 6 words: a phrase
 
 
 def test_clean_hint_keeps_at_most_three_sentences():
