@@ -8,7 +8,9 @@ source:
 - ``declared``: the class's own ``hint`` (written with the game, knowing its answer's form);
 - one per hint prompt of :data:`spade.designer.prompts.HINT_PROMPTS` (``designer.hint_prompt``):
   the hint the designer's model writes from the code, as a round asks for it (cleaned, a hint
-  that spells out the solution asked again, up to ``designer.hint_tries``).
+  that spells out the solution asked again, up to ``designer.hint_tries``). The coach reads the
+  code without the class's own ``hint`` (the 1.5B copied it word for word); ``--show-declared``
+  shows it, as a round's splice of a bundled parent does.
 
 What a source adds is the mean over examples of the paired difference (hinted minus unhinted
 return, per instance), with a bootstrap interval over the paired plays. The examples are split:
@@ -17,7 +19,7 @@ held-out games) is only reported, never used to choose. Benchmarks report; they 
 A table prints; JSON goes to ``--out`` (default bench/results/hints.json).
 
 Usage: ``.venv/bin/python bench/hints.py [--quick] [--plays N] [--games N]
-[--split tune|heldout|both] [--prompts NAME ...] [--seed S] [--out PATH]``
+[--split tune|heldout|both] [--prompts NAME ...] [--show-declared] [--seed S] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -62,10 +64,30 @@ def examples(split: str) -> list[tuple[str, str]]:
     return [(name, paths[name].read_text()) for name in SPLITS[split]]
 
 
+def without_declared_hint(code: str) -> str:
+    """``code`` without its classes' ``hint = ...`` assignments (parsed, never run): the 1.5B
+    shown a bundled example copied the class's own hint word for word, so a prompt would be
+    measured by the declared hint again."""
+    import ast
+
+    from spade.pysource import parse_module
+
+    lines = code.splitlines(keepends=True)
+    drop: set[int] = set()
+    for cls in (n for n in parse_module(code).body if isinstance(n, ast.ClassDef)):
+        for node in cls.body:
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AnnAssign) else [])  # fmt: skip
+            if any(isinstance(t, ast.Name) and t.id == "hint" for t in targets):
+                drop.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+    return "".join(line for i, line in enumerate(lines) if i not in drop)
+
+
 async def write_hints(backend: Any, cfg: Any, games: list[tuple[str, str]], prompt: str,
                       solutions: list[list[str]]) -> list:  # fmt: skip
     """The hint the designer writes for each game with hint prompt ``prompt`` (None: none),
-    a hint that spells out a move of the game's ``solutions`` asked again, as in a round."""
+    a hint that spells out a move of the game's ``solutions`` asked again, as in a round.
+    ``games`` is the code the coach reads (see :func:`without_declared_hint`)."""
     from spade.designer.hints import hint_designs
     from spade.records import DesignAttempt
 
@@ -182,8 +204,9 @@ async def run_split(cfg: Any, args: argparse.Namespace, split: str) -> dict[str,
     policy = load_policy(cfg.sandbox.policy_path)
     solutions = [solution_of(code, policy, cfg) for _, code in games]  # asks the jail
     async with shared_backend(cfg, BASE) as backend:
+        shown = games if args.show_declared else [(n, without_declared_hint(c)) for n, c in games]
         for prompt in args.prompts:
-            hints[prompt] = await write_hints(backend, cfg, games, prompt, solutions)
+            hints[prompt] = await write_hints(backend, cfg, shown, prompt, solutions)
             console.print(f"hints written: {prompt}")
         played = await play(backend, cfg, games, hints, seeds)
     return report(split, played["returns"], hints, games) | {"endings": played["endings"]}
@@ -200,6 +223,11 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--prompts", nargs="+", default=list(HINT_PROMPTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--games", type=int, default=None, help="only the split's first N games")
+    ap.add_argument(
+        "--show-declared",
+        action="store_true",
+        help="the coach reads the class's own hint too (as in a round's splice)",
+    )
     ap.add_argument("--quick", action="store_true", help="SmolLM2, 2 plays, 2 games of tune")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "hints.json")
     args = ap.parse_args()

@@ -58,3 +58,23 @@ def test_hints_quick_writes_each_sources_hints_and_pairs_every_play(tmp_path, sm
         assert row["mean"] == pytest.approx(sum(row["per_game"].values()) / len(games))
         low, high = row["interval"]  # a percentile interval; 1e-9: sums in another order
         assert low - 1e-9 <= row["mean"] <= high + 1e-9
+
+
+def test_the_coach_reads_each_example_without_its_declared_hint():
+    """Every bundled example loses exactly its class's hint (a multi-line one whole: the
+    switchboard's), and what is left still parses and keeps every other line in order."""
+    import ast
+
+    from spade.curriculum.memory import read_declarations
+    from spade.envs.examples import example_paths
+
+    hints = _hints()
+    for path in example_paths():
+        code = path.read_text()
+        shown = hints.without_declared_hint(code)
+        assert read_declarations(code).get("hint") and not read_declarations(shown).get("hint")
+        ast.parse(shown)
+        lines, kept = code.splitlines(), shown.splitlines()
+        gone = [line for line in lines if line not in kept]
+        assert 1 <= len(gone) <= 6 and gone[0].strip().startswith("hint"), path.stem
+        assert [line for line in lines if line in kept] == kept  # the rest, in order
