@@ -30,9 +30,9 @@ async def hint_designs(
     """Ask for a hint per accepted design, of at most ``designer.hint_max_sentences``
     sentences; an empty hint, one that spells out the solution, repeats itself or repeats the
     request is asked again, up to ``designer.hint_tries`` requests, then dropped (the design is
-    then evaluated without hinted plays). A request that failed on our side is asked again too; a design still without a hint
-    after one raises InferenceError: without hinted plays its regret would read 0, an outage
-    taken for a design with nothing to learn."""
+    then evaluated without hinted plays). A request that failed on our side is asked again too;
+    a design still without a hint after one raises InferenceError: without hinted plays its
+    regret would read 0, an outage taken for a design with nothing to learn."""
     d = cfg.designer
     prompt = lookup(HINT_PROMPTS, d.hint_prompt, "hint prompt")
     params = SamplingParams(max_tokens=d.hint_max_tokens, temperature=d.hint_temperature)
