@@ -28,7 +28,7 @@ from spade.inference.base import (
     InferenceFailureKind,
     SamplingParams,
 )
-from spade.records import Trajectory, Turn
+from spade.records import FailureKind, Trajectory, Turn
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.replies import REWARD_RANGE
@@ -109,8 +109,11 @@ class _Pools:
 
     async def acquire(self, job: EpisodeJob) -> JailedSession:
         idle = self.idle.get(job.env_id)
-        if idle:
-            return idle.pop()
+        while idle:
+            session = idle.pop()
+            if session.age_s < self.policy.limits.session_seconds / 2:
+                return session
+            session.close()  # near its wall limit: a fresh one would outlive the episode
         session = JailedSession(
             job.code,
             policy=self.policy,
@@ -250,7 +253,10 @@ async def _begin(index: int, job: EpisodeJob, pools: _Pools) -> _Live | Trajecto
 
 
 def _failed(traj: Trajectory, status: Any, exc: EnvFailure) -> Trajectory:
-    traj.status = status
+    # a session that expired while the episode waited on the model is our side's failure: the
+    # play is left out of every measure and of training, not a 0 charged to the design
+    expired = exc.failure.kind is FailureKind.SESSION_EXPIRED
+    traj.status = "inference_failed" if expired else status
     traj.failure = {"kind": str(exc.failure.kind), "reason": exc.failure.reason}
     return traj
 
@@ -312,6 +318,9 @@ def _advance(
         return True
     traj.model = completion.model
     assert step is not None  # a reply without failure always has its step
+    if step.error is not None and step.error.failure.kind is FailureKind.SESSION_EXPIRED:
+        _failed(traj, "env_failed", step.error)  # ours: no turn is kept to train on
+        return True
     if step.error is not None:  # the environment broke mid-episode: data, return 0
         # the reply that broke it is the play's last turn (no observation, no reward): the
         # play counts 0 in the win rate and regret, so the reply is trained on with that return

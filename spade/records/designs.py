@@ -31,6 +31,8 @@ class FailureKind(StrEnum):
     CONTRACT = "contract"  # API shape wrong: no Env class, bad types, reward out of range
     CRASH = "crash"  # the environment raised an exception
     TIMEOUT = "timeout"  # a call or the session ran past its wall or CPU limit
+    SESSION_EXPIRED = "session_expired"  # the session's wall limit ran out while the episode
+    # waited on our side (model turns): the environment's own calls took under half of it
     MEMORY = "memory"  # out of memory (MemoryError or the memory cgroup)
     OUTPUT_LIMIT = "output_limit"  # a message or the log exceeded its size limit
     FS_DENIED = "fs_denied"  # touched a path the jail does not provide or allow

@@ -5,10 +5,11 @@ curriculum needs).
 How an episode ended (``status``) tells whose it was when it did not end normally:
 ``env_failed`` is the environment's own failure (data about the design: return 0, counted
 like any play); ``inference_failed`` is a failure of OUR side (the model server down, a
-request error, a request timeout): it says nothing about the environment, so such a play
-(:attr:`Trajectory.failed`) is left out of win rates, regret, the EMA, the memory and
-training, and only counted. ``context_limit`` is the conversation outgrowing the model's
-context: a property of the episode, a play like any other.
+request error, a request timeout, or the jail's wall limit running out while the episode
+waited for the model: failure kind ``session_expired``): it says nothing about the
+environment, so such a play (:attr:`Trajectory.failed`) is left out of win rates, regret, the
+EMA, the memory and training, and only counted. ``context_limit`` is the conversation
+outgrowing the model's context: a property of the episode, a play like any other.
 """
 
 from __future__ import annotations

@@ -72,18 +72,28 @@ def classify_exit(
     log_text: str = "",
     log_bytes: int = 0,
     log_limit_bytes: int = 0,
+    env_busy_s: float | None = None,
 ) -> Failure:
     """Classify the jailed interpreter's death from nsjail's exit status and its log.
 
     nsjail reports a signalled child as ``128 + signo``. Its wall-clock limit and the memory
     cgroup both kill with SIGKILL (137), so those two are told apart by the elapsed time and
-    the jail's own log line.
+    the jail's own log line. The wall limit counts the time the session waits between calls
+    too (for the model's turns, under many parallel episodes); ``env_busy_s`` is the time the
+    environment itself took (its load and calls): under half the limit, the session expired
+    on our side (``session_expired``), not the design's.
     """
     if returncode > 128:
         sig = returncode - 128
         name = _signal_name(sig)
         if sig == signal.SIGKILL:
             if "time limit" in log_text or elapsed_s >= session_limit_s - 0.5:
+                if env_busy_s is not None and env_busy_s < session_limit_s / 2:
+                    return Failure(
+                        FailureKind.SESSION_EXPIRED,
+                        f"session ran past its {session_limit_s:g}s wall limit waiting on the"
+                        f" host (the environment's load and calls took {env_busy_s:.1f}s)",
+                    )
                 return Failure(
                     FailureKind.TIMEOUT, f"session ran past its {session_limit_s:g}s wall limit"
                 )

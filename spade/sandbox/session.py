@@ -68,6 +68,7 @@ class SessionStats:
     start_s: float = 0.0
     calls: int = 0
     call_s: deque[float] = field(default_factory=lambda: deque(maxlen=1000))  # recent calls
+    call_total_s: float = 0.0  # every call's time: the environment's share of the session
 
 
 class _Dead(Exception):
@@ -105,6 +106,7 @@ class JailedSession:
         self._files: JailFiles | None = None
         self._buf = bytearray()
         self._started_at = 0.0
+        self._call_t0: float | None = None  # the call in flight's start (perf_counter)
         self._next_id = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -119,6 +121,11 @@ class JailedSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def age_s(self) -> float:
+        """Seconds since the jail was launched (its wall limit counts from there)."""
+        return time.monotonic() - self._started_at if self._proc is not None else 0.0
 
     @property
     def alive(self) -> bool:
@@ -225,7 +232,7 @@ class JailedSession:
             raise EnvFailure(self.failure, fatal=True)
         if self._proc is None:
             raise EnvFailure(Failure(FailureKind.PROTOCOL, "session not started"), fatal=True)
-        t0 = time.perf_counter()
+        t0 = self._call_t0 = time.perf_counter()
         self._next_id += 1
         request = {"id": self._next_id, **request}
         try:
@@ -239,8 +246,10 @@ class JailedSession:
             prom.record_failure(prom.SANDBOX_ERROR)
             raise
         finally:
+            self._call_t0 = None
             self.stats.calls += 1
             self.stats.call_s.append(time.perf_counter() - t0)
+            self.stats.call_total_s += self.stats.call_s[-1]
             prom.record_call(request["op"], self.stats.call_s[-1])
         return self._parse_reply(line, load=load, rid=self._next_id)
 
@@ -344,8 +353,14 @@ class JailedSession:
             log_text=log,
             log_bytes=log_bytes,
             log_limit_bytes=self.policy.limits.max_file_mb << 20,
+            env_busy_s=self._env_busy_s(),
         )
         return Failure(failure.kind, failure.reason, self.log_tail())
+
+    def _env_busy_s(self) -> float:
+        """The time the environment itself took: its load and calls, the one in flight too."""
+        in_flight = 0.0 if self._call_t0 is None else time.perf_counter() - self._call_t0
+        return self.stats.call_total_s + in_flight
 
     def _kill(self, grace: float = 0.0) -> None:
         """End the jail: wait ``grace`` seconds for it to exit, then SIGTERM nsjail (it kills

@@ -201,6 +201,7 @@ REJECTED_TIERS: tuple[tuple[str, ...], ...] = (
     (  # an environment that broke while played: raised, or ran into a limit of the jail
         "crash",
         "timeout",
+        "session_expired",  # in verification no model turn waits between calls: a timeout
         "memory",
         "output_limit",
         "fs_denied",

@@ -294,3 +294,41 @@ def test_a_raising_callback_ends_the_run_and_closes_every_session(monkeypatch, p
     ):
         _play_with(server, policy, jobs, on_finished=store_down)
     assert len(opened) == 3 and all(id(s) in closed for s in opened)
+
+
+def test_a_session_that_expires_while_the_model_is_slow_is_our_failure(policy):
+    """A jail's wall limit counts the time its episode waits for the model: a model slower
+    than the limit (here one reply) must not read as the environment's failure (a 0 charged
+    to the design and trained on): the play is ours, left out of every measure, and no turn
+    of it is kept to train on. The reply waits 4 s longer than the 3 s limit, well past it."""
+    import time
+
+    from spade.training.samples import samples_from_trajectories
+
+    limits = policy.limits.model_copy(update={"session_seconds": 3})
+    short = policy.model_copy(update={"limits": limits})
+    calls = []
+
+    def slow_second_reply(_request):
+        calls.append(1)
+        if len(calls) == 2:
+            time.sleep(limits.session_seconds + 4)  # the jail dies meanwhile
+        return "\\boxed{0123}"
+
+    async def go(server):
+        cfg = InferenceConfig(
+            backend="openai", base_url=server.url, max_retries=0, request_timeout_s=60
+        )  # longer than the slow reply: the jail, not the request, runs out
+        b = OpenAIBackend(cfg, server.model)
+        try:
+            jobs = [EpisodeJob("cb", CODE_BREAKER, 1)]
+            return await run_episodes(b, jobs, RolloutSettings(max_turns=5), policy=short)
+        finally:
+            await b.aclose()
+
+    with FakeOpenAIServer(script=slow_second_reply) as server:
+        (t,) = asyncio.run(go(server))
+    assert t.status == "inference_failed" and t.failed
+    assert t.failure is not None and t.failure["kind"] == "session_expired"
+    assert len(t.turns) == 1  # the first move was played; the one the jail missed is not kept
+    assert samples_from_trajectories([t]) == []  # nothing trained on an outage's 0

@@ -40,6 +40,18 @@ def test_classify_exit_tells_timeout_from_oom_by_time_and_log():
     )
 
 
+def test_a_wall_limit_reached_while_the_environment_idled_is_the_hosts():
+    """The wall limit counts the waits between calls (the model's turns): a session whose own
+    load and calls took under half of it expired on our side; over half, the design's."""
+    kill = 128 + signal.SIGKILL
+    waited = classify_exit(kill, elapsed_s=60, session_limit_s=60, env_busy_s=2.5)
+    assert waited.kind is FailureKind.SESSION_EXPIRED and "took 2.5s" in waited.reason
+    busy = classify_exit(kill, elapsed_s=60, session_limit_s=60, env_busy_s=31.0)
+    assert busy.kind is FailureKind.TIMEOUT
+    oom = classify_exit(kill, elapsed_s=1.0, session_limit_s=60, env_busy_s=0.5)
+    assert oom.kind is FailureKind.MEMORY  # not at the limit: the memory cgroup, as before
+
+
 def test_classify_exit_other_signals_and_statuses():
     assert (
         classify_exit(128 + signal.SIGXCPU, elapsed_s=1, session_limit_s=60).kind
