@@ -18,7 +18,7 @@ the hint prompt is chosen on ``tune`` (the demo's trainable games), and ``heldou
 held-out games) is only reported, never used to choose. Benchmarks report; they do not assert.
 A table prints; JSON goes to ``--out`` (default bench/results/hints.json).
 
-Usage: ``.venv/bin/python bench/hints.py [--quick] [--plays N] [--games N]
+Usage: ``.venv/bin/python bench/hints.py [--quick] [--plays N] [--games N] [--parallel N]
 [--split tune|heldout|both] [--prompts NAME ...] [--show-declared] [--seed S] [--out PATH]``
 """
 
@@ -53,6 +53,8 @@ def build_config(args: argparse.Namespace) -> Any:
     from spade.config import load_config
 
     overrides = {"model.name_or_path": args.model, "evaluation.unhinted_plays": args.plays}
+    if args.parallel is not None:  # episodes at once: each one's jail waits for all of them
+        overrides["evaluation.max_parallel_episodes"] = args.parallel
     return load_config(args.config, overrides=overrides)
 
 
@@ -223,6 +225,13 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--prompts", nargs="+", default=list(HINT_PROMPTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--games", type=int, default=None, help="only the split's first N games")
+    ap.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        help="episodes at once (default: the config's; the 1.5B on 2 cores at 64"
+        " outlived the jails' 900 s wall limit)",
+    )
     ap.add_argument(
         "--show-declared",
         action="store_true",
