@@ -103,13 +103,12 @@ async def write_hints(backend: Any, cfg: Any, games: list[tuple[str, str]], prom
     return [a.hint for a in attempts]
 
 
-async def play(backend: Any, cfg: Any, games: list[tuple[str, str]], hints: dict[str, list],
-               seeds: list[int]) -> dict[str, Any]:  # fmt: skip
+async def play(backend: Any, cfg: Any, policy: Any, games: list[tuple[str, str]],
+               hints: dict[str, list], seeds: list[int]) -> dict[str, Any]:  # fmt: skip
     """Unhinted plays and each source's hinted plays of every game, on ``seeds``: their
     returns (game -> arm -> per seed) and how they ended (game -> arm -> status -> count)."""
     from spade.agent.evaluate import rollout_settings
     from spade.agent.rollout import EpisodeJob, run_episodes
-    from spade.sandbox.policy import load_policy
 
     jobs, keys = [], []
     for g, (name, code) in enumerate(games):
@@ -119,7 +118,6 @@ async def play(backend: Any, cfg: Any, games: list[tuple[str, str]], hints: dict
                 continue  # no hint written: that source adds nothing here (counted as such)
             jobs += [EpisodeJob(name, code, s, hint, "ToolUseEnv" in code) for s in seeds]
             keys += [(name, source or "unhinted", s) for s in seeds]
-    policy = load_policy(cfg.sandbox.policy_path)
     count, step = [0], max(1, len(jobs) // 10)
 
     def progress(_: int, __: Any) -> None:  # a line per tenth of the plays: runs last an hour
@@ -210,7 +208,7 @@ async def run_split(cfg: Any, args: argparse.Namespace, split: str) -> dict[str,
         for prompt in args.prompts:
             hints[prompt] = await write_hints(backend, cfg, shown, prompt, solutions)
             console.print(f"hints written: {prompt}")
-        played = await play(backend, cfg, games, hints, seeds)
+        played = await play(backend, cfg, policy, games, hints, seeds)
     return report(split, played["returns"], hints, games) | {"endings": played["endings"]}
 
 

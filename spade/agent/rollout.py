@@ -318,14 +318,13 @@ def _advance(
         return True
     traj.model = completion.model
     assert step is not None  # a reply without failure always has its step
-    if step.error is not None and step.error.failure.kind is FailureKind.SESSION_EXPIRED:
-        _failed(traj, "env_failed", step.error)  # ours: no turn is kept to train on
-        return True
     if step.error is not None:  # the environment broke mid-episode: data, return 0
         # the reply that broke it is the play's last turn (no observation, no reward): the
-        # play counts 0 in the win rate and regret, so the reply is trained on with that return
-        traj.turns.append(_turn(completion, step, "", 0.0, False, False))
-        traj.messages.append({"role": "assistant", "content": completion.text})
+        # play counts 0 in the win rate and regret, so the reply is trained on with that return;
+        # a session that expired is ours (_failed), and no turn is kept to train on
+        if step.error.failure.kind is not FailureKind.SESSION_EXPIRED:
+            traj.turns.append(_turn(completion, step, "", 0.0, False, False))
+            traj.messages.append({"role": "assistant", "content": completion.text})
         _failed(traj, "env_failed", step.error)
         return True
     assert step.result is not None

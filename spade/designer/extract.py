@@ -9,6 +9,7 @@ minutes).
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from spade.envs.actions import ANSWER, BlockFinder, Finder, blocks
 from spade.errors import DesignParseError
@@ -112,25 +113,20 @@ def clean_hint(completion: str, max_sentences: int = 3, max_chars: int = 600) ->
 def repeats_itself(hint: str, n: int = 4, times: int = 3) -> bool:
     """Whether some run of ``n`` words comes ``times`` or more times in ``hint`` (a degenerate
     answer: the 1.5B once wrote "The hint is: 'The hint is: ..." to the length limit)."""
-    words = hint.lower().split()
-    counts: dict[tuple[str, ...], int] = {}
-    for i in range(len(words) - n + 1):
-        gram = tuple(words[i : i + n])
-        counts[gram] = counts.get(gram, 0) + 1
-        if counts[gram] >= times:
-            return True
-    return False
+    counts = Counter(_runs(hint.lower().split(), n))
+    return max(counts.values(), default=0) >= times
 
 
 def echoes(hint: str, request: str, n: int = 8) -> bool:
     """Whether ``hint`` repeats a run of ``n`` words of ``request`` (the instructions it was
     given, without the code): the 1.5B answered one request with the request's own words."""
+    words = [re.findall(r"[a-z0-9']+", text.lower()) for text in (hint, request)]
+    return not set(_runs(words[0], n)).isdisjoint(_runs(words[1], n))
 
-    def grams(text: str) -> set[tuple[str, ...]]:
-        words = re.findall(r"[a-z0-9']+", text.lower())
-        return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
-    return bool(grams(hint) & grams(request))
+def _runs(words: list[str], n: int) -> list[tuple[str, ...]]:
+    """Every run of ``n`` consecutive ``words``, in order."""
+    return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
 def move_contents(action: str) -> list[str]:

@@ -57,9 +57,9 @@ from spade.sandbox.schemas import check_tools
 CODE_NAME = "env.py"
 # nsjail's own line when the jail's set-up failed before the interpreter ran
 _NOT_LAUNCHED = "Couldn't launch the child process"
-# Starts queue at a host-wide gate (spade.sandbox.gate: a burst of 72 starts at once once pushed
+# Starts queue at a host-wide gate (spade.sandbox.gate: a burst of 72 starts at once had pushed
 # starts past ``start_timeout_s`` on a loaded machine), so the limit's clock times the jail's own
-# start; one gate per process, its slots shared with every other process of the user.
+# start; one gate object per process, its slots shared with every other process of the user.
 START_GATE = StartGate()
 
 
