@@ -19,7 +19,7 @@ the measurement the presets' ``deepspeed.bf16`` is chosen by.
 
 Benchmarks report; they do not assert. A table prints, JSON goes to ``bench/results/memory.json``.
 
-Usage: ``.venv/bin/python bench/memory.py [--quick] [--out PATH]``
+Usage: ``.venv/bin/python bench/memory.py [--quick] [--jobs N] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,9 @@ def _spawn(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _grid(quick: bool) -> list[dict[str, Any]]:
     sizes = ["qwen3-s"] if quick else list(SIZES)
-    tokens = (512,) if quick else TOKENS
+    # quick: 128 tokens, a smoke run; on cores without native bf16 a bf16 step of the presets'
+    # vocabulary takes ~100 s at 512 tokens (an AVX2-only EPYC), a quarter of that here
+    tokens = (128,) if quick else TOKENS
     return [
         {"size": s, "tokens": t, "checkpointing": c, "precision": p}
         for s in sizes
@@ -169,17 +172,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one size, one token count")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="configurations measured at once (default 1; 2 with --quick): each peak is its own"
+        " process's, but step times are shared cores' then",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a worker: one configuration
     args = parser.parse_args()
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))))
         return
     console = Console(width=140)
-    rows = []
-    for spec in _grid(args.quick):
-        rows.append(_spawn(spec))
-        r = rows[-1]
-        console.print(f"{spec}: predicted/measured {r['ratio']:.2f}, {r['step_seconds']:.1f} s")
+    jobs = args.jobs or (2 if args.quick else 1)
+    with ThreadPoolExecutor(jobs) as pool:  # each configuration is a process of its own
+        rows = []
+        for spec, r in zip(_grid(args.quick), pool.map(_spawn, _grid(args.quick)), strict=True):
+            rows.append(r)
+            console.print(f"{spec}: predicted/measured {r['ratio']:.2f}, {r['step_seconds']:.1f} s")
     console.print(_table(rows))
     ratios = [r["ratio"] for r in rows]
     pairs = {}

@@ -34,8 +34,13 @@ class ModelConfig(Section):
     gguf_file: str | None = Field(
         None, description="GGUF file name inside name_or_path, when the weights are GGUF."
     )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights dtype; auto: float32 on CPU, bfloat16 on GPU."
+    dtype: Literal["auto", "fast", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description=(
+            "Weights dtype; auto: float32 on CPU, bfloat16 on GPU; fast: bfloat16 on GPU and on"
+            " CPUs with native bf16 (avx512_bf16 or amx_bf16), else float32 (bf16 is many"
+            " times slower on CPUs without it)."
+        ),
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where the in-process backend runs."

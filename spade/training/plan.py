@@ -86,7 +86,7 @@ def plan_campaign(cfg: CampaignConfig, gpus: int, gpu_bytes: int) -> CampaignPla
     does not fit (empty: it fits). ConfigError when the GPUs overlap or are too few."""
     where = check_placement(cfg, gpus)
     arch = architecture(cfg.model)
-    dtype = "bfloat16" if cfg.model.dtype in ("auto", "bfloat16") else cfg.model.dtype
+    dtype = "bfloat16" if cfg.model.dtype in ("auto", "fast", "bfloat16") else cfg.model.dtype
     training = cfg.training
     precision = precision_of(training, dtype)
     tokens = max(training.micro_batch_tokens, cfg.model.max_context_tokens)

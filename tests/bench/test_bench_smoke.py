@@ -80,7 +80,8 @@ def test_designs_bench_quick_counts_every_attempt_per_variant(
     assert {d["strategy"] for d in rows[0]["designs"]} == {"write"}
 
 
-@pytest.mark.slow  # ~2 min: four configurations, each in its own process
+@pytest.mark.slow  # 2-5 min: four configurations, each in its own process (bf16 is slow on
+@pytest.mark.timeout(900)  # cores without native bf16: the bench's own limit)
 def test_memory_bench_quick_sets_each_prediction_beside_a_measured_peak(tmp_path: Path) -> None:
     data = run_bench("memory.py", "--quick", out=tmp_path / "memory.json", timeout=900)
     rows = data["rows"]
