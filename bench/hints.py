@@ -128,10 +128,12 @@ async def play(backend: Any, cfg: Any, policy: Any, games: list[tuple[str, str]]
     played = await run_episodes(
         backend, jobs, rollout_settings(cfg), policy=policy, on_finished=progress
     )
-    returns: dict[str, dict[str, list[float]]] = {}
+    returns: dict[str, dict[str, list[float | None]]] = {}
     endings: dict[str, dict[str, dict[str, int]]] = {}  # game -> arm -> status -> plays
     for (name, source, _), t in zip(keys, played, strict=True):
-        value = 0.0 if t.failed else t.episode_return()  # failed on our side: 0, and counted
+        # failed on our side (the model's request, an expired session): no return (None), so
+        # its pair is left out of what a hint adds, and counted in endings
+        value = None if t.failed else t.episode_return()
         returns.setdefault(name, {}).setdefault(source, []).append(value)
         arm = endings.setdefault(name, {}).setdefault(source, {})
         arm[t.status] = arm.get(t.status, 0) + 1
@@ -145,14 +147,17 @@ async def play(backend: Any, cfg: Any, policy: Any, games: list[tuple[str, str]]
     return {"returns": returns, "endings": endings}
 
 
-def added(returns: dict[str, dict[str, list[float]]], source: str, rng: random.Random,
+def added(returns: dict[str, dict[str, list[float | None]]], source: str, rng: random.Random,
           resamples: int = 2000) -> dict[str, Any]:  # fmt: skip
     """What ``source`` adds: per game the mean paired difference (a game without its hint adds
-    0), their mean, and a 95% bootstrap interval over games and plays."""
+    0), their mean, and a 95% bootstrap interval over games and plays. A pair whose hinted or
+    unhinted play failed on our side (None) is left out; a game left with no pair, too."""
     diffs = {
-        name: [h - u for h, u in zip(by.get(source, by["unhinted"]), by["unhinted"], strict=True)]
+        name: [h - u for h, u in zip(by.get(source, by["unhinted"]), by["unhinted"], strict=True)
+               if h is not None and u is not None]
         for name, by in returns.items()
-    }
+    }  # fmt: skip
+    diffs = {name: d for name, d in diffs.items() if d}
     per_game = {name: fmean(d) for name, d in diffs.items()}
     names = list(diffs)
     boots = sorted(
@@ -180,8 +185,10 @@ def report(split: str, returns: dict, hints: dict[str, list], games: list) -> di
     for s in sources:
         table.add_column(s, justify="right")
     for name, _ in games:
-        cells = [f"{rows[s]['per_game'][name]:+.3f}" for s in sources]
-        table.add_row(name, f"{fmean(returns[name]['unhinted']):.3f}", *cells)
+        cells = [f"{rows[s]['per_game'][name]:+.3f}" if name in rows[s]["per_game"] else "-"
+                 for s in sources]  # fmt: skip
+        unhinted = [x for x in returns[name]["unhinted"] if x is not None]
+        table.add_row(name, f"{fmean(unhinted):.3f}" if unhinted else "-", *cells)
     means = [f"{rows[s]['mean']:+.3f} [{rows[s]['interval'][0]:+.2f}, "
              f"{rows[s]['interval'][1]:+.2f}]" for s in sources]  # fmt: skip
     table.add_row("mean [95%]", "", *means)

@@ -30,6 +30,19 @@ def test_a_source_adds_the_mean_paired_difference_over_games():
     assert worse["per_game"]["a"] == pytest.approx(-0.25) and worse["mean"] == pytest.approx(-0.125)
 
 
+def test_a_play_that_failed_on_our_side_leaves_its_pair_out():
+    """A failed play (None: the model's request or an expired session) is no 0 charged to
+    either arm: its pair is left out, and a game with no pair left adds nothing either way."""
+    hints = _hints()
+    returns = {
+        "a": {"unhinted": [0.0, None, 0.5], "declared": [1.0, 1.0, None]},
+        "b": {"unhinted": [None], "declared": [1.0]},  # no pair left
+    }
+    got = hints.added(returns, "declared", random.Random(0), resamples=200)
+    assert got["per_game"] == pytest.approx({"a": 1.0})  # the first pair only
+    assert got["mean"] == pytest.approx(1.0) and got["interval"] == pytest.approx([1.0, 1.0])
+
+
 def test_the_splits_are_the_demos_trainable_and_held_out_games():
     hints = _hints()
     assert not set(hints.SPLITS["tune"]) & set(hints.SPLITS["heldout"])
@@ -53,9 +66,11 @@ def test_hints_quick_writes_each_sources_hints_and_pairs_every_play(tmp_path, sm
     for game in games:
         by_source = tune["returns"][game]
         assert len(by_source["unhinted"]) == 2  # --quick: 2 plays
-        assert all(len(r) == 2 and all(0.0 <= x <= 1.0 for x in r) for r in by_source.values())
+        # None: a play that failed on our side (left out of the pairs)
+        assert all(len(r) == 2 and all(x is None or 0.0 <= x <= 1.0 for x in r)
+                   for r in by_source.values())  # fmt: skip
     for row in tune["added"].values():
-        assert row["mean"] == pytest.approx(sum(row["per_game"].values()) / len(games))
+        assert row["mean"] == pytest.approx(sum(row["per_game"].values()) / len(row["per_game"]))
         low, high = row["interval"]  # a percentile interval; 1e-9: sums in another order
         assert low - 1e-9 <= row["mean"] <= high + 1e-9
 
