@@ -393,9 +393,13 @@ def check_novelty(ctx: Context) -> str:
     parts = ["no reference could be compared"]
     if ranking.top:
         top = ranking.top[0]
+        # at or over the threshold a design passes only by more than literal edits: say which
+        below = top.similarity < cfg.max_similarity
+        sign = "<" if below else ">="
         parts = [
             f"closest of {ranking.compared}: {top.reference.name!r}, source similarity "
-            f"{top.similarity:.3f} < {cfg.max_similarity:g}"
+            f"{top.similarity:.3f} {sign} {cfg.max_similarity:g}"
+            + ("" if below else " (more than literal edits)")
         ]
     if differs:
         parts.append("plays differently from " + ", ".join(differs))

@@ -112,6 +112,10 @@ def test_a_small_real_variant_is_novel(name, policy):
     assert verdict.accepted, verdict.to_dict()
     reason = verdict.checks[-1].reason
     assert reason.startswith(f"closest of {len(ALL_EXAMPLES)}: {origin!r}, source similarity 0.9")
+    similar = verdict.similarity  # the comparison printed is the one that holds
+    assert similar is not None
+    sign = "<" if similar < 0.99 else ">="
+    assert f"source similarity {similar:.3f} {sign} 0.99" in reason
     assert f"plays differently from {origin!r} (seed 1234, solution play, action " in reason
 
 
