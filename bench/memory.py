@@ -185,9 +185,9 @@ def main() -> None:
         return
     console = Console(width=140)
     jobs = args.jobs or (2 if args.quick else 1)
+    specs, rows = _grid(args.quick), []
     with ThreadPoolExecutor(jobs) as pool:  # each configuration is a process of its own
-        rows = []
-        for spec, r in zip(_grid(args.quick), pool.map(_spawn, _grid(args.quick)), strict=True):
+        for spec, r in zip(specs, pool.map(_spawn, specs), strict=True):
             rows.append(r)
             console.print(f"{spec}: predicted/measured {r['ratio']:.2f}, {r['step_seconds']:.1f} s")
     console.print(_table(rows))

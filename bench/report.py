@@ -20,23 +20,23 @@ def machine() -> dict[str, Any]:
     kinds of machine give timings that are not comparable)."""
     from spade.inference.models import cpu_has_native_bf16
 
+    try:  # not Linux, or /proc hidden: neither the model nor its flags are known
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
     return {
         "nproc": os.cpu_count(),
         "nproc_available": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "kernel": platform.release(),
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
-        "native_bf16": cpu_has_native_bf16(),
+        "cpu": _cpu_model(cpuinfo),
+        "native_bf16": cpu_has_native_bf16(cpuinfo),
     }
 
 
-def _cpu_model() -> str | None:
-    try:  # not Linux, or /proc hidden: the model is not known
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    names = [line.split(":", 1)[1].strip() for line in text.splitlines()
+def _cpu_model(cpuinfo: str) -> str | None:
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
              if line.startswith("model name")]  # fmt: skip
     return names[0] if names else None
 

@@ -432,8 +432,9 @@ def test_spade_doctor_runs_the_shrunk_preset_through_every_step_on_cpu(
     (tests/inference/test_vllm_real.py's control)."""
     # the longest samples shrunk too: 8,192 tokens, not the preset's 32,768. The preset's bf16
     # steps at 32,768 took 772 s of CI's 90 min on an AVX2-only CPU (bf16 without hardware
-    # support); the step's code is the same at any length, and the plan's memory at 32,768 is
-    # checked against a measured peak in bench/memory.py and `spade doctor --gpu`
+    # support); the step's code is the same at any length. The plan's memory model is held to
+    # measured peaks by bench/memory.py (512-2,048 tokens); at 32,768 only by `spade doctor
+    # --gpu` on a GPU, never run yet
     cfg = shrunk_config(
         tiny_qwen3, vllm_executable, s3_bucket,
         **{"model.max_context_tokens": LONGEST, "training.micro_batch_tokens": LONGEST},
