@@ -35,11 +35,16 @@ demo's config) budget about 75 min on 2 cores. Benchmarks report; they do not as
 prints, JSON goes to ``--out`` (default bench/results/designer_learnability.json) and the figure
 beside it (``.png``).
 
+``--split documents`` is a diagnostic: every parent on both sides, only the documents held out
+(bench/designer_learnability_task.py), to tell "the designer learns nothing" from "what it
+learns on the trained parents does not carry over to other games". The JSON is rewritten after
+every update and held-out point (``"partial": true`` until the run ends).
+
 ``--heldout 0`` is a training-side run: no held-out point and no p-value, only the updates
 (the training answers and how far each moved the policy), e.g. to compare learning rates.
 
 Usage: ``.venv/bin/python bench/designer_learnability.py [--quick] [--updates N] [--lr X]
-[--heldout N] [--seed S] [--out PATH]``
+[--heldout N] [--split parents|documents] [--seed S] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from typing import Any
 
 from chain import publish_step  # bench/chain.py
 from designer_learnability_task import (
+    SPLITS,
     Prompt,
     SeededBackend,
     fisher_exact,
@@ -182,20 +188,24 @@ def train_step(
 
 
 def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Prompt],
-              eval_at: set[int]) -> dict[str, Any]:  # fmt: skip
+              eval_at: set[int], save: Any) -> dict[str, Any]:  # fmt: skip
     from spade.records import BASE
     from spade.sandbox.policy import load_policy
 
     policy = load_policy(cfg.sandbox.policy_path)
     root = str(Path(cfg.storage.root) / "checkpoints")
     weights, parent, points = BASE, None, []
+    steps: list[dict[str, Any]] = []
+    # written after each update and point: a run cut short (hours of work) keeps what it measured
+    so_far = {"points": points, "steps": steps}
     if heldout:  # else a training-side run (--heldout 0): the updates and how far they moved
         points.append({"update": 0, **evaluate(cfg, BASE, heldout, policy, args.seed)})
         console.print(f"update 0: held-out kept {points[0]['kept']}/{points[0]['n']}")
-    steps = []
+        save(so_far)
     for u in range(1, args.updates + 1):
         started = time.perf_counter()
-        batch = prompts(corpus, "train", args.prompts, args.seed, start=(u - 1) * args.prompts)
+        start = (u - 1) * args.prompts
+        batch = prompts(corpus, "train", args.prompts, args.seed, start=start, by=args.split)
         attempts = attempts_for(cfg, batch, args.samples)
         design(cfg, weights, attempts, policy)
         update, stats = train_step(cfg, parent, attempts, root, args.centre)
@@ -214,7 +224,8 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
         if u in eval_at and heldout:
             points.append({"update": u, **evaluate(cfg, weights, heldout, policy, args.seed)})
             console.print(f"update {u}: held-out kept {points[-1]['kept']}/{points[-1]['n']}")
-    return {"points": points, "steps": steps}
+        save(so_far)
+    return so_far
 
 
 def paired_kept(base: dict[str, Any], point: dict[str, Any]) -> tuple[list[bool], list[bool]]:
@@ -315,6 +326,9 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--centre", choices=("prompt", "skill"), default="prompt")
+    # documents: a diagnostic (every parent on both sides, only the documents held out), to tell
+    # "learns nothing" from "learns the trained parents only"; the bench's result splits parents
+    ap.add_argument("--split", choices=SPLITS, default="parents")
     # 0: no held-out point (no p-value): the training answers and how far each update moved
     ap.add_argument("--heldout", type=int, default=48)
     ap.add_argument("--eval-every", type=int, default=6)
@@ -344,13 +358,20 @@ def main() -> None:
             cfg = build_config(args, Path(tmp))
             corpus = Corpus.load(cfg.corpus)
             for split in ("train", "heldout"):  # every (parent, directive) pair prepares, or
-                attempts_for(cfg, prompts(corpus, split, 8, args.seed), 1)  # stop before inference
-            heldout = prompts(corpus, "heldout", args.heldout, args.seed)
+                attempts_for(cfg, prompts(corpus, split, 8, args.seed, by=args.split), 1)  # stop
+            heldout = prompts(corpus, "heldout", args.heldout, args.seed, by=args.split)
             settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
             data: dict[str, Any] = {"machine": machine() | {"timestamp": timestamp()},
                                     "settings": settings}  # fmt: skip
             eval_at = set(range(args.eval_every, args.updates + 1, args.eval_every))
-            data |= train_run(cfg, args, corpus, heldout, eval_at | {args.updates})
+            data |= train_run(
+                cfg,
+                args,
+                corpus,
+                heldout,
+                eval_at | {args.updates},
+                lambda part: write_json(args.out, data | part | {"partial": True}),
+            )
             if data["points"]:
                 data["result"] = summary(data["points"])
                 data["p_value"] = data["result"]["p_value"]

@@ -11,6 +11,11 @@ held-out prompts are never trained on and never used to choose a setting:
 - directives: both rule directives appear on both sides (there are two), each only ever with the
   split's own parents.
 
+``by="documents"`` (``--split documents``, a diagnostic, never the bench's result) splits the
+documents only: every parent on both sides, so the held-out prompts ask for the trained parents'
+rules on documents never trained on. Set beside the default, it tells "the designer learns
+nothing" apart from "what it learns on the trained parents does not carry over to others".
+
 The reward needs no agent plays: a design the verifier accepts (every check, ``leaks_answer``,
 ``perverse_credit`` and ``novelty`` included: accepted, novel and worth keeping are one rung
 here) earns 1; a rejected one the campaign's graded rejection reward (every value below 0, higher
@@ -64,11 +69,20 @@ class Prompt:
     document: Document
 
 
-def pairs(split: str) -> list[tuple[str, str, str]]:
-    """``(parent, its code, directive)`` for every rule method of the split's parents."""
+SPLITS = ("parents", "documents")
+"""What the held-out side holds apart: parents and documents (the bench's result), or only
+documents (a diagnostic: every parent on both sides)."""
+
+
+def pairs(split: str, by: str = "parents") -> list[tuple[str, str, str]]:
+    """``(parent, its code, directive)`` for every rule method of the split's parents (``by``
+    ``"parents"``), or of every parent (``"documents"``: only the documents are split)."""
+    if by not in SPLITS:
+        raise ValueError(f"split by must be one of {SPLITS}, not {by!r}")
     paths = {p.stem: p for p in example_paths()}
+    names = PARENTS[split] if by == "parents" else PARENTS["train"] + PARENTS["heldout"]
     out = []
-    for name in PARENTS[split]:
+    for name in names:
         code = paths[name].read_text()
         out += [(name, code, d) for d in DIRECTIVES if f"    def {d}(" in code]
     return out
@@ -84,10 +98,13 @@ def _held_out(doc_id: str) -> bool:
     return int(hashlib.sha256(doc_id.encode()).hexdigest(), 16) % HELDOUT_DOCS == 0
 
 
-def prompts(corpus: Corpus, split: str, n: int, seed: int, start: int = 0) -> list[Prompt]:
+def prompts(
+    corpus: Corpus, split: str, n: int, seed: int, start: int = 0, by: str = "parents"
+) -> list[Prompt]:
     """Prompts ``start .. start + n - 1`` of ``split``: the split's (parent, directive) pairs in
-    turn, each with a document of the split drawn by a seeded stream (deterministic per seed)."""
-    docs, menu = documents(corpus, split), pairs(split)
+    turn (:func:`pairs`), each with a document of the split drawn by a seeded stream
+    (deterministic per seed)."""
+    docs, menu = documents(corpus, split), pairs(split, by)
     out = []
     for i in range(start, start + n):
         parent, code, directive = menu[i % len(menu)]

@@ -42,6 +42,9 @@ def _cpu_model(cpuinfo: str) -> str | None:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as indented JSON, creating the folder."""
+    """Write ``data`` as indented JSON, creating the folder; atomically (a temporary file
+    renamed over ``path``), so a run killed while writing leaves the last whole file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

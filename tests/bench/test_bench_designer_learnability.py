@@ -41,6 +41,22 @@ def test_the_held_out_split_shares_no_parent_pair_or_document_with_training():
     assert {(p.parent, p.directive) for p in first} == held_pairs  # the pairs in turn
 
 
+def test_the_documents_only_split_puts_every_parent_on_both_sides_and_no_document():
+    task = _task()
+    corpus = Corpus.load(CorpusConfig(path="builtin:wiki"))
+    every = {(p, d) for side in ("train", "heldout") for p, _, d in task.pairs(side)}
+    for side in ("train", "heldout"):
+        assert {(p, d) for p, _, d in task.pairs(side, by="documents")} == every
+    n = 2 * len(every)
+    train = task.prompts(corpus, "train", n, seed=0, by="documents")
+    held = task.prompts(corpus, "heldout", n, seed=0, by="documents")
+    assert {(p.parent, p.directive) for p in held} == every  # every pair held out too
+    assert not {p.document.doc_id for p in train} & {p.document.doc_id for p in held}
+    assert task.prompts(corpus, "heldout", n, seed=0) != held  # the bench's own split differs
+    with pytest.raises(ValueError, match="split by"):
+        task.pairs("train", by="skills")
+
+
 def _attempt(accepted: bool, kind: str | None, progress: float = 0.0) -> DesignAttempt:
     return DesignAttempt(
         slot=0,
@@ -156,6 +172,7 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     kept = [[b["kept"] for b, _ in pairs], [a["kept"] for _, a in pairs]]
     assert data["p_value"] == _task().mcnemar_exact(*kept)  # paired, failed requests left out
     assert 0.0 <= data["result"]["fisher_p"] <= 1.0
+    assert "partial" not in data  # the run's last write replaced the partial ones
     assert out.with_suffix(".png").stat().st_size > 0
 
 

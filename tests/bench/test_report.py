@@ -15,3 +15,12 @@ def test_the_machine_names_its_cpu_and_whether_it_has_native_bf16() -> None:
     names = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
              if line.startswith("model name")]  # fmt: skip
     assert got["cpu"] == (names[0].split(":", 1)[1].strip() if names else None)
+
+
+def test_write_json_replaces_the_file_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    report = bench_module("report")
+    out = tmp_path / "deep" / "r.json"
+    report.write_json(out, {"partial": True, "steps": [1]})
+    report.write_json(out, {"steps": [1, 2]})  # a run's last write replaces its partial one
+    assert out.read_text() == '{\n  "steps": [\n    1,\n    2\n  ]\n}\n'
+    assert [p.name for p in out.parent.iterdir()] == ["r.json"]
