@@ -9,6 +9,7 @@ peft is imported by the functions that need it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -29,6 +30,19 @@ def peft() -> ModuleType:
         import peft.tuners.lora  # LoraLayer, reached as module.tuners.lora
 
     return module
+
+
+def add_adapter(model: nn.Module, config: Any, **kwargs: Any) -> nn.Module:
+    """peft's ``get_peft_model(model, config, **kwargs)``, without the deprecation warning
+    peft's own check of ``model.is_gradient_checkpointing`` raises in transformers 5 (one per
+    wrap, printed into every training stage's log; it is not ours to act on). Call under
+    :data:`HF_LOADING`, as peft's lazy imports need: the warning filter is process-wide while
+    it is set, so that lock also keeps two wraps from restoring each other's filters."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        return peft().get_peft_model(model, config, **kwargs)  # type: ignore[no-any-return]
 
 
 def is_peft(model: nn.Module) -> bool:

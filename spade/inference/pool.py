@@ -121,7 +121,13 @@ def _merged_lora(cfg: CampaignConfig, loaded: Any) -> dict[str, Any]:
     import torch
 
     from spade.errors import CheckpointError
-    from spade.inference.adapters import ADAPTER, full_tensors, load_adapter_tensors, peft
+    from spade.inference.adapters import (
+        ADAPTER,
+        add_adapter,
+        full_tensors,
+        load_adapter_tensors,
+        peft,
+    )
     from spade.inference.models import HF_LOADING, load_model_and_tokenizer, resolve_model
 
     if loaded.adapter_config is None:
@@ -130,7 +136,7 @@ def _merged_lora(cfg: CampaignConfig, loaded: Any) -> dict[str, Any]:
     peft_config = peft().PeftConfig.from_peft_type(**loaded.adapter_config)
     # random adapter init, overwritten just below; peft's lazy imports under the loading lock
     with torch.random.fork_rng(devices=[]), HF_LOADING:
-        model = peft().get_peft_model(base, peft_config, adapter_name=ADAPTER)
+        model = add_adapter(base, peft_config, adapter_name=ADAPTER)
     load_adapter_tensors(model, loaded.tensors)
     return full_tensors(model)
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from spade.config import LoraConfig
-from spade.inference.adapters import ADAPTER, is_peft, peft
+from spade.inference.adapters import ADAPTER, add_adapter, is_peft, peft
 from spade.inference.models import HF_LOADING
 
 __all__ = ["adapter_config", "hf_model_files", "load_full_tensors", "wrap_lora"]
@@ -53,7 +53,7 @@ def wrap_lora(model: nn.Module, lora: LoraConfig, *, seed: int) -> nn.Module:
     with torch.random.fork_rng(devices=devices), HF_LOADING:
         torch.manual_seed(seed)
         try:
-            wrapped = peft().get_peft_model(model, peft_config)
+            wrapped = add_adapter(model, peft_config)
         except ValueError as exc:  # e.g. none of target_modules exist in this model
             raise ValueError(f"cannot add LoRA adapters: {exc}") from exc
     return wrapped
