@@ -42,7 +42,7 @@ def add_adapter(model: nn.Module, config: Any, **kwargs: Any) -> nn.Module:
         warnings.filterwarnings(
             "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
         )
-        return peft().get_peft_model(model, config, **kwargs)  # type: ignore[no-any-return]
+        return peft().get_peft_model(model, config, **kwargs)
 
 
 def is_peft(model: nn.Module) -> bool:
