@@ -210,4 +210,5 @@ def _evaluation(env: EnvSpec, trajectories: list[Trajectory], cfg: CampaignConfi
         paired_regret=paired[0] if paired else None,
         paired_regret_interval=interval_json(paired[1] if paired else None),
         paired_instances=len(gaps),
+        resumed_plays=sum(t.resumed > 0 for t in mine),
     )

@@ -12,6 +12,7 @@ end that episode as data.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -292,7 +293,48 @@ async def _step(
     action = extract_action(
         completion.text, tool_use=ep.job.tool_use, action_format=settings.action_format
     )
-    return await pools.call(_timed_step, ep.session, action)
+    stepped = await pools.call(_timed_step, ep.session, action)
+    if stepped.error is None or stepped.error.failure.kind is not FailureKind.SESSION_EXPIRED:
+        return stepped
+    return await _resumed(ep, stepped, pools)
+
+
+async def _resumed(ep: _Live, expired: _Stepped, pools: _Pools) -> _Stepped:
+    """The step ``expired`` tried, taken in a fresh session brought to where the expired one
+    was: reset under the episode's seed and hint, and the episode's moves replayed, each answer
+    checked against the one the episode saw. The jail's wall limit counts the time a session
+    waits for the model, so under many parallel episodes on a slow host a play can outlive its
+    session through no fault of either side; an environment is deterministic under its seed
+    (the verifier's ``determinism`` check), so the play goes on where it was. When the fresh
+    session does not start or answers differently, ``expired`` stands (the play is ours,
+    left out)."""
+    pools.release(ep.job.env_id, ep.session)  # dead: closed, not pooled
+    job, traj = ep.job, ep.traj
+    try:
+        ep.session = session = await pools.acquire(job)
+        first, _info = await pools.call(session.reset, job.seed, hint=job.hint)
+        same = first == traj.messages[1]["content"]
+        for turn in traj.turns if same else []:
+            obs, reward, terminated, truncated, _ = await pools.call(session.step, turn.action)
+            seen = (turn.observation, turn.reward, turn.terminated, turn.truncated)
+            if (obs, reward, terminated, truncated) != seen:
+                same = False
+                break
+    except EnvFailure as exc:  # the fresh session broke too: the expiry is what is recorded
+        return _unresumed(expired, f"a fresh session failed: {exc.failure.reason}")
+    if not same:
+        return _unresumed(expired, "a fresh session's replay of its moves answered differently")
+    traj.resumed += 1
+    return await pools.call(_timed_step, session, expired.action)
+
+
+def _unresumed(expired: _Stepped, why: str) -> _Stepped:
+    assert expired.error is not None
+    failure = expired.error.failure
+    error = EnvFailure(
+        dataclasses.replace(failure, reason=f"{failure.reason}; {why}"), fatal=expired.error.fatal
+    )
+    return dataclasses.replace(expired, error=error)
 
 
 def _timed_step(session: JailedSession, action: str) -> _Stepped:

@@ -5,8 +5,9 @@ attempt, ``source: designed``; ``failed: true`` for one whose request failed on 
 counted as ``failed_designs`` and left out of every other count and measure; then a row per
 pool environment played, ``source: pool``; rows written before pool environments existed have
 no ``source`` and are designs), ``evaluate/evaluations.jsonl`` (plays per environment,
-``failed_plays``: plays that failed on the inference side, left out of every measure, and the
-paired regret: rows stored before plays were paired have none), the
+``failed_plays``: plays that failed on the inference side, left out of every measure;
+``resumed_plays``: plays that went on in a fresh session after theirs expired waiting on the
+model; and the paired regret: rows stored before plays were paired have none), the
 training stages' ``outcome.json``, ``publish/weights.json`` and ``heldout/summary.json``.
 """
 
@@ -170,11 +171,12 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
     agent_loss, agent_skipped = _training(outcomes["agent"])
     designer_loss, designer_skipped = _training(outcomes["designer"])
     episodes = Counter[str]()
-    failed_plays = 0
+    failed_plays = resumed_plays = 0
     evaluations = _rows(cs, round, "evaluate", "evaluations.jsonl")
     for e in evaluations:
         episodes[e.get("source", "designed")] += len(e.get("unhinted_returns") or [])
         failed_plays += int(e.get("failed_plays") or 0)
+        resumed_plays += int(e.get("resumed_plays") or 0)  # 0 in rows stored before
     weights = _json(cs, round, "publish", "weights.json") or {}
     heldout = _json(cs, round, "heldout", "summary.json") or {}
     seconds = {}
@@ -209,6 +211,7 @@ def summarize_round(cs: CampaignStore, round: int) -> dict[str, Any]:
         "designed_episodes": episodes["designed"],
         "pool_episodes": episodes["pool"],
         "failed_plays": failed_plays,  # inference failures: counted, left out of every measure
+        "resumed_plays": resumed_plays,  # went on in a fresh session (measured as any other)
         "failed_designs": len(every_design) - len(designs),  # likewise, of design requests
         "train_loss": agent_loss,
         "agent_skipped": agent_skipped,

@@ -63,6 +63,9 @@ class Trajectory:
     failure: dict[str, str] | None = None
     reset_s: float = 0.0  # getting a session (a jail start if none was idle) and reset()
     wall_s: float = 0.0  # the whole episode, reset included: >= reset_s + every turn's times
+    # fresh sessions the episode went on in after one ran past its wall limit waiting on the
+    # model (its moves replayed there and answered alike: spade.agent.rollout)
+    resumed: int = 0
 
     @property
     def terminated(self) -> bool:
@@ -145,8 +148,10 @@ class EnvEvaluation:
     """One environment's plays and the numbers the curriculum needs.
 
     Returns, win rates and regret come from the plays that did not fail on our side;
-    ``failed_plays`` counts those that did (kept in ``trajectories``, measuring nothing) and
-    ``env_failed_plays`` the plays the environment itself broke (data: included, return 0).
+    ``failed_plays`` counts those that did (kept in ``trajectories``, measuring nothing),
+    ``env_failed_plays`` the plays the environment itself broke (data: included, return 0) and
+    ``resumed_plays`` those that went on in a fresh session after theirs ran past its wall limit
+    waiting on the model (:attr:`Trajectory.resumed`; measured as any other).
 
     ``paired_regret`` is the regret taken per instance: the mean, over the ``paired_instances``
     instances (seeds) both groups played, of hinted minus unhinted return, floored at 0, with
@@ -169,6 +174,7 @@ class EnvEvaluation:
     paired_regret: float | None = None
     paired_regret_interval: list[float] | None = None
     paired_instances: int = 0
+    resumed_plays: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "trajectories"}

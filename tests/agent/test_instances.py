@@ -116,4 +116,5 @@ def test_evaluations_stored_before_pairing_still_load():
         "paired_regret": None,
         "paired_regret_interval": None,
         "paired_instances": 0,
+        "resumed_plays": 0,
     }

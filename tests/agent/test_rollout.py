@@ -296,39 +296,76 @@ def test_a_raising_callback_ends_the_run_and_closes_every_session(monkeypatch, p
     assert len(opened) == 3 and all(id(s) in closed for s in opened)
 
 
-def test_a_session_that_expires_while_the_model_is_slow_is_our_failure(policy):
-    """A jail's wall limit counts the time its episode waits for the model: a model slower
-    than the limit (here one reply) must not read as the environment's failure (a 0 charged
-    to the design and trained on): the play is ours, left out of every measure, and no turn
-    of it is kept to train on. The reply waits 4 s longer than the 3 s limit, well past it."""
-    import time
+# The environment answers each reset differently (an unseeded draw): a replay cannot match.
+DRIFTING = """
+import random
 
-    from spade.training.samples import samples_from_trajectories
+
+class DriftingEnv:
+    def reset(self, seed=None):
+        self.n = 0
+        return f"instance {random.random()}", {}
+
+    def step(self, action):
+        self.n += 1
+        return f"step {self.n}", 0.0, False, False, {}
+"""
+
+
+def _play_with_a_slow_reply(policy, code: str, slow: int | None) -> list:
+    """One episode of ``code`` whose ``slow``-th reply (None: none) waits 4 s past the jail's
+    3 s wall limit: the jail dies meanwhile (the request's own timeout is longer)."""
+    import time
 
     limits = policy.limits.model_copy(update={"session_seconds": 3})
     short = policy.model_copy(update={"limits": limits})
     calls = []
 
-    def slow_second_reply(_request):
+    def replies(_request):
         calls.append(1)
-        if len(calls) == 2:
-            time.sleep(limits.session_seconds + 4)  # the jail dies meanwhile
+        if len(calls) == slow:
+            time.sleep(limits.session_seconds + 4)
         return "\\boxed{0123}"
 
     async def go(server):
         cfg = InferenceConfig(
             backend="openai", base_url=server.url, max_retries=0, request_timeout_s=60
-        )  # longer than the slow reply: the jail, not the request, runs out
+        )
         b = OpenAIBackend(cfg, server.model)
         try:
-            jobs = [EpisodeJob("cb", CODE_BREAKER, 1)]
-            return await run_episodes(b, jobs, RolloutSettings(max_turns=5), policy=short)
+            jobs = [EpisodeJob("env", code, 1)]
+            return await run_episodes(b, jobs, RolloutSettings(max_turns=4), policy=short)
         finally:
             await b.aclose()
 
-    with FakeOpenAIServer(script=slow_second_reply) as server:
-        (t,) = asyncio.run(go(server))
-    assert t.status == "inference_failed" and t.failed
+    with FakeOpenAIServer(script=replies) as server:
+        return asyncio.run(go(server))
+
+
+def test_a_play_that_outlives_its_session_goes_on_in_a_fresh_one(policy):
+    """A jail's wall limit counts the time its episode waits for the model: a model slower than
+    the limit (here one reply) kills the session through no fault of the environment. The play
+    goes on in a fresh session where it was (reset under its seed, its first move replayed and
+    answered alike), and ends as a play with no wait would have."""
+    (t,) = _play_with_a_slow_reply(policy, CODE_BREAKER, slow=2)
+    (plain,) = _play_with_a_slow_reply(policy, CODE_BREAKER, slow=None)
+    assert t.resumed == 1 and plain.resumed == 0
+    assert not t.failed and t.failure is None and t.status == plain.status
+    assert [(x.action, x.observation, x.reward) for x in t.turns] == [
+        (x.action, x.observation, x.reward) for x in plain.turns
+    ]
+    assert len(t.turns) == 4 and t.messages == plain.messages
+
+
+def test_a_play_whose_replay_answers_differently_is_our_failure(policy):
+    """Where the fresh session's answers differ from what the play saw (an environment not
+    deterministic under its seed), the play cannot go on: it is ours, left out of every
+    measure (not a 0 charged to the design), and no turn of it is kept to train on."""
+    from spade.training.samples import samples_from_trajectories
+
+    (t,) = _play_with_a_slow_reply(policy, DRIFTING, slow=2)
+    assert t.status == "inference_failed" and t.failed and t.resumed == 0
     assert t.failure is not None and t.failure["kind"] == "session_expired"
+    assert "replay of its moves answered differently" in t.failure["reason"]
     assert len(t.turns) == 1  # the first move was played; the one the jail missed is not kept
     assert samples_from_trajectories([t]) == []  # nothing trained on an outage's 0

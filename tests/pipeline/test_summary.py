@@ -51,7 +51,12 @@ def test_designs_and_pool_environments_are_counted_apart(tmp_path):
     ]  # fmt: skip
     cs.store.write_bytes(cs.layout.stage_key(0, "score", "scored.jsonl"), jsonl(rows))
     evaluations = [
-        {"source": "designed", "unhinted_returns": [1.0, 0.0, 0.5, 0.0], "failed_plays": 2},
+        {
+            "source": "designed",
+            "unhinted_returns": [1.0, 0.0, 0.5, 0.0],
+            "failed_plays": 2,
+            "resumed_plays": 1,
+        },
         {"source": "pool", "unhinted_returns": [0.0, 0.25, 0.0, 0.0], "failed_plays": 1},
     ]
     cs.store.write_bytes(
@@ -72,6 +77,7 @@ def test_designs_and_pool_environments_are_counted_apart(tmp_path):
     assert row["designer_spread"] == 0.75  # 0.5 - (-0.25)
     assert (row["designed_episodes"], row["pool_episodes"]) == (4, 4)
     assert row["failed_plays"] == 3  # inference failures, counted apart from the episodes
+    assert row["resumed_plays"] == 1  # the pool's row was stored before the count existed
     assert row["failed_designs"] == 2  # counted, and left out of every number above
     assert (row["train_loss"], row["agent_skipped"]) == (0.125, None)
     assert row["designer_loss"] is None and row["designer_skipped"] == skipped["skipped"]
