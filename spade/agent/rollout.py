@@ -6,7 +6,8 @@ another process), so they run in a thread pool sized to the parallelism: the ste
 episodes overlap and the event loop stays free. Jailed sessions are pooled per environment
 and reused across its episodes (``reset`` starts the next one), so a round pays a jail start
 per environment and parallel slot, not per episode. Failures of the environment or the model
-end that episode as data.
+end that episode as data; a session whose wall limit ran out while its episode waited on the
+model is ours, so the episode goes on in a fresh one (its moves replayed there).
 """
 
 from __future__ import annotations
