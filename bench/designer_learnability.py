@@ -163,9 +163,12 @@ def evaluate(
     every point): the point's rates and each design's outcome, in prompt order."""
     attempts = attempts_for(cfg, heldout, 1)
     design(cfg, weights, attempts, policy, seed=seed)
+    # each answer's text and verdict reason too: what changed between two points (the weights,
+    # or a flip of the sampler or the verifier under load) is read from them
     outcomes = [
         {"parent": p.parent, "directive": p.directive, "kept": a.accepted,
-         "failure": a.failure_kind, "failed": a.failed}
+         "failure": a.failure_kind, "failed": a.failed, "answer": a.last_answer,
+         "reason": a.failure_reason, "code": a.code}
         for p, a in zip(heldout, attempts, strict=True)
     ]  # fmt: skip
     return {**rates(attempts), "outcomes": outcomes}

@@ -160,6 +160,8 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     assert [p["update"] for p in points] == [0, 1]
     for p in points:
         assert p["n"] + p["failed_requests"] == data["settings"]["heldout"] == len(p["outcomes"])
+        for o in p["outcomes"]:  # each answer as it was judged: text, code taken, reason
+            assert isinstance(o["answer"], str) and (o["kept"] or o["failed"] or o["reason"])
         assert 0 <= p["kept"] <= p["well_formed"] <= p["n"]
     assert [s["update"] for s in steps] == [1]
     step = steps[0]
