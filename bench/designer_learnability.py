@@ -33,8 +33,8 @@ campaign's graded rejection reward (below 0) for the rest.
 ``--quick`` is a smoke run on the shipped SmolLM2-135M. The defaults (Qwen2.5-Coder-0.5B, the
 demo's config) take 2-3 hours on 2 cores (about 12 min per update on an AVX2-only EPYC, where
 the updates train in float32; the issue asked for about 75 min). Benchmarks report; they do not
-assert. A table prints, JSON goes to ``--out`` (default bench/results/designer_learnability.json) and the figure
-beside it (``.png``).
+assert. A table prints, JSON goes to ``--out`` (default bench/results/designer_learnability.json)
+and the figure beside it (``.png``).
 
 ``--split documents`` is a diagnostic: every parent on both sides, only the documents held out
 (bench/designer_learnability_task.py), to tell "the designer learns nothing" from "what it
