@@ -59,6 +59,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -192,7 +193,8 @@ def train_step(
 
 
 def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Prompt],
-              eval_at: set[int], save: Any) -> dict[str, Any]:  # fmt: skip
+              eval_at: set[int],
+              save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:  # fmt: skip
     from spade.records import BASE
     from spade.sandbox.policy import load_policy
 

@@ -311,20 +311,18 @@ async def _resumed(ep: _Live, expired: _Stepped, pools: _Pools) -> _Stepped:
     left out)."""
     pools.release(ep.job.env_id, ep.session)  # dead: closed, not pooled
     job, traj = ep.job, ep.traj
+    differs = "a fresh session's replay of its moves answered differently"
     try:
         ep.session = session = await pools.acquire(job)
         first, _info = await pools.call(session.reset, job.seed, hint=job.hint)
-        same = first == traj.messages[1]["content"]
-        for turn in traj.turns if same else []:
-            obs, reward, terminated, truncated, _ = await pools.call(session.step, turn.action)
-            seen = (turn.observation, turn.reward, turn.terminated, turn.truncated)
-            if (obs, reward, terminated, truncated) != seen:
-                same = False
-                break
+        if first != traj.messages[1]["content"]:
+            return _unresumed(expired, differs)
+        for turn in traj.turns:
+            answer = await pools.call(session.step, turn.action)
+            if answer[:4] != (turn.observation, turn.reward, turn.terminated, turn.truncated):
+                return _unresumed(expired, differs)
     except EnvFailure as exc:  # the fresh session broke too: the expiry is what is recorded
         return _unresumed(expired, f"a fresh session failed: {exc.failure.reason}")
-    if not same:
-        return _unresumed(expired, "a fresh session's replay of its moves answered differently")
     traj.resumed += 1
     return await pools.call(_timed_step, session, expired.action)
 
