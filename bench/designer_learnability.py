@@ -69,6 +69,7 @@ from designer_learnability_task import (
     SPLITS,
     Prompt,
     SeededBackend,
+    copied_shares,
     fisher_exact,
     grouped,
     mcnemar_exact,
@@ -80,6 +81,8 @@ from designer_learnability_task import (
 from report import machine, timestamp, write_json  # bench/report.py (scripts run from bench/)
 from rich.console import Console
 from rich.table import Table
+
+from spade.training.copied import COPY_MASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -109,6 +112,8 @@ def build_config(args: argparse.Namespace, store: Path) -> Any:
         # how far each update moved the policy, and toward which answers (the learning-rate
         # question a flat held-out curve asks): one more forward pass per update
         "training.measure_shift": True,
+        "training.designer_copy_mask": args.copy_mask,
+        "training.designer_copy_ngram": args.copy_ngram,
     }
     return load_config(args.config, overrides=overrides)
 
@@ -188,7 +193,9 @@ def train_step(
     samples = designer_samples(cfg, grouped(measured, centre), rewards)
     update = update_from_parent(cfg, "designer", parent, samples, root)
     kinds = Counter(a.failure_kind or "accepted" for a in measured)
-    stats = {"reward": sum(rewards) / max(len(rewards), 1), **rates(attempts), "kinds": kinds}
+    stats = {"reward": sum(rewards) / max(len(rewards), 1), **rates(attempts), "kinds": kinds,
+             **copied_shares(measured, cfg.training.designer_copy_ngram),
+             "trained_tokens": sum(s.trained_tokens for s in samples)}  # fmt: skip
     return update, stats
 
 
@@ -225,6 +232,7 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
             f" mismatch {kept['mismatch_kl'] or 0:.4f} moved KL {kept['shift_kl'] or 0:.4f}"
             f" (advantage > 0 {kept['shift_up'] or 0:+.3f}, < 0 {kept['shift_down'] or 0:+.3f}"
             " nats/token)"
+            f" copied: kept {_share(stats['copied_kept'])} rest {_share(stats['copied_rest'])}"
             f" ({steps[-1]['seconds']:.0f} s)"
         )
         if u in eval_at and heldout:
@@ -232,6 +240,10 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
             console.print(f"update {u}: held-out kept {points[-1]['kept']}/{points[-1]['n']}")
         save(so_far)
     return so_far
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def paired_kept(base: dict[str, Any], point: dict[str, Any]) -> tuple[list[bool], list[bool]]:
@@ -342,6 +354,13 @@ def arguments() -> argparse.Namespace:
     # bench/learnability.py's learning rate (LoRA's usual 1e-4 to 5e-4, chosen before any run
     # there, not swept): the demo's 2e-5 moves the weights little in a dozen updates
     ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument(
+        "--copy-mask",
+        choices=COPY_MASKS,
+        default="off",
+        help="training.designer_copy_mask: leave copied tokens out of the loss",
+    )
+    ap.add_argument("--copy-ngram", type=int, default=8, help="training.designer_copy_ngram")
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="smoke run on SmolLM2-135M")

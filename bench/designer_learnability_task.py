@@ -43,6 +43,7 @@ from spade.envs.examples import example_paths
 from spade.inference.base import Backend, ChatRequest, Completion
 from spade.records import DesignAttempt
 from spade.scoring.rewards import get_rejected_reward, rejected_tier
+from spade.training.copied import copied_positions
 
 PARENTS = {
     "train": ("number_hunt", "cargo_knapsack", "switchboard"),
@@ -222,6 +223,23 @@ def rates(attempts: Sequence[DesignAttempt]) -> dict[str, float | int]:
         "well_formed_share": formed / n if n else 0.0,
         "kept_if_well_formed": kept / formed if formed else 0.0,
         "failed_requests": len(attempts) - n,
+    }
+
+
+def copied_shares(attempts: Sequence[DesignAttempt], n: int) -> dict[str, float | None]:
+    """Share of the answers' tokens copied from their prompts (runs of ``>= n`` tokens found
+    there: :func:`spade.training.copied.copied_positions`), over the kept answers and over the
+    rest (None: no such answer with tokens): is a kept answer mostly its parent copied?"""
+    counts = {True: [0, 0], False: [0, 0]}  # kept -> [copied, tokens]
+    for a in attempts:
+        parts = a.segments or [{"prompt_token_ids": a.prompt_token_ids, "token_ids": a.token_ids}]
+        for part in parts:
+            copied = copied_positions(part["prompt_token_ids"], part["token_ids"], n)
+            counts[a.accepted][0] += sum(copied)
+            counts[a.accepted][1] += len(copied)
+    return {
+        f"copied_{name}": (c / t if t else None)
+        for name, (c, t) in (("kept", counts[True]), ("rest", counts[False]))
     }
 
 

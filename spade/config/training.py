@@ -174,6 +174,22 @@ class TrainingConfig(Section):
         " `shift_down` (mean log-prob change per token of the samples with a positive /"
         " negative advantage; a working update raises the first and lowers the second).",
     )
+    designer_copy_mask: Literal["off", "positive", "all"] = Field(
+        "off",
+        description="Leave out of the designer's loss the answer tokens copied from its prompt"
+        " (runs of `designer_copy_ngram` tokens found there: a splice answer copies most of"
+        " the parent's method): 'positive' in answers with a positive advantage only (train"
+        " what a kept answer changed, still push down all of a worse one), 'all' in every"
+        " answer, 'off' trains every token (spade/training/copied.py).",
+    )
+    designer_copy_ngram: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Shortest run of answer tokens, found as is in the prompt, that counts as"
+        " copied (designer_copy_mask): shorter shared fragments ('self.', 'return') stay"
+        " trained.",
+    )
     designer_delay_steps: int = Field(
         2,
         ge=0,

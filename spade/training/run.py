@@ -125,13 +125,16 @@ def designer_samples(
 ) -> list[Any]:
     """The designer's samples of ``attempts``: ``rewards`` (uncentred, each the reward of the
     answer trained on) centred once, per skill or over the batch as ``scoring`` says, over
-    the trained designs (one unit each, however many parts it was sampled in)."""
+    the trained designs (one unit each, however many parts it was sampled in); the tokens
+    copied from the prompt masked as ``training.designer_copy_mask`` says."""
     from spade.training.advantages import designer_estimator
+    from spade.training.copied import mask_copied
     from spade.training.samples import assign_advantages, samples_from_design_attempts
 
     samples = samples_from_design_attempts(attempts, rewards)
     assign_advantages(samples, designer_estimator(cfg.scoring.centre_per_skill))
-    return list(samples)
+    t = cfg.training  # copies masked after centring: a design's advantage counts all it wrote
+    return mask_copied(samples, t.designer_copy_mask, t.designer_copy_ngram)
 
 
 def load_samples(
