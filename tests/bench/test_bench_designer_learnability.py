@@ -82,6 +82,21 @@ def test_kept_designs_earn_1_and_rejections_the_campaigns_graded_reward():
     assert got["kept_if_well_formed"] == 0.5
 
 
+def test_copied_shares_count_the_answer_tokens_found_in_the_prompt_by_outcome():
+    def att(kept: bool, prompt: list[int], tokens: list[int]) -> DesignAttempt:
+        return DesignAttempt(slot=0, attempt=0, skill="s", doc_id="d", messages=[],
+                             accepted=kept, prompt_token_ids=prompt, token_ids=tokens,
+                             logprobs=[0.0] * len(tokens))  # fmt: skip
+
+    parent = [1, 2, 3, 4]
+    got = _task().copied_shares(
+        [att(True, parent, [1, 2, 3, 9]), att(False, parent, [1, 2, 3, 4]),
+         att(False, parent, [7, 8])], 3,
+    )  # fmt: skip
+    assert got == {"copied_kept": 0.75, "copied_rest": 4 / 6}
+    assert _task().copied_shares([att(False, parent, [7])], 3)["copied_kept"] is None
+
+
 def test_fisher_exact_is_the_two_sided_hypergeometric_test():
     task = _task()
     # 1 of 10 against 7 of 10: margins 8 kept of 20; the tables as or less likely than the seen
@@ -185,9 +200,13 @@ def test_a_training_side_run_has_no_held_out_point_and_no_p_value(
     tmp_path: Path, smol_env: Path
 ) -> None:
     out = tmp_path / "designer_learnability.json"
-    data = run_bench("designer_learnability.py", "--quick", "--heldout", "0", out=out, timeout=900)
+    args = ("--quick", "--heldout", "0", "--copy-mask", "positive")  # and copies masked
+    data = run_bench("designer_learnability.py", *args, out=out, timeout=900)
     assert data["points"] == [] and "p_value" not in data and "result" not in data
     assert [s["update"] for s in data["steps"]] == [1] and data["steps"][0]["shift_kl"] >= 0.0
+    step = data["steps"][0]
+    assert step["trained_tokens"] > 0
+    assert all(step[k] is None or 0.0 <= step[k] <= 1.0 for k in ("copied_kept", "copied_rest"))
     assert out.with_suffix(".png").stat().st_size > 0
 
 
