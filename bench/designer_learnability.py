@@ -172,13 +172,19 @@ def evaluate(
     design(cfg, weights, attempts, policy, seed=seed)
     # each answer's text and verdict reason too: what changed between two points (the weights,
     # or a flip of the sampler or the verifier under load) is read from them
-    outcomes = [
+    return {**rates(attempts), "outcomes": outcomes(heldout, attempts)}
+
+
+def outcomes(batch: list[Prompt], attempts: list[Any]) -> list[dict[str, Any]]:
+    """Each answer's prompt, verdict, text and the code taken from it (``attempts`` prompt-major,
+    as many per prompt as :func:`attempts_for` made)."""
+    per = len(attempts) // max(len(batch), 1)
+    return [
         {"parent": p.parent, "directive": p.directive, "kept": a.accepted,
          "failure": a.failure_kind, "failed": a.failed, "answer": a.last_answer,
          "reason": a.failure_reason, "code": a.code}
-        for p, a in zip(heldout, attempts, strict=True)
+        for p, a in zip((p for p in batch for _ in range(per)), attempts, strict=True)
     ]  # fmt: skip
-    return {**rates(attempts), "outcomes": outcomes}
 
 
 def train_step(
@@ -225,7 +231,8 @@ def train_run(cfg: Any, args: argparse.Namespace, corpus: Any, heldout: list[Pro
         parent = update.checkpoint
         weights = publish_step(cfg, CAMPAIGN, u, "designer", parent)
         kept = {k: update.metrics.get(k) for k in STEP_METRICS}
-        steps.append({"update": u, **stats, "seconds": time.perf_counter() - started, **kept})
+        steps.append({"update": u, **stats, "seconds": time.perf_counter() - started, **kept,
+                      "outcomes": outcomes(batch, attempts)})  # fmt: skip
         console.print(
             f"update {u}: reward {stats['reward']:+.2f} kept {stats['kept']}/{stats['n']}"
             f" well formed {stats['well_formed']} flat {kept['zero_variance_groups'] or 0:.2f}"

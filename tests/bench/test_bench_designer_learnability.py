@@ -206,6 +206,9 @@ def test_a_training_side_run_has_no_held_out_point_and_no_p_value(
     assert [s["update"] for s in data["steps"]] == [1] and data["steps"][0]["shift_kl"] >= 0.0
     step = data["steps"][0]
     assert step["trained_tokens"] > 0
+    # every training answer as judged, by its prompt: what an update trained on can be read
+    assert len(step["outcomes"]) == step["n"] + step["failed_requests"]
+    assert {o["directive"] for o in step["outcomes"]} <= {"clue", "credit"}
     assert all(step[k] is None or 0.0 <= step[k] <= 1.0 for k in ("copied_kept", "copied_rest"))
     assert out.with_suffix(".png").stat().st_size > 0
 
