@@ -45,7 +45,8 @@ every update and held-out point (``"partial": true`` until the run ends).
 (the training answers and how far each moved the policy), e.g. to compare learning rates.
 
 Usage: ``.venv/bin/python bench/designer_learnability.py [--quick] [--updates N] [--lr X]
-[--heldout N] [--split parents|documents] [--seed S] [--out PATH]``
+[--heldout N] [--split parents|documents] [--copy-mask off|positive|all] [--rejected
+flat|graded] [--seed S] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def build_config(args: argparse.Namespace, store: Path) -> Any:
         "training.designer_copy_mask": args.copy_mask,
         "training.designer_copy_ngram": args.copy_ngram,
     }
+    if args.rejected is not None:  # else the config's (the demo's: graded)
+        overrides["scoring.rejected_reward"] = args.rejected
     return load_config(args.config, overrides=overrides)
 
 
@@ -368,6 +371,11 @@ def arguments() -> argparse.Namespace:
         help="training.designer_copy_mask: leave copied tokens out of the loss",
     )
     ap.add_argument("--copy-ngram", type=int, default=8, help="training.designer_copy_ngram")
+    ap.add_argument(
+        "--rejected",
+        choices=("flat", "graded"),
+        help="scoring.rejected_reward (default: the config's)",
+    )
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="smoke run on SmolLM2-135M")

@@ -200,12 +200,15 @@ def test_a_training_side_run_has_no_held_out_point_and_no_p_value(
     tmp_path: Path, smol_env: Path
 ) -> None:
     out = tmp_path / "designer_learnability.json"
-    args = ("--quick", "--heldout", "0", "--copy-mask", "positive")  # and copies masked
+    # copies masked and rejections flat: the bench's experiment flags reach the update
+    args = ("--quick", "--heldout", "0", "--copy-mask", "positive", "--rejected", "flat")
     data = run_bench("designer_learnability.py", *args, out=out, timeout=900)
     assert data["points"] == [] and "p_value" not in data and "result" not in data
     assert [s["update"] for s in data["steps"]] == [1] and data["steps"][0]["shift_kl"] >= 0.0
     step = data["steps"][0]
     assert step["trained_tokens"] > 0
+    flat = (step["kept"] - 0.5 * step["kinds"].get("timeout", 0)) / step["n"]  # the defaults'
+    assert step["reward"] == pytest.approx(flat)  # 0 for a rejection, -0.5 for a timeout
     # every training answer as judged, by its prompt: what an update trained on can be read
     assert len(step["outcomes"]) == step["n"] + step["failed_requests"]
     assert {o["directive"] for o in step["outcomes"]} <= {"clue", "credit"}
