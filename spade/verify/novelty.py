@@ -324,9 +324,11 @@ def plans(
     max_turns: int,
 ) -> Iterator[Plan]:
     """What both environments play, per seed: the design's solution for that seed and its
-    near miss (:func:`near_miss`), the other seeds' solutions (the same moves on another
-    instance, where a reworded game keeps its correspondence of observations and a new clue
-    breaks it), the malformed actions, then random play. Random plans hold
+    near miss (:func:`near_miss`) repeated for ``max_turns`` actions (a game lost with partial
+    progress: a credit rule scoring only a game whose guesses ran out, ``code_breaker``'s, is
+    never reached by the near miss played once), the other seeds' solutions (the same moves
+    on another instance, where a reworded game keeps its correspondence of observations and a
+    new clue breaks it), the malformed actions, then random play. Random plans hold
     their own RNG, consumed as they are played: make a fresh list for every side-by-side
     play."""
     for seed in seeds:
@@ -334,8 +336,8 @@ def plans(
         if solution:
             yield Plan(seed, "solution", _cycle(solution), len(solution))
         missed = near_miss(solution)
-        if missed:
-            yield Plan(seed, "near-miss", _cycle(missed), len(missed))
+        if missed:  # repeated to max_turns: a rule scoring a game whose turns ran out shows
+            yield Plan(seed, "near-miss", _cycle(missed), max(len(missed), max_turns))
         for other, moves in solutions.items():
             if other != seed and moves:
                 yield Plan(seed, f"seed {other}'s solution", _cycle(moves), len(moves))

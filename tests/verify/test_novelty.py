@@ -138,6 +138,23 @@ def test_a_design_that_plays_exactly_like_a_reference_is_a_duplicate(policy):
 
 
 @pytest.mark.sandbox
+def test_a_credit_rule_scoring_only_lost_games_differently_is_not_a_duplicate(policy):
+    """code_breaker scores a game whose guesses ran out by its best guess; a rule paying twice
+    that differs on every such game, but only there. The near miss played once never ran the
+    guesses out, and the designer's credit rewrites of it were judged duplicates (-1, its
+    lowest reward: docs/results/designer_learnability.md)."""
+    parent = EXAMPLES["code_breaker"]
+    rule = "return 0.5 * self.best / self.length"
+    assert rule in parent
+    doubled = parent.replace(rule, "return self.best / self.length")
+    verdict = verify(doubled, references=[Reference("code_breaker", parent)], policy=policy)
+    assert verdict.accepted, verdict.to_dict()
+    assert "plays differently from 'code_breaker' (seed 1234, near-miss play" in (
+        verdict.checks[-1].reason
+    )
+
+
+@pytest.mark.sandbox
 def test_the_same_game_with_another_opening_is_a_duplicate(policy):
     """Every move answered alike, only the first observation reworded: the 0.5B coder's usual
     answer to "give it a new theme" (it changed the intro's wording and nothing else)."""
