@@ -1,12 +1,12 @@
 """Copy masking: leave out of the loss the tokens a designer answer copied from its prompt.
 
-Why: a splice answer rewrites one method of a parent shown whole in its prompt, and a kept
-answer is mostly that method copied with a few lines changed. A positive advantage spread over
-all its tokens raises the probability of the copied lines as much as of the change that made it
-worth keeping, and copying the parent whole is the lowest-graded answer (``duplicate``); in the
-designer learnability bench's diagnostic, duplicates grew update by update
-(docs/results/designer_learnability.md). Masking the copied tokens trains only what the answer
-changed.
+Why: a splice answer rewrites one method of a parent shown whole in its prompt. If a kept
+answer were mostly that method copied, a positive advantage spread over all its tokens would
+raise the copied lines as much as the change that made it worth keeping, and copying pays the
+lowest reward (``duplicate``). Masking the copied tokens trains only what the answer changed.
+Measured (docs/results/designer_learnability.md): the 0.5B's kept splices copy almost nothing
+of their prompt, its duplicates are new text that plays like the parent, and the mask changed
+nothing measurable; it stays an option, off by default.
 
 A completion token counts as *copied* when it lies inside a run of at least ``n`` consecutive
 completion tokens that also occurs, contiguously, among the sample's context tokens (those its
