@@ -145,13 +145,21 @@ def scripted_overrides(scripted_server, tmp_path) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def prefect_api():
+def prefect_api(tmp_path_factory):
     """A temporary Prefect API (SQLite) for the requesting test module; yields its URL.
-    Analytics off: they make SQLite answer "database is locked"."""
-    from prefect.settings import PREFECT_API_URL
+    Analytics off: they make SQLite answer "database is locked". Results of tasks run without
+    a campaign's result storage go to the module's own folder, not ``~/.prefect/storage``: a
+    record left there by another run with the same cache key (an earlier suite on this machine)
+    would answer a task the test means to run."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
+    storage = tmp_path_factory.mktemp("prefect-storage")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=60):
+        mp.setenv("PREFECT_LOCAL_STORAGE_PATH", str(storage))  # and for child processes
+        with (
+            temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: storage}),
+            prefect_test_harness(server_startup_timeout=60),
+        ):
             yield PREFECT_API_URL.value()

@@ -40,6 +40,7 @@ from tests.integration.prefect_live import REPO_ROOT
 
 pytestmark = pytest.mark.sandbox
 CID = "killed"
+RUN_KEY = "SPADE_RESUME_TEST_RUN"  # the killed child sends its value as its API key
 
 
 def _roomy_sandbox(path: Path) -> Path:
@@ -59,6 +60,7 @@ def _config(server, tmp_path, root):
             **overrides,
             "name": "resume",
             "storage.root": str(root),
+            "inference.api_key_env": RUN_KEY,
             "run.rounds": 2,  # the killed run asks for 1: its resume must not run a second
             # one file for both runs (both roots are in the test's folder)
             "sandbox.policy_path": str(_roomy_sandbox(root.parent / "sandbox.yaml")),
@@ -67,13 +69,19 @@ def _config(server, tmp_path, root):
     )
 
 
-def _kinds(server) -> dict[str, int]:
-    """Requests the stand-in answered, by role (designer, hint writer, agent)."""
+def _kinds(server, killed: bool = False) -> dict[str, int]:
+    """Requests the stand-in answered, by role (designer, hint writer, agent), of the killed
+    child (``killed``: sent with its API key) or of this process. Told apart by the key, not by
+    when they were counted: a request the child sent whole just before the SIGKILL can be read
+    from the socket after the kill (a loaded machine), and was once counted as the resume's."""
     out = {"design": 0, "hint": 0, "play": 0}
-    for r in server.chat_requests:
-        if not isinstance(r, dict):  # a body the SIGKILL tore mid-send: refused (400), not answered
+    for r in server.requests:
+        if r.path != "/v1/chat/completions" or not isinstance(r.body, dict):
+            continue  # a body the SIGKILL tore mid-send is refused (400), not answered
+        auth = {k.lower(): v for k, v in r.headers.items()}.get("authorization")
+        if (auth == "Bearer killed") != killed:
             continue
-        system = r["messages"][0].get("content") or ""
+        system = r.body["messages"][0].get("content") or ""
         kind = "design" if system.startswith("You write correct") else "play"
         out["hint" if system.startswith("You coach") else kind] += 1
     return out
@@ -106,6 +114,7 @@ def _kill_during_evaluate(cfg, api_url: str, tmp_path) -> dict[str, tuple[int, i
         "PREFECT_API_URL": api_url,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "TMPDIR": str(private_tmp),
+        RUN_KEY: "killed",
     }
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.flows.resume_driver", str(config_file), CID, "1"],
@@ -139,10 +148,10 @@ def _stored_plays(cs) -> dict[str, tuple[int, int]]:
 
 
 def test_sigkill_mid_round_then_resume(prefect_api, tmp_path, monkeypatch):
+    monkeypatch.delenv(RUN_KEY, raising=False)  # this process's requests carry no key
     with FakeOpenAIServer(script=ScriptedModel()) as server:
         cfg = _config(server, tmp_path, tmp_path / "store")
         stored = _kill_during_evaluate(cfg, prefect_api, tmp_path)
-        before = _kinds(server)
         # the hint stage's code "changed" (one more module in its closure); design's did not
         monkeypatch.setitem(
             keys.STAGE_ENTRIES,
@@ -153,19 +162,19 @@ def test_sigkill_mid_round_then_resume(prefect_api, tmp_path, monkeypatch):
         # a resume (no round count given) continues what the killed run was asked for: 1 round,
         # not the config's 2
         status = asyncio.run(campaign_flow(config=cfg, campaign_id=CID))
-        after = _kinds(server)
+        killed, resumed = _kinds(server, killed=True), _kinds(server)
     assert round_complete(campaign_store(cfg, CID), 0)
     assert campaign_store(cfg, CID).rounds() == [0] and status["target_rounds"] == 1
-    assert after["design"] == before["design"]  # cached: not asked again
-    assert after["hint"] > before["hint"]  # its code changed: recomputed
+    assert killed["design"] > 0 and resumed["design"] == 0  # cached: not asked again
+    assert killed["hint"] > 0 and resumed["hint"] > 0  # its code changed: recomputed
     # the plays stored before the kill were reused, untouched, the others played: the kill can
     # come after the last play was stored (a fast machine), then the resume plays nothing
     every_play = _stored_plays(campaign_store(cfg, CID))
     assert stored and stored.items() <= every_play.items()
     if stored.keys() < every_play.keys():
-        assert after["play"] > before["play"]
+        assert resumed["play"] > 0
     else:
-        assert after["play"] == before["play"]
+        assert resumed["play"] == 0
 
     # the same round, uninterrupted, in a fresh store: exactly the same objects
     monkeypatch.undo()
@@ -174,7 +183,7 @@ def test_sigkill_mid_round_then_resume(prefect_api, tmp_path, monkeypatch):
         clean = _config(server, tmp_path / "clean", tmp_path / "clean-store")
         asyncio.run(campaign_flow(config=clean, campaign_id=CID, rounds=1))
         clean_plays = _kinds(server)["play"]
-    assert after["play"] - before["play"] < clean_plays  # finished plays were not played again
+    assert resumed["play"] < clean_plays  # finished plays were not played again
     resumed_keys, clean_keys = _campaign_keys(cfg), _campaign_keys(clean)
     results = [k for k in resumed_keys if k.startswith("prefect-results/")]
     clean_results = [k for k in clean_keys if k.startswith("prefect-results/")]
