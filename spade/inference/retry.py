@@ -23,6 +23,7 @@ the old connections, so call ``aclose()`` in the loop that used it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import re
 import time
@@ -35,6 +36,8 @@ import httpx
 from spade.config import InferenceConfig
 from spade.errors import InferenceError
 from spade.inference.base import Completion, InferenceFailure, InferenceFailureKind
+
+logger = logging.getLogger(__name__)
 
 _JITTER = 0.1  # at most this fraction of a delay is added at random
 _CONTEXT_PATTERN = re.compile(
@@ -115,7 +118,14 @@ class RetryingClient:
             bad_responses += outcome.kind is InferenceFailureKind.BAD_RESPONSE
             if not self._should_retry(outcome, attempt, bad_responses):
                 return failed(outcome, attempt, latency=latency)
-            await asyncio.sleep(self.delay(attempt - 1) * (1 + random.uniform(0, _JITTER)))
+            wait = self.delay(attempt - 1) * (1 + random.uniform(0, _JITTER))
+            # said, not silent: the server sees the same request again, and a run whose
+            # requests keep failing is an outage its operator wants to see before it ends
+            logger.warning(
+                "%s: attempt %d failed (%s: %s); retrying in %.1f s",
+                url, attempt, outcome.kind.value, outcome.reason, wait,
+            )  # fmt: skip
+            await asyncio.sleep(wait)
 
     def _should_retry(self, outcome: Failed, attempt: int, bad_responses: int) -> bool:
         if not outcome.retryable or attempt > self._config.max_retries:

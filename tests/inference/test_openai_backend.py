@@ -318,9 +318,15 @@ def test_refused_connection_is_a_connection_failure() -> None:
     assert failure_of(out) == (InferenceFailureKind.CONNECTION, 2)
 
 
-def test_server_errors_are_retried_then_succeed(server: FakeOpenAIServer) -> None:
+def test_server_errors_are_retried_then_succeed(
+    server: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
     server.plan("500", "503", "ok")
-    assert one(server.url).ok and len(server.chat_requests) == 3
+    with caplog.at_level("WARNING", logger="spade.inference.retry"):
+        assert one(server.url).ok and len(server.chat_requests) == 3
+    retried = [r.getMessage() for r in caplog.records if r.name == "spade.inference.retry"]
+    assert len(retried) == 2 and "attempt 1 failed" in retried[0] and "injected 500" in retried[0]
+    assert "attempt 2 failed" in retried[1] and "injected 503" in retried[1]
 
 
 def test_server_errors_exhaust_retries(server: FakeOpenAIServer) -> None:
