@@ -336,7 +336,7 @@ def plans(
         if solution:
             yield Plan(seed, "solution", _cycle(solution), len(solution))
         missed = near_miss(solution)
-        if missed:  # repeated to max_turns: a rule scoring a game whose turns ran out shows
+        if missed:
             yield Plan(seed, "near-miss", _cycle(missed), max(len(missed), max_turns))
         for other, moves in solutions.items():
             if other != seed and moves:
