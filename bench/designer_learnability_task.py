@@ -232,8 +232,7 @@ def copied_shares(attempts: Sequence[DesignAttempt], n: int) -> dict[str, float 
     rest (None: no such answer with tokens): is a kept answer mostly its parent copied?"""
     counts = {True: [0, 0], False: [0, 0]}  # kept -> [copied, tokens]
     for a in attempts:
-        parts = a.segments or [{"prompt_token_ids": a.prompt_token_ids, "token_ids": a.token_ids}]
-        for part in parts:
+        for part in a.sampled_parts():
             copied = copied_positions(part["prompt_token_ids"], part["token_ids"], n)
             counts[a.accepted][0] += sum(copied)
             counts[a.accepted][1] += len(copied)

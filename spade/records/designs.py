@@ -218,6 +218,18 @@ class DesignAttempt:
             }
         )
 
+    def sampled_parts(self) -> list[dict[str, Any]]:
+        """What the designer sampled: each segment (a scaffolded body, a splice's follow-up),
+        else the one answer, as ``prompt_token_ids``/``token_ids``/``logprobs`` (the trainer's
+        samples, :func:`spade.training.samples.samples_from_design_attempts`)."""
+        return self.segments or [
+            {
+                "prompt_token_ids": self.prompt_token_ids,
+                "token_ids": self.token_ids,
+                "logprobs": self.logprobs,
+            }
+        ]
+
     @property
     def failed(self) -> bool:
         """A request of this attempt failed on our side: it measures nothing about the designer."""

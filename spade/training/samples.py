@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -133,18 +133,6 @@ def samples_from_trajectories(
     return out
 
 
-def _sampled_parts(attempt: DesignAttempt) -> list[dict[str, Any]]:
-    """What the designer sampled for ``attempt``: each segment (a scaffolded body, a
-    follow-up), else the one answer, as ``prompt_token_ids``/``token_ids``/``logprobs``."""
-    return attempt.segments or [
-        {
-            "prompt_token_ids": attempt.prompt_token_ids,
-            "token_ids": attempt.token_ids,
-            "logprobs": attempt.logprobs,
-        }
-    ]
-
-
 def samples_from_design_attempts(
     attempts: Sequence[DesignAttempt], rewards: Sequence[float]
 ) -> list[TrainSample]:
@@ -169,7 +157,7 @@ def samples_from_design_attempts(
         if attempt.failed:  # its reward would be an outage's: the caller's pairing is wrong
             raise ValueError(f"design attempt {attempt.slot}.{attempt.attempt} failed: no data")
         where = f"design attempt {attempt.slot}.{attempt.attempt}"
-        parts = _sampled_parts(attempt)
+        parts = attempt.sampled_parts()
         if not any(part["token_ids"] for part in parts):
             skipped += 1
             continue
@@ -288,7 +276,7 @@ def missing_token_ids(
         for a in attempts
         if not a.failed
         and a.completion
-        and not any(part["token_ids"] for part in _sampled_parts(a))
+        and not any(part["token_ids"] for part in a.sampled_parts())
     )
     return turns + designs
 
