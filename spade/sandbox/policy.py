@@ -130,6 +130,12 @@ class Limits(BaseModel):
     call_timeout_s: float = Field(
         5.0, gt=0, le=600, description="Wall time for one reset/step/solution call (s)."
     )
+    close_timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=600,
+        description="Wall time for the environment's close() before the jail is killed (s).",
+    )
     max_message_bytes: int = Field(
         1 << 20, ge=1024, le=1 << 30, description="Largest reply accepted from the jail (bytes)."
     )

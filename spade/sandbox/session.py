@@ -168,8 +168,7 @@ class JailedSession:
                 "kwargs": self.env_kwargs,
                 "class_name": self.class_name,
             },
-            timeout=self.policy.limits.start_timeout_s,
-            load=True,
+            limit="start_timeout_s",
         )
         try:
             self.info = session_info(reply)
@@ -184,7 +183,7 @@ class JailedSession:
         if self._proc is not None and self.alive:
             # A failing close() is the design's problem, not ours.
             with contextlib.suppress(EnvFailure):
-                self._call({"op": "close"}, timeout=1.0)
+                self._call({"op": "close"}, limit="close_timeout_s")
         try:
             self._kill(grace=1.0)
         finally:  # whatever ending the jail raised, its session folder goes
@@ -225,9 +224,9 @@ class JailedSession:
 
     # -- channel -----------------------------------------------------------------------------
 
-    def _call(
-        self, request: dict[str, Any], *, timeout: float | None = None, load: bool = False
-    ) -> Any:
+    def _call(self, request: dict[str, Any], *, limit: str = "call_timeout_s") -> Any:
+        """Send ``request`` and return its reply's result, within the policy's limit named
+        ``limit`` (``start_timeout_s`` for the load, ``close_timeout_s`` for the close)."""
         if self.failure is not None:
             raise EnvFailure(self.failure, fatal=True)
         if self._proc is None:
@@ -237,7 +236,7 @@ class JailedSession:
         request = {"id": self._next_id, **request}
         try:
             self._write(json.dumps(request).encode() + b"\n")
-            line = self._read_line(timeout or self.policy.limits.call_timeout_s, load=load)
+            line = self._read_line(limit)
         except _Dead as dead:
             self.failure = dead.failure
             prom.record_failure(dead.failure.kind)
@@ -251,7 +250,7 @@ class JailedSession:
             self.stats.call_s.append(time.perf_counter() - t0)
             self.stats.call_total_s += self.stats.call_s[-1]
             prom.record_call(request["op"], self.stats.call_s[-1])
-        return self._parse_reply(line, load=load, rid=self._next_id)
+        return self._parse_reply(line, load=limit == "start_timeout_s", rid=self._next_id)
 
     def _parse_reply(self, line: bytes, *, load: bool, rid: int) -> Any:
         try:
@@ -291,9 +290,10 @@ class JailedSession:
         except (BrokenPipeError, OSError):  # the jail died before reading: classify its exit
             raise _Dead(self._exit_failure()) from None
 
-    def _read_line(self, limit_s: float, *, load: bool) -> bytes:
-        """The next reply line, within ``limit_s`` seconds (the load's limit when ``load``)."""
+    def _read_line(self, limit_name: str) -> bytes:
+        """The next reply line, within the policy's limit ``limit_name`` (seconds)."""
         assert self._proc is not None and self._proc.stdout is not None
+        limit_s = getattr(self.policy.limits, limit_name)
         deadline = time.monotonic() + limit_s
         fd = self._proc.stdout.fileno()
         limit = self.policy.limits.max_message_bytes
@@ -307,7 +307,7 @@ class JailedSession:
             ready = select.select([fd], [], [], max(0.0, remaining))[0] if remaining > 0 else []
             if not ready:
                 self._kill()
-                raise _Dead(self._timeout_failure(limit_s, load=load))
+                raise _Dead(self._timeout_failure(limit_name, limit_s))
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 raise _Dead(self._exit_failure())
@@ -321,14 +321,13 @@ class JailedSession:
 
     # -- death and classification ------------------------------------------------------------
 
-    def _timeout_failure(self, limit_s: float, *, load: bool) -> Failure:
+    def _timeout_failure(self, limit_name: str, limit_s: float) -> Failure:
         # the limit that ran out, by name: a load past start_timeout_s on a loaded host reads
-        # differently from a call past call_timeout_s (the old text named the call's for both)
-        which = "start_timeout_s" if load else "call_timeout_s"
+        # differently from a call past call_timeout_s or a close past close_timeout_s
+        what = {"start_timeout_s": "load", "close_timeout_s": "close"}.get(limit_name, "call")
         return Failure(
             FailureKind.TIMEOUT,
-            f"no reply within the {'load' if load else 'call'}'s wall-clock limit ({which}:"
-            f" {limit_s:g}s)",
+            f"no reply within the {what}'s wall-clock limit ({limit_name}: {limit_s:g}s)",
             self.log_tail(),
         )
 

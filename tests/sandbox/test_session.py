@@ -89,11 +89,15 @@ def test_load_failures(code, kind, policy):
     assert exc.value.failure.kind is kind and exc.value.fatal
 
 
-def test_a_timeout_names_the_limit_that_ran_out_load_or_call(policy):
-    """A load past ``start_timeout_s`` and a call past ``call_timeout_s`` each say which limit
-    it was and its value (distinct values here, so one named for the other is caught)."""
-    code = "import time\nclass SEnv:\n    def __init__(self, **kw):\n        time.sleep({init})\n    def reset(self, seed=None):\n        time.sleep(60)\n    def step(self, a): ...\n"
-    limits = policy.limits.model_copy(update={"start_timeout_s": 1.5, "call_timeout_s": 0.5})
+def test_a_timeout_names_the_limit_that_ran_out_load_call_or_close(policy):
+    """A load past ``start_timeout_s``, a call past ``call_timeout_s`` and a close past
+    ``close_timeout_s`` each say which limit it was and its value (distinct values here, so one
+    named for another is caught). A close that hangs is the design's: close() records it and
+    ends the jail without raising."""
+    code = "import time\nclass SEnv:\n    def __init__(self, **kw):\n        time.sleep({init})\n    def reset(self, seed=None):\n        time.sleep(60)\n    def step(self, a): ...\n    def close(self):\n        time.sleep(60)\n"
+    limits = policy.limits.model_copy(
+        update={"start_timeout_s": 1.5, "call_timeout_s": 0.5, "close_timeout_s": 0.7}
+    )
     short = policy.model_copy(update={"limits": limits})
     slow_load = JailedSession(code.format(init=60), policy=short)
     with pytest.raises(EnvFailure) as load:
@@ -107,6 +111,12 @@ def test_a_timeout_names_the_limit_that_ran_out_load_or_call(policy):
     assert load.value.failure.kind is call.value.failure.kind is FailureKind.TIMEOUT
     assert "load's wall-clock limit (start_timeout_s: 1.5s)" in load.value.failure.reason
     assert "call's wall-clock limit (call_timeout_s: 0.5s)" in call.value.failure.reason
+    slow_close = JailedSession(code.format(init=0), policy=short)
+    slow_close.start()
+    slow_close.close()
+    assert slow_close.failure is not None and not slow_close.alive
+    assert slow_close.failure.kind is FailureKind.TIMEOUT
+    assert "close's wall-clock limit (close_timeout_s: 0.7s)" in slow_close.failure.reason
 
 
 def test_calls_after_death_fail_fast_and_close_is_idempotent(policy):
