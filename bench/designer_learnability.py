@@ -23,7 +23,9 @@ campaign's graded rejection reward (below 0) for the rest.
    prompt by prompt: the top-level ``p_value`` is McNemar's two-sided exact test of the last
    point against the base (Fisher's exact test of the two shares, unpaired, beside it); the
    rise is split into well-formed answers (past parse, syntax, policy and contract) and designs
-   kept among them.
+   kept among them. ``detectable_share``: the kept share these prompts would show as a rise
+   (p < 0.05) 4 times in 5 from the base's share, answers drawn independently: the smallest
+   rise a null result rules out (48 prompts at a base of 0.15: about 0.43).
 3. **How far each update moved**: ``training.measure_shift`` scores each update's batch again
    with the new weights: KL from the weights before and the mean log-prob change per token of
    the answers with a positive and a negative advantage (:mod:`spade.training.shift`), so a flat
@@ -71,6 +73,7 @@ from designer_learnability_task import (
     Prompt,
     SeededBackend,
     copied_shares,
+    detectable_share,
     fisher_exact,
     grouped,
     mcnemar_exact,
@@ -272,9 +275,12 @@ def paired_p(base: dict[str, Any], point: dict[str, Any]) -> float:
 def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
     """The last point against the base: McNemar's exact test on the same prompts answered under
     the same seeds (the ``p_value``), Fisher's exact test on the two shares as if unpaired, and
-    the rise split into well-formed answers and designs kept among them."""
+    the rise split into well-formed answers and designs kept among them; and the kept share the
+    paired prompts would show as a rise 4 times in 5 (:func:`detectable_share`): what a null
+    result can rule out."""
     base, last = points[0], points[-1]
     before, after = paired_kept(base, last)
+    base_share = sum(before) / len(before) if before else 0.0
     return {
         "base_kept_share": base["kept_share"], "final_kept_share": last["kept_share"],
         "rise": last["kept_share"] - base["kept_share"],
@@ -282,8 +288,10 @@ def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
         "kept_if_well_formed_rise": last["kept_if_well_formed"] - base["kept_if_well_formed"],
         "kept_base_only": sum(b and not a for b, a in zip(before, after, strict=True)),
         "kept_last_only": sum(a and not b for b, a in zip(before, after, strict=True)),
+        "paired": len(before),
         "p_value": paired_p(base, last),
         "fisher_p": fisher_exact(base["kept"], base["n"], last["kept"], last["n"]),
+        "detectable_share": detectable_share(len(before), base_share) if before else None,
     }  # fmt: skip
 
 
@@ -306,6 +314,12 @@ def print_table(points: list[dict[str, Any]], result: dict[str, Any]) -> None:
         f" {result['kept_base_only']}, at the last point only {result['kept_last_only']}:"
         f" McNemar p = {result['p_value']:.3g} (Fisher, unpaired: {result['fisher_p']:.3g})"
     )
+    if (share := result["detectable_share"]) is not None:
+        console.print(
+            f"these {result['paired']} prompts show a rise from the base's share to {share:.2f}"
+            " at p < 0.05 4 times in 5 (answers drawn independently); a smaller rise mostly"
+            " goes unseen: more prompts (--heldout) see smaller ones"
+        )
 
 
 def plot(data: dict[str, Any], path: Path) -> None:

@@ -171,6 +171,39 @@ def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> float:
     return min(1.0, 2 * tail)
 
 
+def mcnemar_power(n: int, p0: float, p1: float, alpha: float = 0.05) -> float:
+    """Chance that :func:`mcnemar_exact` on ``n`` prompts finds a rise (more kept after, p <
+    ``alpha``) when each answer is kept with probability ``p0`` before and ``p1`` after,
+    independently (seeded answers rarely repeat their text, so the two points' draws are
+    treated as independent; prompts that are kept at both points more often than chance would
+    give fewer discordant pairs and more power). The discordant count is Binomial(n, q) with q
+    = p0(1 - p1) + p1(1 - p0), and among them the kept-after-only count Binomial(d, p1(1 - p0)
+    / q)."""
+    q = p0 * (1 - p1) + p1 * (1 - p0)
+    if q <= 0:
+        return 0.0
+    r, total = p1 * (1 - p0) / q, 0.0
+    for d in range(1, n + 1):
+        p_d = math.comb(n, d) * q**d * (1 - q) ** (n - d)
+        for up in range(d // 2 + 1, d + 1):
+            tail = sum(math.comb(d, i) for i in range(d - up + 1)) / 2**d
+            if 2 * tail < alpha:  # every larger ``up`` rejects too: add their mass at once
+                total += p_d * sum(
+                    math.comb(d, u) * r**u * (1 - r) ** (d - u) for u in range(up, d + 1)
+                )
+                break
+    return total
+
+
+def detectable_share(n: int, p0: float, power: float = 0.8, alpha: float = 0.05) -> float | None:
+    """The smallest kept share after (to 0.01) that ``n`` paired prompts at base share ``p0``
+    show as a rise with probability ``power`` (:func:`mcnemar_power`); None: not even 1.0."""
+    for hundredths in range(math.floor(p0 * 100) + 1, 101):
+        if mcnemar_power(n, p0, hundredths / 100, alpha) >= power:
+            return hundredths / 100
+    return None
+
+
 def request_seed(seed: int, request: ChatRequest) -> int:
     """A sampling seed that depends only on ``seed`` and what the request asks (its messages and
     prefill): the same held-out prompt is sampled under the same seed at every point."""

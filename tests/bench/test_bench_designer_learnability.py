@@ -125,6 +125,38 @@ def test_mcnemar_exact_weighs_only_the_prompts_whose_outcome_changed():
         task.mcnemar_exact([True], [])
 
 
+def test_mcnemar_power_is_the_rate_at_which_simulated_runs_find_a_rise():
+    """The exact power against a simulation of the model it states (independent answers, kept
+    with p0 before and p1 after, mcnemar_exact on the pairs, a rise at p < 0.05). 4000 runs:
+    the simulated rate's standard error is at most 0.008, the tolerance 0.04 (5 of them)."""
+    import random
+
+    task, rng = _task(), random.Random(7)
+
+    def simulated(n: int, p0: float, p1: float, runs: int = 4000) -> float:
+        found = 0
+        for _ in range(runs):
+            before = [rng.random() < p0 for _ in range(n)]
+            after = [rng.random() < p1 for _ in range(n)]
+            found += sum(after) > sum(before) and task.mcnemar_exact(before, after) < 0.05
+        return found / runs
+
+    for n, p0, p1 in ((48, 0.15, 0.4), (24, 0.2, 0.6), (48, 0.2, 0.2)):
+        assert task.mcnemar_power(n, p0, p1) == pytest.approx(simulated(n, p0, p1), abs=0.04)
+    # an exact test's one-sided rejection rate under no change is at most alpha / 2
+    assert task.mcnemar_power(48, 0.2, 0.2) <= 0.025
+    assert task.mcnemar_power(10, 0.0, 0.0) == 0.0
+
+
+def test_the_detectable_share_is_the_first_with_the_asked_power_and_falls_with_more_prompts():
+    task = _task()
+    share = task.detectable_share(48, 0.15)
+    assert share is not None and 0.15 < share < 1.0
+    assert task.mcnemar_power(48, 0.15, share) >= 0.8 > task.mcnemar_power(48, 0.15, share - 0.01)
+    assert task.detectable_share(192, 0.15) < task.detectable_share(96, 0.15) < share
+    assert task.detectable_share(2, 0.5) is None  # two prompts never reach p < 0.05
+
+
 class _Asked:
     """The inference boundary: records the requests it is asked, answers each with ``ok``."""
 
@@ -189,6 +221,10 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     kept = [[b["kept"] for b, _ in pairs], [a["kept"] for _, a in pairs]]
     assert data["p_value"] == _task().mcnemar_exact(*kept)  # paired, failed requests left out
     assert 0.0 <= data["result"]["fisher_p"] <= 1.0
+    assert data["result"]["paired"] == len(pairs)
+    base_share = sum(kept[0]) / max(len(pairs), 1)
+    want = _task().detectable_share(len(pairs), base_share) if pairs else None  # what a null
+    assert data["result"]["detectable_share"] == want
     assert "partial" not in data  # the run's last write replaced the partial ones
     assert out.with_suffix(".png").stat().st_size > 0
 
