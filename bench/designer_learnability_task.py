@@ -157,6 +157,12 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     return min(1.0, sum(p for a in range(low, high + 1) if (p := prob(a)) <= seen * (1 + 1e-9)))
 
 
+def sign_test_p(k: int, n: int) -> float:
+    """Two-sided exact sign test: the probability under Binomial(n, 1/2) of a split at least as
+    uneven as one whose smaller side is ``k`` (McNemar's exact test on ``n`` discordant pairs)."""
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+
+
 def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> float:
     """Two-sided exact McNemar test of paired outcomes (each prompt answered at two points):
     with no change, a discordant pair (kept at one point only) is kept after with probability
@@ -166,9 +172,7 @@ def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> float:
         raise ValueError(f"paired outcomes differ in length: {len(before)} and {len(after)}")
     b = sum(x and not y for x, y in zip(before, after, strict=True))  # kept before only
     c = sum(y and not x for x, y in zip(before, after, strict=True))  # kept after only
-    n = b + c
-    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    return sign_test_p(min(b, c), b + c)
 
 
 def mcnemar_power(n: int, p0: float, p1: float, alpha: float = 0.05) -> float:
@@ -186,8 +190,7 @@ def mcnemar_power(n: int, p0: float, p1: float, alpha: float = 0.05) -> float:
     for d in range(1, n + 1):
         p_d = math.comb(n, d) * q**d * (1 - q) ** (n - d)
         for up in range(d // 2 + 1, d + 1):
-            tail = sum(math.comb(d, i) for i in range(d - up + 1)) / 2**d
-            if 2 * tail < alpha:  # every larger ``up`` rejects too: add their mass at once
+            if sign_test_p(d - up, d) < alpha:  # every larger ``up`` rejects too: add their mass
                 total += p_d * sum(
                     math.comb(d, u) * r**u * (1 - r) ** (d - u) for u in range(up, d + 1)
                 )
