@@ -33,8 +33,10 @@ campaign's graded rejection reward (below 0) for the rest.
    do not carry over".
 
 ``--quick`` is a smoke run on the shipped SmolLM2-135M. The defaults (Qwen2.5-Coder-0.5B, the
-demo's config) take 2-3 hours on 2 cores (about 12 min per update on an AVX2-only EPYC, where
-the updates train in float32; the issue asked for about 75 min). Benchmarks report; they do not
+demo's config: 6 updates, held-out points at the base and after update 6) take about 70 min
+on 2 cores (about 11 min per update or held-out point on an AVX2-only EPYC, where the updates
+train in float32; the issue asked for about 75 min; the default was 12 updates, 2-3 hours,
+until the runs of docs/results/designer_learnability.md had used 6). Benchmarks report; they do not
 assert. A table prints, JSON goes to ``--out`` (default bench/results/designer_learnability.json)
 and the figure beside it (``.png``).
 
@@ -357,7 +359,7 @@ def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, default=ROOT / "configs" / "demo-cpu.yaml")
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--updates", type=int, default=12)
+    ap.add_argument("--updates", type=int, default=6)
     # 4 prompts x 4 answers, each prompt's answers centred on their own mean (GRPO's groups).
     # The first run (4 x 4 centred per skill, a round's estimator) showed no rise on the training
     # answers either; the second (2 x 8 per prompt) neither, and its training-side reading (the
