@@ -141,7 +141,9 @@ def _budget(outcomes: dict[str, dict[str, Any]]) -> dict[str, int | None]:
             out[f"{role}_updates"] = out[f"{role}_tokens"] = None
             continue
         metrics = outcome.get("metrics") or {}  # none: the update was skipped
-        out[f"{role}_updates"] = int(metrics.get("updates", 1)) if metrics else 0
+        # an update without a gradient takes no optimizer step (older records: every update did)
+        steps = metrics.get("optimizer_steps", metrics.get("updates", 1))
+        out[f"{role}_updates"] = int(steps) if metrics else 0
         out[f"{role}_tokens"] = int(metrics.get("trained_tokens", 0))
     return out
 

@@ -18,6 +18,8 @@ class StepMetrics:
     in a batch's figure); ``grad_norm`` is before clipping; ``lr`` is the rate the update used.
     ``mismatch_kl`` and ``mismatch_outside`` say how far the sampler's log-probs are from the
     trainer's before the update (:func:`spade.training.loss.mismatch_metrics`), token means.
+    ``optimizer_steps``: 1, or 0 for an update without a gradient, which skips its optimizer
+    step (every advantage 0 and no KL term: stepping would only replay AdamW's momentum).
     For a batch of several updates: ``step`` is the last one's, ``loss`` and ``grad_norm`` are
     means over the updates, counts are sums, token means are over all their trained tokens.
     """
@@ -40,6 +42,7 @@ class StepMetrics:
     updates: int = 1
     mismatch_kl: float = 0.0
     mismatch_outside: float = 0.0
+    optimizer_steps: int = 1
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -76,4 +79,5 @@ def combine(updates: list[StepMetrics], seconds: float) -> StepMetrics:
         updates=len(updates),
         mismatch_kl=token_mean("mismatch_kl"),
         mismatch_outside=token_mean("mismatch_outside"),
+        optimizer_steps=sum(u.optimizer_steps for u in updates),
     )

@@ -21,7 +21,10 @@ optimizer steps on them:
 
 With ``K = 1`` the one update is on-policy (ratio 1, nothing clipped); with ``K > 1`` the later
 updates see the weights the earlier ones moved, and the clipped ratio bounds how far they go
-(PPO's several updates per rollout batch). ``global_step`` counts optimizer steps.
+(PPO's several updates per rollout batch). An update whose loss has no gradient (every
+advantage 0, no KL term: a batch of flat groups) runs its forward passes and skips the backward
+and the optimizer step, which would only replay AdamW's momentum (:meth:`_has_gradient`).
+``global_step`` counts updates, skipped ones too (checkpoints are named by it).
 
 Shares. A micro-batch's loss is aggregated over its own tokens, so it is scaled by
 ``d_i / D``, where ``d_i`` is what its aggregation divides by and ``D`` the same over the whole
@@ -133,7 +136,7 @@ class GRPOTrainer(TrainerState):
         self.ref_model = ref_model
         if ref_model is not None:
             ref_model.to(self.engine.device).eval().requires_grad_(False)
-        self.global_step = 0  # optimizer steps taken
+        self.global_step = 0  # updates taken (an update without a gradient counts)
         self.last_updates: list[StepMetrics] = []  # each update of the latest step()
         self.last_shift: dict[str, float] = {}  # the latest step()'s, with measure_shift
 
@@ -210,13 +213,15 @@ class GRPOTrainer(TrainerState):
         ``kept``: each micro-batch's pi_old is appended to it (for :meth:`_shift`)."""
         started = time.perf_counter()
         n_micro = len(plan.batches)
+        moves = self._has_gradient(plan)
         self.engine.module.train()
-        self.engine.begin_step(n_micro)
+        if moves:
+            self.engine.begin_step(n_micro)
         sums = dict.fromkeys(("loss", "trained", "tokens", *_TOKEN_METRICS), 0.0)
         sums["samples"] = float(plan.samples)
         for i, batch in enumerate(plan.batches):
             share = plan.denoms[i] / plan.total
-            with self.engine.autocast():
+            with self.engine.autocast(), torch.set_grad_enabled(moves):
                 lp, entropy = token_logprobs(
                     self.engine.module,
                     batch,
@@ -228,12 +233,32 @@ class GRPOTrainer(TrainerState):
             if kept is not None:
                 kept.append(pi_old)
             out = self._loss(lp, pi_old, ref[i] if ref is not None else None, batch)
-            self.engine.backward(out.loss * (share * self.engine.world_size))
+            if moves:
+                self.engine.backward(out.loss * (share * self.engine.world_size))
             if share > 0.0:  # else a padding micro-batch: it only keeps the ranks in step
                 self._accumulate(sums, out.metrics, share, batch, entropy)
-        grad_norm = self.engine.finish_step()
+        grad_norm = self.engine.finish_step() if moves else 0.0
         self.global_step += 1
-        return self._metrics(sums, grad_norm, n_micro, started)
+        return self._metrics(sums, grad_norm, n_micro, started, stepped=moves)
+
+    def _has_gradient(self, plan: _Plan) -> bool:
+        """Whether the update's loss can have a gradient (collective: the ranks agree).
+
+        Without a KL term, a loss whose every trained sample has advantage 0 is 0 for any
+        weights (the clipped surrogate is a multiple of the advantage), so its gradient is
+        exactly 0. AdamW would still step: its momentum moves the weights about 2/3 as far as
+        the step before, in that step's direction (and weight decay shrinks them), replaying the
+        last batch with no new data (measured: docs/training.md). Such an update runs its
+        forward passes for the metrics and skips the backward and the optimizer step, so the
+        weights and the optimizer state stay as they were."""
+        if self.config.kl_coef > 0:
+            return True
+        signal = 0.0
+        for batch, denom in zip(plan.batches, plan.denoms, strict=True):
+            if denom > 0:  # a padding micro-batch repeats a real one at weight 0
+                trained = (batch["loss_mask"] > 0).any(dim=1)
+                signal += float(((batch["advantages"] != 0) & trained).sum().item())
+        return self.engine.sum_across_ranks([signal])[0] > 0
 
     def _shift(self, plans: list[_Plan], olds: list[torch.Tensor]) -> dict[str, float]:
         """The batch scored again with the updated weights, against pi_old (``olds``, one per
@@ -332,9 +357,10 @@ class GRPOTrainer(TrainerState):
             sums["entropy"] += float((entropy * mask).sum().item())
 
     def _metrics(
-        self, sums: dict[str, float], grad_norm: float, n_micro: int, t0: float
+        self, sums: dict[str, float], grad_norm: float, n_micro: int, t0: float, *, stepped: bool
     ) -> StepMetrics:
-        """One update's metrics, summed over the ranks (collective)."""
+        """One update's metrics, summed over the ranks (collective); ``stepped``: whether it
+        took its optimizer step (see :meth:`_has_gradient`)."""
         keys = list(sums)
         totals = dict(zip(keys, self.engine.sum_across_ranks([sums[k] for k in keys]), strict=True))
         n = max(totals["trained"], 1.0)
@@ -357,6 +383,7 @@ class GRPOTrainer(TrainerState):
             is_weight_mean=totals["is_weight_mean"] / n,
             mismatch_kl=totals["mismatch_kl"] / n,
             mismatch_outside=totals["mismatch_outside"] / n,
+            optimizer_steps=int(stepped),
         )
 
     def _to_device(self, batch: Batch) -> Batch:

@@ -255,3 +255,8 @@ def test_each_role_reports_its_optimizer_steps_and_trained_tokens(tmp_path):
     cs.store.write_bytes(key, json.dumps(skipped).encode())
     row = summarize_round(cs, 0)
     assert (row["designer_updates"], row["designer_tokens"]) == (0, 0)
+    # two updates, one of them without a gradient (no optimizer step): one step taken
+    flat = {"metrics": {"loss": 0.0, "updates": 2, "optimizer_steps": 1, "trained_tokens": 90}}
+    cs.store.write_bytes(key, json.dumps(flat).encode())
+    row = summarize_round(cs, 0)
+    assert (row["designer_updates"], row["designer_tokens"]) == (1, 90)

@@ -34,6 +34,7 @@ from tests.training.tiny_task import (
     learn,
     on_policy_step,
     sequence_logprob,
+    skips_the_flat_update,
     task_samples,
     tiny_llama,
     varied_samples,
@@ -175,6 +176,13 @@ def test_zero_resume_continues_bit_identically(tmp_path, stage):
     fresh.step(samples)
     got = fresh.export_weights()
     assert all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_an_update_without_a_gradient_takes_no_optimizer_step(stage):
+    """As on the torch engine (tests/training/test_trainer.py): DeepSpeed's engine.step is not
+    called, so its partitioned fp32 masters and Adam moments stay as they were."""
+    skips_the_flat_update(GRPOTrainer(tiny_llama(), PAD, _ds(stage, lr=1e-2, weight_decay=0.1)))
 
 
 def _free_port() -> int:

@@ -68,7 +68,8 @@ def _plays(tmp_path):
     for reward, completion in ((1.0, [40, 41, 42]), (0.0, [50, 51])):
         turn = Turn([1, 7, 9], completion, [-0.7] * len(completion), "t", "a", "o", reward,
                     True, False, "stop", 0.0, 0.0)  # fmt: skip
-        rows.append(json.dumps(Trajectory("env-a", 0, False, turns=[turn]).to_dict()))
+        play = Trajectory("env-a", 0, False, turns=[turn], status="terminated")
+        rows.append(json.dumps(play.to_dict()))
     path = tmp_path / "trajectories.jsonl"
     path.write_text("\n".join(rows) + "\n")
     return path
@@ -92,6 +93,7 @@ def test_spade_train_chains_both_roles_on_one_model_and_one_optimizer(tmp_path):
     )
     agent = train_once(cfg, "agent", _plays(tmp_path))
     designer = train_once(cfg, "designer", _scored_attempts(tmp_path))
+    assert agent.metrics["optimizer_steps"] == designer.metrics["optimizer_steps"] == 1
     assert agent.resumed_from is None and designer.resumed_from == agent.checkpoint
     state = load_checkpoint(designer.checkpoint).optimizer_state
     assert state is not None and {int(s["step"]) for s in state["state"].values()} == {2}

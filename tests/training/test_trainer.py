@@ -23,9 +23,11 @@ from tests.training.tiny_task import (
     LORA,
     PAD,
     PROMPT,
+    flat_samples,
     learn,
     on_policy_step,
     sequence_logprob,
+    skips_the_flat_update,
     task_samples,
     tiny_llama,
     varied_samples,
@@ -127,6 +129,26 @@ def test_lora_on_a_bf16_base_keeps_the_base_and_trains_fp32_adapters():
 
 
 # ------------------------------------------------------------------------ updates per batch
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_an_update_without_a_gradient_takes_no_optimizer_step(lora):
+    """Every advantage 0 and no KL: the loss's gradient is exactly 0, and AdamW (here with
+    weight decay too) would still move the weights by the last step's momentum."""
+    config = TrainingConfig(lr=1e-2, weight_decay=0.1, lora=LORA if lora else {"enabled": False})
+    skips_the_flat_update(GRPOTrainer(tiny_llama(), PAD, config))
+
+
+def test_a_kl_term_or_one_update_with_signal_still_steps():
+    """With a KL term the flat batch's loss has a gradient: it steps. With two updates per
+    batch, only the mini-batch without signal skips its step."""
+    kl = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(lr=1e-2, lora=LORA, kl_coef=0.01))
+    kl.step(task_samples(kl.model))
+    assert kl.step(flat_samples(kl.model)).optimizer_steps == 1
+    two = GRPOTrainer(tiny_llama(), PAD, TrainingConfig(lr=1e-2, updates_per_batch=2))
+    m = two.step(task_samples(two.model, groups=2) + flat_samples(two.model, groups=2))
+    assert [u.optimizer_steps for u in two.last_updates] == [1, 0]
+    assert m.updates == 2 and m.optimizer_steps == 1 and two.global_step == 2
 
 
 def test_several_updates_per_batch_clip_the_later_ones():

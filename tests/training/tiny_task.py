@@ -9,6 +9,8 @@ moves the hidden states, and with a 0.02-scaled output layer that barely moves t
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -81,6 +83,63 @@ def task_samples(
             samples.append(TrainSample(ids, mask, beh, reward, f"env-{g}"))
     assign_advantages(samples, "zscore")
     return samples
+
+
+def flat_samples(model: torch.nn.Module, groups: int = 2) -> list[TrainSample]:
+    """``groups`` groups of GOOD and BAD that scored alike (reward 0.5 each): every advantage is
+    0, so without a KL term the loss has no gradient; behaviour log-probs are ``model``'s."""
+    samples = []
+    for g in range(groups):
+        for completion in (GOOD, BAD):
+            ids = PROMPT + completion
+            mask = [0] * len(PROMPT) + [1] * len(completion)
+            beh = own_logprobs(model, ids, len(PROMPT), 1.0)
+            samples.append(TrainSample(ids, mask, beh, 0.5, f"flat-{g}"))
+    assign_advantages(samples, "zscore")
+    assert all(s.advantage == 0.0 for s in samples)
+    return samples
+
+
+def snapshot(state: object) -> object:
+    """A copy of a (nested) optimizer state, each tensor detached and cloned (DeepSpeed's hold
+    tensors that are not graph leaves, which ``copy.deepcopy`` refuses)."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {k: snapshot(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(snapshot(v) for v in state)
+    return copy.deepcopy(state)
+
+
+def same_state(a: object, b: object) -> bool:
+    """Whether two (nested) optimizer states are equal, tensors bit for bit."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def skips_the_flat_update(trainer: GRPOTrainer) -> None:
+    """One step on the task (momentum for AdamW to replay), one on :func:`flat_samples`: the
+    flat one leaves the weights and the optimizer state bit for bit as they were, counts as an
+    update and says it took no optimizer step; the next step with a gradient steps again."""
+    trainer.step(task_samples(trainer.model))
+    weights = trainer.export_weights()
+    optimizer = snapshot(trainer.engine.optimizer_state())
+    flat = trainer.step(flat_samples(trainer.model))
+    assert flat.optimizer_steps == 0 and flat.grad_norm == 0.0 and flat.loss == 0.0
+    assert flat.step == trainer.global_step == 2 and flat.trained_tokens == 4 * len(GOOD)
+    after = trainer.export_weights()
+    assert after.keys() == weights.keys()
+    assert [k for k in weights if not torch.equal(after[k], weights[k])] == []
+    assert same_state(trainer.engine.optimizer_state(), optimizer)
+    moved = trainer.step(task_samples(trainer.model))
+    assert moved.optimizer_steps == 1 and trainer.global_step == 3
+    assert any(not torch.equal(v, after[k]) for k, v in trainer.export_weights().items())
 
 
 def varied_samples(seed: int = 0, n: int = 8) -> list[TrainSample]:
