@@ -252,6 +252,33 @@ def test_two_processes_give_the_one_process_step(tmp_path):
     assert tight > 0.5 * sum(p.numel() for p in expected.values())
 
 
+def test_two_processes_step_together_when_one_shard_has_no_gradient(tmp_path):
+    """Rank 1's shard is flat (every advantage 0), rank 0's is not: whether an update has a
+    gradient is decided over the whole batch, so both ranks run their backward (ZeRO-2 reduces
+    inside it: a rank that skipped would leave the other waiting) and take the step, which
+    matches one process's step on the whole batch."""
+    whole = ds_worker.global_batch(flat=True)
+    shards = [ds_worker.shard(whole, r, 2) for r in range(2)]
+    assert any(s.advantage for s in shards[0]) and not any(s.advantage for s in shards[1])
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           str(WORKER), str(tmp_path / "two"), str(BUDGET), "flat"]  # fmt: skip
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    two_weights = torch.load(tmp_path / "two" / "weights.pt", weights_only=True)
+    trainer, one = ds_worker.one_step(BUDGET, flat=True)
+    one_weights = trainer.export_weights()
+    assert two["optimizer_steps"] == one["optimizer_steps"] == 1
+    assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=GRAD_REL)
+    start = tiny_llama().state_dict()
+    assert any(not torch.equal(one_weights[k], start[k]) for k in start)  # the step moved them
+    for name, got in two_weights.items():  # AdamW's first step moves a weight by at most ~lr
+        assert bool(((got - one_weights[name]).abs() <= 2 * ds_worker.LR).all()), name
+
+
 @pytest.mark.slow  # DeepSpeed compiles cpu_adam on first use (~135 s on 2 cores, then cached)
 @pytest.mark.parametrize(
     "options",
