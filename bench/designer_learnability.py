@@ -36,9 +36,9 @@ campaign's graded rejection reward (below 0) for the rest.
 demo's config: 6 updates, held-out points at the base and after update 6) take about 70 min
 on 2 cores (about 11 min per update or held-out point on an AVX2-only EPYC, where the updates
 train in float32; the issue asked for about 75 min; the default was 12 updates, 2-3 hours,
-until the runs of docs/results/designer_learnability.md had used 6). Benchmarks report; they do not
-assert. A table prints, JSON goes to ``--out`` (default bench/results/designer_learnability.json)
-and the figure beside it (``.png``).
+until the runs of docs/results/designer_learnability.md had used 6). Benchmarks report; they
+do not assert. A table prints, JSON goes to ``--out`` (default
+bench/results/designer_learnability.json) and the figure beside it (``.png``).
 
 ``--split documents`` is a diagnostic: every parent on both sides, only the documents held out
 (bench/designer_learnability_task.py), to tell "the designer learns nothing" from "what it

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from spade.config import TrainingConfig
 from spade.errors import ConfigError
+from spade.processes import free_port
 from spade.training.engines import deepspeed_config
 from spade.training.samples import collate, micro_batches
 from spade.training.trainer import GRPOTrainer
@@ -185,10 +186,17 @@ def test_an_update_without_a_gradient_takes_no_optimizer_step(stage):
     skips_the_flat_update(GRPOTrainer(tiny_llama(), PAD, _ds(stage, lr=1e-2, weight_decay=0.1)))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _two_ranks(out: Path, *worker_args: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """ds_worker.py under torchrun on 2 ranks: rank 0's metrics and the updated weights."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           str(WORKER), str(out), str(BUDGET), *worker_args]  # fmt: skip
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    return metrics, torch.load(out / "weights.pt", weights_only=True)
 
 
 SHIFT = ("shift_kl", "shift_up", "shift_down")
@@ -203,15 +211,7 @@ def test_two_processes_give_the_one_process_step(tmp_path):
     per_rank = [len(micro_batches(ds_worker.shard(whole, r, 2), BUDGET)) for r in range(2)]
     assert per_rank[0] != per_rank[1]  # uneven micro-batch counts: zero-weight padding runs
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           str(WORKER), str(tmp_path / "two"), str(BUDGET)]  # fmt: skip
-    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    two_weights = torch.load(tmp_path / "two" / "weights.pt", weights_only=True)
+    two, two_weights = _two_ranks(tmp_path / "two")
 
     trainer, one = ds_worker.one_step(BUDGET)  # in this process: one rank, the whole batch
     one_weights = trainer.export_weights()
@@ -260,15 +260,7 @@ def test_two_processes_step_together_when_one_shard_has_no_gradient(tmp_path):
     whole = ds_worker.global_batch(flat=True)
     shards = [ds_worker.shard(whole, r, 2) for r in range(2)]
     assert any(s.advantage for s in shards[0]) and not any(s.advantage for s in shards[1])
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           str(WORKER), str(tmp_path / "two"), str(BUDGET), "flat"]  # fmt: skip
-    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    two_weights = torch.load(tmp_path / "two" / "weights.pt", weights_only=True)
+    two, two_weights = _two_ranks(tmp_path / "two", "flat")
     trainer, one = ds_worker.one_step(BUDGET, flat=True)
     one_weights = trainer.export_weights()
     assert two["optimizer_steps"] == one["optimizer_steps"] == 1

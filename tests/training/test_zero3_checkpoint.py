@@ -21,7 +21,7 @@ from spade.errors import CheckpointError
 from spade.inference.checkpoints import load_checkpoint
 from spade.processes import free_port
 from spade.training.trainer import GRPOTrainer
-from tests.training.tiny_task import PAD, tiny_llama
+from tests.training.tiny_task import PAD, assert_same, tiny_llama
 from tests.training.zero3_worker import BF16
 
 pytest.importorskip("deepspeed")
@@ -40,23 +40,6 @@ def _torchrun(
            str(WORKER), mode, str(out), root, json.dumps(options), precision]  # fmt: skip
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-
-
-def _equal(a: Any, b: Any, where: str = "") -> None:
-    """``a`` and ``b`` hold the same values, tensors bit for bit (nested dicts and lists)."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for k in a:
-            _equal(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _equal(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 @dataclass(frozen=True)
@@ -131,19 +114,19 @@ def test_two_zero3_ranks_save_their_own_shards_and_resume_exactly(request, which
         before = torch.load(tmp_path / f"save-rank{rank}.pt", weights_only=True)
         resumed = torch.load(tmp_path / f"resume-rank{rank}.pt", weights_only=True)
         # what the rank held right after the save is what the resumed rank holds after loading
-        _equal(before["at_save"]["weights"], resumed["at_save"]["weights"], "weights")
-        _equal(before["at_save"]["optimizer"], resumed["at_save"]["optimizer"], "optimizer")
+        assert_same(before["at_save"]["weights"], resumed["at_save"]["weights"], "weights")
+        assert_same(before["at_save"]["optimizer"], resumed["at_save"]["optimizer"], "optimizer")
         assert resumed["at_save"]["step"] == 1
         # the fp32 masters and both Adam moments are in it, and they are this rank's slice
         state = resumed["at_save"]["optimizer"]["optimizer_state_dict"]["state"]
         moments = [s[k] for s in state.values() for k in ("exp_avg", "exp_avg_sq")]
         assert moments and all(bool(m.abs().sum() > 0) for m in moments)
         # and the next step from there is the same step, bit for bit
-        _equal(before["next"], resumed["next"] | {"read": []}, "next step")
+        assert_same(before["next"], resumed["next"] | {"read": []}, "next step")
         # a rank read its own optimizer shard and the trainer state, no weights file
         own = f"optimizer-rank-0000{rank}-of-00002.pt"
         assert resumed["at_save"]["read"] == [own, "trainer.json"]
-        _equal(before["at_save"]["weights"], whole, "the saved weights files")
+        assert_same(before["at_save"]["weights"], whole, "the saved weights files")
 
 
 def test_a_resume_on_another_world_size_is_refused_saying_why(saved_bf16):

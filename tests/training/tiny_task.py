@@ -10,6 +10,7 @@ moves the hidden states, and with a 0.02-scaled output layer that barely moves t
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -70,13 +71,16 @@ def own_logprobs(
 
 
 def task_samples(
-    model: torch.nn.Module, groups: int = 4, temperature: float = 1.0
+    model: torch.nn.Module,
+    groups: int = 4,
+    temperature: float = 1.0,
+    rewards: tuple[float, float] = (1.0, 0.0),
 ) -> list[TrainSample]:
-    """``groups`` groups of (GOOD, reward 1) and (BAD, reward 0), advantages assigned; their
-    behaviour log-probs are ``model``'s at ``temperature``."""
+    """``groups`` groups of (GOOD, ``rewards[0]``) and (BAD, ``rewards[1]``), advantages
+    assigned; their behaviour log-probs are ``model``'s at ``temperature``."""
     samples = []
     for g in range(groups):
-        for completion, reward in ((GOOD, 1.0), (BAD, 0.0)):
+        for completion, reward in zip((GOOD, BAD), rewards, strict=True):
             ids = PROMPT + completion
             mask = [0] * len(PROMPT) + [1] * len(completion)
             beh = own_logprobs(model, ids, len(PROMPT), temperature)
@@ -86,16 +90,9 @@ def task_samples(
 
 
 def flat_samples(model: torch.nn.Module, groups: int = 2) -> list[TrainSample]:
-    """``groups`` groups of GOOD and BAD that scored alike (reward 0.5 each): every advantage is
-    0, so without a KL term the loss has no gradient; behaviour log-probs are ``model``'s."""
-    samples = []
-    for g in range(groups):
-        for completion in (GOOD, BAD):
-            ids = PROMPT + completion
-            mask = [0] * len(PROMPT) + [1] * len(completion)
-            beh = own_logprobs(model, ids, len(PROMPT), 1.0)
-            samples.append(TrainSample(ids, mask, beh, 0.5, f"flat-{g}"))
-    assign_advantages(samples, "zscore")
+    """:func:`task_samples` where GOOD and BAD scored alike (0.5 each): every advantage is 0,
+    so without a KL term the loss has no gradient."""
+    samples = task_samples(model, groups, rewards=(0.5, 0.5))
     assert all(s.advantage == 0.0 for s in samples)
     return samples
 
@@ -112,15 +109,21 @@ def snapshot(state: object) -> object:
     return copy.deepcopy(state)
 
 
-def same_state(a: object, b: object) -> bool:
-    """Whether two (nested) optimizer states are equal, tensors bit for bit."""
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and bool(torch.equal(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
+def assert_same(a: Any, b: Any, where: str = "") -> None:
+    """``a`` and ``b`` hold the same values, tensors bit for bit (nested dicts and lists)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
 
 
 def skips_the_flat_update(trainer: GRPOTrainer) -> None:
@@ -136,7 +139,7 @@ def skips_the_flat_update(trainer: GRPOTrainer) -> None:
     after = trainer.export_weights()
     assert after.keys() == weights.keys()
     assert [k for k in weights if not torch.equal(after[k], weights[k])] == []
-    assert same_state(trainer.engine.optimizer_state(), optimizer)
+    assert_same(trainer.engine.optimizer_state(), optimizer, "optimizer")
     moved = trainer.step(task_samples(trainer.model))
     assert moved.optimizer_steps == 1 and trainer.global_step == 3
     assert any(not torch.equal(v, after[k]) for k, v in trainer.export_weights().items())
