@@ -151,17 +151,18 @@ async def skip_design(ctx: RoundContext, plan: RoundPlan) -> list[DesignAttempt]
 
 class DesignTasks:
     """The design half's tasks, persisting to the campaign's result ``storage``; ``retry``
-    (:func:`flows.stages.store_retries`) for those that write and have no retries of their own
-    (the inference tasks and sample_documents retry every failure, with backoff)."""
+    (:func:`flows.stages.store_retries`) for those that write and have no retries of their own;
+    the inference tasks and sample_documents retry every failure, waiting ``backoff``
+    (:func:`flows.stages.stage_backoff`)."""
 
-    def __init__(self, storage: Any, retry: dict[str, Any]) -> None:
-        self.sample_documents = bind(sample_documents, storage)
+    def __init__(self, storage: Any, retry: dict[str, Any], backoff: dict[str, Any]) -> None:
+        self.sample_documents = bind(sample_documents, storage, backoff)
         self.replay = bind(replay, storage, retry)
-        self.design = bind(design, storage)
+        self.design = bind(design, storage, backoff)
         self.verify = bind(verify, storage)
         self.settle = bind(settle, storage, retry)
-        self.repair = bind(repair, storage)
-        self.hint = bind(hint, storage)
+        self.repair = bind(repair, storage, backoff)
+        self.hint = bind(hint, storage, backoff)
         self.skip_design = bind(skip_design, storage, retry)
 
 

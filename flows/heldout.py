@@ -8,6 +8,7 @@ from typing import Any
 
 from prefect import flow, task
 
+from flows.stages import BACKOFF, stage_backoff
 from spade.config import CampaignConfig
 from spade.metrics.prom import start_metrics_server
 from spade.pipeline import heldout as heldout_stage
@@ -17,7 +18,7 @@ from spade.pipeline.state import published_weights
 from spade.records import BASE, WeightsRef
 
 
-@task(name="heldout", retries=2, retry_delay_seconds=10)
+@task(name="heldout", retries=2, retry_delay_seconds=BACKOFF)
 async def play_heldout(ctx: RoundContext, weights: WeightsRef) -> dict[str, Any]:
     return await heldout_stage.heldout(ctx, weights)
 
@@ -33,4 +34,5 @@ async def heldout_flow(
     ctx = RoundContext.open(config, campaign_id, round_index)
     weights = published_weights(ctx.store, round_index) or BASE
     check_not_pruned(ctx.store, weights)
-    return await play_heldout(ctx.serving(weights), weights)
+    task = play_heldout.with_options(**stage_backoff(config))
+    return await task(ctx.serving(weights), weights)

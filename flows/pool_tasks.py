@@ -83,11 +83,11 @@ async def skip_pool(ctx: RoundContext, reason: str) -> list[EnvSpec]:
 
 class PoolTasks:
     """The pool stage's tasks, persisting to the campaign's result ``storage``; ``retry`` for
-    those that write and have no retries of their own."""
+    those that write and have no retries of their own, ``backoff`` for the one that plays."""
 
-    def __init__(self, storage: Any, retry: dict[str, Any]) -> None:
+    def __init__(self, storage: Any, retry: dict[str, Any], backoff: dict[str, Any]) -> None:
         self.verify_pool = bind(verify_pool, storage)
-        self.fill_pool = bind(fill_pool, storage)
+        self.fill_pool = bind(fill_pool, storage, backoff)
         self.replay_pool = bind(replay_pool, storage, retry)
         self.skip_pool = bind(skip_pool, storage, retry)
 

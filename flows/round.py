@@ -52,6 +52,7 @@ from flows.stages import (
     bind,
     cached,
     results,
+    stage_backoff,
     store_retries,
     unwalked,
 )
@@ -179,17 +180,17 @@ class RoundTasks(StageTasks):
     failure: a failed update is looked at, then re-run."""
 
     def __init__(self, storage: Any, config: CampaignConfig) -> None:
-        retry = store_retries(config)
+        retry, backoff = store_retries(config), stage_backoff(config)
         super().__init__(storage, retry)  # the declared stages' generic tasks: self.run
-        self.design = DesignTasks(storage, retry)
-        self.pool = PoolTasks(storage, retry)
-        self.evaluate = bind(evaluate, storage)
+        self.design = DesignTasks(storage, retry, backoff)
+        self.pool = PoolTasks(storage, retry, backoff)
+        self.evaluate = bind(evaluate, storage, backoff)
         self.commit_evaluate = bind(commit_evaluate, storage, retry)
         self.train = bind(train, storage, retry)
         self.skip_training = bind(skip_training, storage, retry)
         self.skip_role = bind(skip_role, storage, retry)
-        self.publish = bind(publish, storage)
-        self.heldout = bind(heldout, storage)
+        self.publish = bind(publish, storage, backoff)
+        self.heldout = bind(heldout, storage, backoff)
 
 
 @dataclass

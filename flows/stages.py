@@ -52,7 +52,7 @@ INFERENCE_TIMEOUT_S = 4 * 3600
 TRAIN_TIMEOUT_S = 8 * 3600
 IO_TIMEOUT_S = 30 * 60
 INFERENCE_RETRIES = 2
-BACKOFF = exponential_backoff(backoff_factor=10)  # 10 s, 20 s, ...
+BACKOFF = exponential_backoff(backoff_factor=10)  # 10 s, 20 s, ...: run.retry_backoff_s's default
 
 
 @dataclass(kw_only=True)
@@ -128,6 +128,12 @@ def store_retries(config: CampaignConfig) -> dict[str, Any]:
         "retry_delay_seconds": config.storage.write_retry_delay_s,
         "retry_condition_fn": store_failure,
     }
+
+
+def stage_backoff(config: CampaignConfig) -> dict[str, Any]:
+    """Task options for a task that retries any failure (declared with :data:`BACKOFF`): its
+    retries wait ``run.retry_backoff_s``, then twice that, and so on."""
+    return {"retry_delay_seconds": exponential_backoff(backoff_factor=config.run.retry_backoff_s)}
 
 
 def unwalked[T](value: T) -> T:

@@ -17,13 +17,24 @@ from spade.envs.examples import example_paths
 from spade.processes import free_port
 from spade.sandbox.policy import SandboxPolicy, load_policy
 from tests.leaks import HostSnapshot, own_leaks
-from tests.xdist_schedule import ModuleScheduling, rank
+from tests.prefect_db import configure_session, seeded_harness, unconfigure_session
+from tests.xdist_schedule import ModuleScheduling, order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    configure_session()  # one migrated Prefect database for every worker (tests/prefect_db.py)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    unconfigure_session()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slowest modules first (``tests/xdist_schedule.py``): with ``-n``, the workers start
-    on the long units; in one process it changes nothing but the order of the modules."""
-    items.sort(key=lambda item: rank(item.nodeid))  # stable: a module's tests keep their order
+    """The longest units first, by their measured seconds (``tests/xdist_schedule.py``): with
+    ``-n``, the workers start on the long units; in one process it changes nothing but the
+    order of the modules."""
+    place = order([item.nodeid for item in items])
+    items.sort(key=lambda item: place[item.nodeid])  # stable: a module's tests keep their order
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -69,6 +80,15 @@ def policy() -> SandboxPolicy:
     """The sandbox policy in force (the checked-in one), loaded once: every jail names its
     policy, as a campaign passes its own. Tests change copies (``model_copy``), never it."""
     return load_policy()
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tmp_path_factory) -> Path:
+    """A tiny Llama policy folder (random weights, real tokenizer: ``write_tiny_policy``), made
+    once per process: rounds and trainers load it and write their checkpoints elsewhere."""
+    from spade.testing.scripted_designer import write_tiny_policy
+
+    return write_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
 
 
 @pytest.fixture(scope="session")
@@ -144,22 +164,31 @@ def scripted_overrides(scripted_server, tmp_path) -> dict[str, object]:
     return round_overrides(scripted_server, write_corpus(tmp_path / "corpus.jsonl"))
 
 
+@pytest.fixture(scope="session")
+def prefect_server():
+    """A temporary Prefect API (SQLite, started from a migrated copy: ``tests/prefect_db.py``)
+    for this pytest process, one per xdist worker, started by the first module that asks for
+    it; yields its URL. Analytics off: they make SQLite answer "database is locked". Tests
+    tell their runs apart by id, never by counting what the server holds."""
+    from prefect.settings import PREFECT_API_URL
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        with seeded_harness(startup_timeout=60):
+            yield PREFECT_API_URL.value()
+
+
 @pytest.fixture(scope="module")
-def prefect_api(tmp_path_factory):
-    """A temporary Prefect API (SQLite) for the requesting test module; yields its URL.
-    Analytics off: they make SQLite answer "database is locked". Results of tasks run without
-    a campaign's result storage go to the module's own folder, not ``~/.prefect/storage``: a
-    record left there by another run with the same cache key (an earlier suite on this machine)
+def prefect_api(prefect_server, tmp_path_factory):
+    """The process's temporary Prefect API (:func:`prefect_server`) for the requesting test
+    module; yields its URL. Results of tasks run without a campaign's result storage go to the
+    module's own folder, not ``~/.prefect/storage``: a record left there by another run with
+    the same cache key (an earlier suite on this machine, an earlier module on this server)
     would answer a task the test means to run."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
 
     storage = tmp_path_factory.mktemp("prefect-storage")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         mp.setenv("PREFECT_LOCAL_STORAGE_PATH", str(storage))  # and for child processes
-        with (
-            temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: storage}),
-            prefect_test_harness(server_startup_timeout=60),
-        ):
-            yield PREFECT_API_URL.value()
+        with temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: storage}):
+            yield prefect_server

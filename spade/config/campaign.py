@@ -147,6 +147,15 @@ class RunConfig(Section):
         " manifest); its training continues from round r's weights. A campaign run overlaps"
         " its rounds; a lone spade-round run waits for nothing and needs round r-1 published.",
     )
+    retry_backoff_s: float = Field(
+        10.0,
+        ge=0.0,
+        le=3600.0,
+        description="Seconds before the first retry of a stage that retries any failure (the"
+        " model's stages: design, hint, plays, publish, held-out; the corpus read); each later"
+        " retry waits twice as long. A store failure of the other stages retries after"
+        " storage.write_retry_delay_s.",
+    )
     regen_interval: int = Field(
         4,
         ge=1,

@@ -312,24 +312,37 @@ class DriftingEnv:
 """
 
 
-def _play_with_a_slow_reply(policy, code: str, slow: int | None) -> list:
-    """One episode of ``code`` whose ``slow``-th reply (None: none) waits 4 s past the jail's
-    3 s wall limit: the jail dies meanwhile (the request's own timeout is longer)."""
+def _play_with_a_slow_reply(policy, monkeypatch, code: str, slow: int | None) -> list:
+    """One episode of ``code`` whose ``slow``-th reply (None: none) comes only once the jail
+    has died of its wall limit (the request's own timeout is longer). The wait is for the
+    event, the jail's process gone, not for a time: a limit of a few seconds leaves a loaded
+    machine room to start the jail and play the turns before it."""
     import time
 
-    limits = policy.limits.model_copy(update={"session_seconds": 3})
+    limits = policy.limits.model_copy(update={"session_seconds": 5})
     short = policy.model_copy(update={"limits": limits})
     calls = []
+    sessions: list[session_mod.JailedSession] = []
+    start = session_mod.JailedSession.start
+
+    def recorded_start(self, *args, **kwargs):
+        sessions.append(self)
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(session_mod.JailedSession, "start", recorded_start)
 
     def replies(_request):
         calls.append(1)
         if len(calls) == slow:
-            time.sleep(limits.session_seconds + 4)
+            deadline = time.monotonic() + 120  # a guard: the limit kills it after ~5 s
+            while any(s.alive for s in sessions) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not any(s.alive for s in sessions), "the jail outlived its wall limit"
         return "\\boxed{0123}"
 
     async def go(server):
         cfg = InferenceConfig(
-            backend="openai", base_url=server.url, max_retries=0, request_timeout_s=60
+            backend="openai", base_url=server.url, max_retries=0, request_timeout_s=300
         )
         b = OpenAIBackend(cfg, server.model)
         try:
@@ -342,13 +355,13 @@ def _play_with_a_slow_reply(policy, code: str, slow: int | None) -> list:
         return asyncio.run(go(server))
 
 
-def test_a_play_that_outlives_its_session_goes_on_in_a_fresh_one(policy):
+def test_a_play_that_outlives_its_session_goes_on_in_a_fresh_one(policy, monkeypatch):
     """A jail's wall limit counts the time its episode waits for the model: a model slower than
     the limit (here one reply) kills the session through no fault of the environment. The play
     goes on in a fresh session where it was (reset under its seed, its first move replayed and
     answered alike), and ends as a play with no wait would have."""
-    (t,) = _play_with_a_slow_reply(policy, CODE_BREAKER, slow=2)
-    (plain,) = _play_with_a_slow_reply(policy, CODE_BREAKER, slow=None)
+    (t,) = _play_with_a_slow_reply(policy, monkeypatch, CODE_BREAKER, slow=2)
+    (plain,) = _play_with_a_slow_reply(policy, monkeypatch, CODE_BREAKER, slow=None)
     assert t.resumed == 1 and plain.resumed == 0
     assert not t.failed and t.failure is None and t.status == plain.status
     assert [(x.action, x.observation, x.reward) for x in t.turns] == [
@@ -357,13 +370,13 @@ def test_a_play_that_outlives_its_session_goes_on_in_a_fresh_one(policy):
     assert len(t.turns) == 4 and t.messages == plain.messages
 
 
-def test_a_play_whose_replay_answers_differently_is_our_failure(policy):
+def test_a_play_whose_replay_answers_differently_is_our_failure(policy, monkeypatch):
     """Where the fresh session's answers differ from what the play saw (an environment not
     deterministic under its seed), the play cannot go on: it is ours, left out of every
     measure (not a 0 charged to the design), and no turn of it is kept to train on."""
     from spade.training.samples import samples_from_trajectories
 
-    (t,) = _play_with_a_slow_reply(policy, DRIFTING, slow=2)
+    (t,) = _play_with_a_slow_reply(policy, monkeypatch, DRIFTING, slow=2)
     assert t.status == "inference_failed" and t.failed and t.resumed == 0
     assert t.failure is not None and t.failure["kind"] == "session_expired"
     assert "replay of its moves answered differently" in t.failure["reason"]

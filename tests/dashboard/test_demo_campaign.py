@@ -23,7 +23,6 @@ from statistics import fmean
 from typing import Any
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.campaign import campaign_flow
 from spade.config import CampaignConfig, load_config
@@ -75,7 +74,7 @@ def _jsonl(cs: CampaignStore, stage: str, name: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory, smol_cache) -> Demo:
+def demo(tmp_path_factory, smol_cache, prefect_api) -> Demo:
     root = str(tmp_path_factory.mktemp("demo-store"))
     shipped = load_config(DEMO).run  # its paths are relative to the repository's root
     heldout = [str(REPO_ROOT / e) for e in shipped.heldout_envs]
@@ -92,9 +91,7 @@ def demo(tmp_path_factory, smol_cache) -> Demo:
     t0 = time.monotonic()  # printed only: how long the demo takes is bench/ business
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPADE_CACHE", str(smol_cache))  # the converted model, kept between runs
-        mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with prefect_test_harness(server_startup_timeout=60):
-            asyncio.run(run())
+        asyncio.run(run())
     print(f"demo campaign in {time.monotonic() - t0:.0f} s: {root}")
     cs = CampaignStore(ObjectStore(root), CAMPAIGN)
     docs = _jsonl(cs, "sample_documents", "documents.jsonl")

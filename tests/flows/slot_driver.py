@@ -9,6 +9,10 @@ Usage: python -m tests.flows.slot_driver limit NAME SLOTS  (create the limit, or
                                                             'took', then 'taken N' after)
        python -m tests.flows.slot_driver free NAME         (what spade run/resume do before
                                                             round 0: prints what was given back)
+       python -m tests.flows.slot_driver expire            (every lease in PREFECT_HOME's files
+                                                            runs out now, as it would once its
+                                                            holder stopped renewing it; no
+                                                            server: prints how many)
 """
 
 from __future__ import annotations
@@ -62,13 +66,32 @@ async def driver(name: str, run: str, keep: bool) -> None:
     await train(name, run, keep)
 
 
+async def expire() -> int:
+    """Every lease kept in PREFECT_HOME's files set to have run out a second ago: what the
+    lease's duration does to a holder that stopped renewing it (Prefect's shortest is a
+    minute), without the wait."""
+    from datetime import timedelta
+
+    from prefect.server.concurrency.lease_storage.filesystem import ConcurrencyLeaseStorage
+
+    storage = ConcurrencyLeaseStorage()
+    leases = await storage.read_active_lease_ids(limit=10_000)
+    for lease_id in leases:
+        await storage.renew_lease(lease_id, ttl=timedelta(seconds=-1))
+    return len(leases)
+
+
 async def taken(name: str) -> int:
     async with get_client() as client:
         return (await client.read_global_concurrency_limit_by_name(name)).active_slots
 
 
 if __name__ == "__main__":
-    command, name, *rest = sys.argv[1:]
+    command, *args = sys.argv[1:]
+    if command == "expire":
+        print(f"expired {asyncio.run(expire())}", flush=True)
+        sys.exit(0)
+    name, *rest = args
     if command == "limit":
         asyncio.run(set_gpu_limit(name, int(rest[0])))
     elif command in ("hold", "take"):

@@ -6,7 +6,8 @@ embedded server of its own on one PREFECT_HOME (as ``spade run`` then ``spade re
 killed run is killed with its server, as when the machine goes. Before ``flows/gpu_limit.py``
 kept leases in files and gave back the ones that ran out, the killed run's lease went with its
 server, nothing ever gave its slot back, and the next run's training waited forever without a
-word: the timeout below is the guard.
+word: the timeout below is the guard. The killed holder's lease is made to run out once the
+next run has said it waits (``slot_driver expire``), not after the minute it would take.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.prefect_db import seed_home
+
 pytestmark = pytest.mark.timeout(900)  # the next run waited forever before the fix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +34,16 @@ MEMORY_LEASES = "prefect.server.concurrency.lease_storage.memory"
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    return env | {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"} | extra
+    return (
+        env
+        | {
+            "PREFECT_HOME": str(seed_home(home)),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            # a waiting stage looks at the holders every repossessor interval (15 s by default)
+            "PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS": "1",
+        }
+        | extra
+    )
 
 
 def _driver(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -78,13 +90,36 @@ def _kill(proc: subprocess.Popen[str]) -> None:
         proc.stdout.close()
 
 
+def _take_once_waiting(env: dict[str, str]) -> tuple[int, str]:
+    """The next run's training (``take``), waiting for the slot until it has said so; then the
+    killed holder's lease runs out (``expire``: what a minute without renewals does, the
+    shortest lease Prefect takes) and the run goes on. Its exit code and what it said."""
+    cmd = [sys.executable, "-m", "tests.flows.slot_driver", "take", NAME, "train_agent-r0001"]
+    with subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            said = []
+            for line in proc.stdout:  # until the stage says what it waits for (or the run ends)
+                said.append(line)
+                if "waiting" in line and "a slot" in line:
+                    expired = _driver("expire", env=env)
+                    assert expired.stdout.strip().endswith("expired 1"), expired.stdout
+                    break
+            said += proc.stdout.readlines()
+            return proc.wait(), "".join(said)
+        finally:
+            _kill(proc)
+
+
 def test_a_slot_held_by_a_killed_run_is_given_back_to_the_next_runs_training(tmp_path):
     env = _env(tmp_path / "prefect")
     with _holding("train_agent-r0000", env) as killed:
         _kill(killed)  # the run and its server, SIGKILL, holding the slot
-    done = _driver("take", NAME, "train_agent-r0001", env=env)
-    said = done.stdout
-    assert done.returncode == 0, said
+    code, said = _take_once_waiting(env)
+    assert code == 0, said
     assert "took" in said and said.strip().endswith("taken 0"), said
     # while the dead run's lease ran, the stage said what it waited for, naming the holder
     waiting = next(line for line in said.splitlines() if "waiting" in line and "a slot" in line)

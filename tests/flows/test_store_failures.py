@@ -80,6 +80,7 @@ def test_every_write_stage_retries_a_transient_store_failure_and_resume_repairs_
             "name": "flaky",
             "storage.root": f"flaky://local{tmp_path}/store",
             "storage.write_retry_delay_s": 0,
+            "run.retry_backoff_s": 0,  # the stages that retry any failure, at once
             **tiny_policy_overrides(tiny_policy),
         }
     )
@@ -172,6 +173,7 @@ def test_pool_mode_and_replay_stages_retry_a_transient_store_failure(
             "training.lora.enabled": False,  # a LoRA on a remote store cannot be published
             "storage.root": f"flaky://local{tmp_path}/store",
             "storage.write_retry_delay_s": 0,
+            "run.retry_backoff_s": 0,  # the stages that retry any failure, at once
         },
     )
     faults = {task: FlakyFS.fail(pattern) for task, pattern in POOL_FAULTS.items()}

@@ -27,7 +27,6 @@ from spade.pipeline.context import RoundContext
 from spade.pipeline.record import campaign_store
 from spade.pipeline.train import DesignerData, TrainOutcome, train
 from spade.records import BASE, DesignAttempt, WeightsRef
-from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.loss import policy_loss
 from spade.training.run import designer_samples, sampling_temperature
 from spade.training.samples import collate
@@ -39,9 +38,9 @@ pytest.importorskip("deepspeed")
 LR = 1e-2
 
 
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_policy(tmp_path_factory.mktemp("policy"))
+@pytest.fixture
+def policy(tiny_policy: Path) -> Path:
+    return tiny_policy  # the session's (tests/conftest.py)
 
 
 def _config(policy: Path, root: Path, ranks: int) -> CampaignConfig:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,13 +14,12 @@ import pytest
 from spade.config import LoraConfig, ModelConfig
 from spade.inference.llamacpp import load_tokenizer
 from spade.inference.models import HF_LOADING, load_model_and_tokenizer, resolve_model
-from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.weights import wrap_lora
 
 
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory):
-    return write_tiny_policy(tmp_path_factory.mktemp("policy"))
+@pytest.fixture
+def policy(tiny_policy: Path) -> Path:
+    return tiny_policy  # the session's (tests/conftest.py)
 
 
 def waits_for_the_lock(

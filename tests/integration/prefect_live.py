@@ -59,6 +59,7 @@ import pytest
 
 from spade.processes import free_port, stop_process_group
 from spade.testing.processes import CHROMIUM, chromium
+from tests.prefect_db import seed_home
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
@@ -202,7 +203,7 @@ class PrefectServer(_LiveProcess):
     def start(self) -> PrefectServer:
         import httpx
 
-        self.home.mkdir(parents=True, exist_ok=True)
+        seed_home(self.home)  # its database already migrated (tests/prefect_db.py)
         env = {**self.env, **self.extra_env}
         del env["PREFECT_API_URL"]  # the server itself must not act as a client of itself
         cmd = [str(PREFECT_BIN), "server", "start", "--host", "127.0.0.1"]

@@ -41,10 +41,10 @@ def test_scripted_round_gives_the_exact_regrets(scripted_overrides):
     # regrets the script implies, exactly.
     by_class = check_expected_round(attempts, evaluations)
     assert all(a.hint and a.hint_note is None for a in attempts if a.accepted)
+    plays = (cfg.evaluation.unhinted_plays, cfg.evaluation.hinted_plays)
     for ev in by_class.values():
-        assert (
-            len(ev.unhinted_returns) == 8 and len(ev.hinted_returns) == 16 and ev.failed_plays == 0
-        )
+        assert (len(ev.unhinted_returns), len(ev.hinted_returns)) == plays
+        assert ev.failed_plays == 0
 
     # Designer rewards (blend, centred per skill), by hand:
     #   SkyWord: 0.6*plateau(0) + 0.4*clip(1.0/0.15) = 0.4; Half: 0.6*1 + 0.4*1 = 1.0; Metal: 0.
@@ -73,7 +73,7 @@ def test_trajectories_keep_tokens_logprobs_and_the_hint(scripted_server, scripte
     cfg = load_config(overrides=scripted_overrides)
     _, evaluations = asyncio.run(_round(cfg))
     trajs = [t for ev in evaluations for t in ev.trajectories]
-    assert len(trajs) == 3 * 24
+    assert len(trajs) == 3 * (cfg.evaluation.unhinted_plays + cfg.evaluation.hinted_plays)
     for t in trajs:
         assert t.status == "terminated" and t.model == server.model
         first_obs = t.messages[1]["content"]

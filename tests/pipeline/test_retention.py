@@ -29,13 +29,12 @@ from spade.pipeline.state import published_weights
 from spade.pipeline.train import train
 from spade.records import BASE, WeightsRef
 from spade.storage import CampaignStore, ObjectStore
-from spade.testing.scripted_designer import write_tiny_policy
 from tests.pipeline.test_train_publish import LORA, _ask, _config, _design_data, _vllm
 
 
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_policy(tmp_path_factory.mktemp("policy"))
+@pytest.fixture
+def policy(tiny_policy: Path) -> Path:
+    return tiny_policy  # the session's (tests/conftest.py)
 
 
 def _rounds(cfg: CampaignConfig, cid: str, rounds: range, parent: WeightsRef = BASE) -> None:

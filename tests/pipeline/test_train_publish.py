@@ -29,16 +29,15 @@ from spade.pipeline.record import campaign_store
 from spade.pipeline.train import DesignerData, train
 from spade.records import BASE, DesignAttempt, WeightsRef
 from spade.testing.openai_server import FakeOpenAIServer
-from spade.testing.scripted_designer import write_tiny_policy
 from tests.inference.test_vllm_server import SERVING_STUB, free_port, write_stub
 from tests.training.model_folder import assert_model_folder
 
 LORA = {"training.lora.enabled": True, "training.lora.rank": 4, "training.lora.alpha": 8}
 
 
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_policy(tmp_path_factory.mktemp("policy"))
+@pytest.fixture
+def policy(tiny_policy: Path) -> Path:
+    return tiny_policy  # the session's (tests/conftest.py)
 
 
 def _config(policy: Path, root: str, **more: Any) -> CampaignConfig:

@@ -99,19 +99,24 @@ def test_a_timeout_names_the_limit_that_ran_out_load_call_or_close(policy):
         update={"start_timeout_s": 1.5, "call_timeout_s": 0.5, "close_timeout_s": 0.7}
     )
     short = policy.model_copy(update={"limits": limits})
+    # the sessions that must start do so under a roomy load limit (a loaded machine can take
+    # longer than 1.5 s to start a jail); 60 s is named by nothing below
+    started = short.model_copy(
+        update={"limits": limits.model_copy(update={"start_timeout_s": 60.0})}
+    )
     slow_load = JailedSession(code.format(init=60), policy=short)
     with pytest.raises(EnvFailure) as load:
         slow_load.start()
     slow_load.close()
     with (
-        JailedSession(code.format(init=0), policy=short) as slow_reset,
+        JailedSession(code.format(init=0), policy=started) as slow_reset,
         pytest.raises(EnvFailure) as call,
     ):
         slow_reset.reset(0)
     assert load.value.failure.kind is call.value.failure.kind is FailureKind.TIMEOUT
     assert "load's wall-clock limit (start_timeout_s: 1.5s)" in load.value.failure.reason
     assert "call's wall-clock limit (call_timeout_s: 0.5s)" in call.value.failure.reason
-    slow_close = JailedSession(code.format(init=0), policy=short)
+    slow_close = JailedSession(code.format(init=0), policy=started)
     slow_close.start()
     slow_close.close()
     assert slow_close.failure is not None and not slow_close.alive

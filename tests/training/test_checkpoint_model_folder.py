@@ -22,7 +22,6 @@ from spade.inference.checkpoints import (
     local_checkpoint_path,
     stage_checkpoint,
 )
-from spade.testing.scripted_designer import write_tiny_policy
 from spade.training.checkpoint import save_checkpoint
 from spade.training.trainer import GRPOTrainer
 from spade.training.weights import hf_model_files
@@ -30,9 +29,9 @@ from tests.training.model_folder import assert_model_folder
 from tests.training.tiny_task import task_samples
 
 
-@pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_policy(tmp_path_factory.mktemp("policy"))
+@pytest.fixture
+def policy(tiny_policy: Path) -> Path:
+    return tiny_policy  # the session's (tests/conftest.py)
 
 
 def _trained_checkpoint(policy: Path, root: str, **kw: object) -> tuple[str, GRPOTrainer]:
