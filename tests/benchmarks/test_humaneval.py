@@ -187,6 +187,7 @@ def test_wrong_answers_score_zero_and_only_the_jail_runs_them() -> None:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow  # the shipped model through play_suite: tests/benchmarks/test_reasoning_gym.py
 def test_two_tasks_with_smollm2(smol_env) -> None:
     """The real path with the shipped 135M model on CPU: it completes and scores in [0, 1]."""
     sc = HeldoutSuiteConfig(name="humaneval", size=2, seed=0)

@@ -116,6 +116,7 @@ def test_run_status_resume_on_the_embedded_prefect(tmp_path, scripted_server):
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow  # the same claim, in-process and faster: tests/flows/test_before_round_0.py
 def test_run_on_a_server_without_the_gpu_limit_creates_it_before_round_0_and_trains(
     tmp_path, scripted_server
 ):

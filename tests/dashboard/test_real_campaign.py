@@ -67,6 +67,7 @@ def test_dashboard_shows_a_real_campaigns_numbers(
     print(f"screenshots: {tmp_path / 'real-dashboard.png'} {tmp_path / 'real-gallery.png'}")
 
 
+@pytest.mark.slow  # the app on an S3 store: tests/dashboard/test_app.py
 def test_dashboard_reads_an_s3_campaign(
     prefect_api, scripted_overrides, s3_bucket, tmp_path, monkeypatch
 ):

@@ -134,7 +134,7 @@ def _models(server, since: int) -> set[str]:
     return {r["model"] for r in server.chat_requests[since:]}
 
 
-@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("seed", [0, pytest.param(7, marks=pytest.mark.slow)])  # 7: odd seeds
 def test_a_round_that_accepts_nothing_still_plays_trains_and_publishes(
     prefect_api, nothing_passes, tiny_policy, tmp_path, seed
 ):

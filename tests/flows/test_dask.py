@@ -81,6 +81,7 @@ def test_dask_local_cluster_gives_the_thread_runners_results(prefect_api, tmp_pa
         assert len({r["pid"] for r in dask[where]}) <= 2  # run.dask_workers
 
 
+@pytest.mark.slow  # a campaign's round on the cluster: above
 def test_a_round_on_its_own_runs_its_fan_out_on_the_configured_cluster(prefect_api, tmp_path):
     """``spade-round`` as a deployment runs it: no campaign flow around it to pick the runner."""
     from distributed import Client, LocalCluster

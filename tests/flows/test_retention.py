@@ -101,6 +101,7 @@ def test_a_campaign_keeps_the_newest_and_needed_checkpoints_and_resumes_after_pr
         asyncio.run(heldout_flow(config=cfg, campaign_id="k1", round_index=0))
 
 
+@pytest.mark.slow  # the needed checkpoints kept: above and tests/pipeline/test_retention.py
 def test_an_overlapped_campaign_keeps_what_the_round_beside_it_serves(
     prefect_api, scripted_server, scripted_overrides, tiny_policy, tmp_path
 ):

@@ -29,7 +29,6 @@ from tests.integration.prefect_live import (
     REPO_ROOT,
     PrefectServer,
     PrefectWorker,
-    run_deployment_cli,
     ui_custom_run,
     wait_for_flow_run,
 )
@@ -110,6 +109,7 @@ def _check_round_in_s3(cfg, campaign_id: str) -> None:
     assert results.list(""), "task results were not persisted to S3"
 
 
+@pytest.mark.slow  # `spade deploy` on an embedded server: tests/flows/test_deploy_schedule.py
 def test_spade_deploy_registers_typed_deployments_with_an_inactive_schedule(
     prefect_server, deployed
 ):
@@ -127,21 +127,7 @@ def test_spade_deploy_registers_typed_deployments_with_an_inactive_schedule(
         assert limit.limit == 1
 
 
-def test_round_deployment_runs_on_a_worker_and_writes_to_s3(
-    prefect_server, prefect_client, deployed, gpu_worker, live_campaign
-):
-    cfg = live_campaign["config"]
-    run_id = run_deployment_cli(
-        prefect_server, "spade-round/round", {"campaign_id": "cli-run", "round_index": 0}
-    )
-    run = wait_for_flow_run(prefect_client, run_id, timeout=600)
-    assert run.state is not None and run.state.is_completed(), gpu_worker.log()
-    assert run.parameters["campaign_id"] == "cli-run"
-    _check_round_in_s3(cfg, "cli-run")
-
-
-@pytest.mark.slow  # 49 s: a round from a worker (above) and a UI run with a changed
-# parameter (tests/integration/test_prefect_live.py) are each checked in the default run
+@pytest.mark.slow  # a round deployment run by a real worker, from the UI, writing to S3
 def test_a_round_started_from_the_ui_with_a_changed_parameter_completes(
     prefect_server, prefect_client, deployed, gpu_worker, live_campaign, browser, tmp_path
 ):

@@ -202,6 +202,8 @@ def _two_ranks(out: Path, *worker_args: str) -> tuple[dict[str, Any], dict[str, 
 SHIFT = ("shift_kl", "shift_up", "shift_down")
 
 
+@pytest.mark.slow  # in `make test`: 2 ranks of a flow's training stage (3 and 2 of 5 samples)
+# give the one-rank update, to the same bounds (tests/flows/test_train_ranks.py)
 def test_two_processes_give_the_one_process_step(tmp_path):
     """torchrun, 2 ranks x half the batch == 1 rank x the whole batch == the step written out
     by hand (loss, gradient norm, new weights), each to what float32 guarantees: the ranks sum

@@ -374,6 +374,9 @@ def test_spade_train_under_torchrun_trains_each_rank_on_its_shard(tmp_path):
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-00000001"]
 
 
+@pytest.mark.slow  # in `make test`: the stage's own launch of 2 ranks (tests/flows/
+# test_train_ranks.py), `spade train` on 2 ranks (above), 2 ZeRO-3 ranks resumed exactly
+# (tests/training/test_zero3_checkpoint.py)
 def test_spade_train_launches_training_ranks_itself_and_resumes(tmp_path):
     """Not under a launcher, with training.ranks 2: it launches the ranks as the stage does;
     the second call resumes the first's checkpoint (ZeRO state of 2 ranks)."""
