@@ -8,6 +8,11 @@ bootstrap:
 demo: bootstrap
 	.venv/bin/spade run --config configs/demo-cpu.yaml
 
+# Python may write bytecode caches even where the shell says not to (this kind of machine sets
+# PYTHONDONTWRITEBYTECODE=1): without them every pytest worker re-rewrites the asserts of ~250
+# test modules at collection (~13 s of CPU each) and every subprocess recompiles spade/ and flows/
+export PYTHONDONTWRITEBYTECODE :=
+
 # mypy's cache outside the clone: a fresh clone on a machine that ran it before checks in
 # seconds, not the ~2 min a cold cache takes (it compares contents, so it stays right)
 MYPY_CACHE ?= $(HOME)/.cache/spade/mypy

@@ -2,10 +2,8 @@
 coder's rule splices of number_hunt scored the farther guess higher or a closer guess 0 and
 passed every other check; the 1.5B coder's splice of polynomial_probe scored fewer right
 coefficients higher (but none right 0) and passed a near-against-far comparison, so the check
-plays a closeness ladder. Every bundled example and reference-pool game must still pass, with
-no parent and with itself as its parent."""
-
-from pathlib import Path
+plays a closeness ladder. Every bundled example must still pass with itself as its parent;
+with no parent, every bundled and reference-pool game: tests/verify/test_bundled_games.py."""
 
 import pytest
 
@@ -18,7 +16,6 @@ pytestmark = pytest.mark.sandbox
 EXAMPLES = {p.stem: p.read_text() for p in example_paths()}
 HUNT = EXAMPLES["number_hunt"]
 RULE = "return 0.5 * (1 - distance / self.top)"
-POOL = Path(__file__).parents[1] / "fixtures" / "reference_pool" / "games"
 POLY = EXAMPLES["polynomial_probe"]
 POLY_RULE = "        return 0.5 * right / 4\n"
 
@@ -137,15 +134,3 @@ def test_every_bundled_example_passes_as_its_own_parent(name, policy):
     verdict = verify(EXAMPLES[name], policy=policy, references=[Reference(name, EXAMPLES[name])])
     credit = next(c for c in verdict.checks if c.name == "perverse_credit")
     assert credit.passed and verdict.failed_check == "novelty", verdict.to_dict()
-
-
-@pytest.mark.parametrize(
-    "path", [*example_paths(), *sorted(POOL.glob("*.py"))], ids=lambda p: p.stem
-)
-def test_no_bundled_or_reference_game_has_perverse_credit(path, policy):
-    verdict = verify(path.read_text(), policy=policy)
-    credit = next((c for c in verdict.checks if c.name == "perverse_credit"), None)
-    if path.stem in ("game_broken_ledger", "game_fixed_lighthouses"):  # rejected earlier
-        assert credit is None and verdict.failed_check not in (None, "perverse_credit")
-        return
-    assert credit is not None and credit.passed, verdict.to_dict()
