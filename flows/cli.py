@@ -9,6 +9,7 @@ progress read from the object store.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -270,7 +271,7 @@ def deploy(
                 prefect_file = with_config_deployment(prefect_file, out, cfg, work_pool)
             except ValueError as exc:
                 raise fail(exc) from None
-        _work_pools(prefect, env)
+        _work_pools()
         _prefect_deploy(prefect, env, prefect_file)
     limits = {"spade-gpu"} | ({cfg.run.gpu_concurrency_limit} if cfg is not None else set())
     _gpu_limits(sorted(name for name in limits if name), gpu_slots)
@@ -299,18 +300,33 @@ def _where(cfg: CampaignConfig, work_pool: str | None) -> str:
     )
 
 
-def _work_pools(prefect: str, env: dict[str, str]) -> None:
+def _work_pools() -> None:
     """Create the ``spade-cpu`` and ``spade-gpu`` process pools (an existing pool, maybe
-    Kubernetes, is kept as it is)."""
-    template = str(REPO_ROOT / "infra" / "work-pools" / "process.json")
+    Kubernetes, is kept as it is), through Prefect's client: the server PREFECT_API_URL names."""
+    import httpx
+
     for pool in (CPU_POOL, GPU_POOL):
-        create = [prefect, "work-pool", "create", pool, "--type", "process"]
-        subprocess.run(
-            [*create, "--base-job-template", template],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-        )
+        try:  # the first call to the server: say so if it does not answer
+            created = asyncio.run(_create_process_pool(pool))
+        except httpx.HTTPError as exc:
+            raise fail(f"creating the work pool {pool!r}: {exc}") from None
+        console.print(f"work pool {pool}: {'created' if created else 'kept as it is'}")
+
+
+async def _create_process_pool(name: str) -> bool:
+    """A process work pool ``name`` with the project's job template; False if one exists."""
+    from prefect import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists
+
+    template = json.loads((REPO_ROOT / "infra" / "work-pools" / "process.json").read_text())
+    pool = WorkPoolCreate(name=name, type="process", base_job_template=template)
+    async with get_client() as client:
+        try:  # a pool of that name exists: kept, whatever its type
+            await client.create_work_pool(pool)
+        except ObjectAlreadyExists:
+            return False
+    return True
 
 
 def _prefect_deploy(prefect: str, env: dict[str, str], prefect_file: Path) -> None:
