@@ -2,9 +2,10 @@
 in a task run), on the embedded Prefect server of PREFECT_HOME, with the ``spade`` entry
 point's Prefect defaults (tests/flows/test_gpu_slot_leases.py kills it while it holds one).
 
-Usage: python -m tests.flows.slot_driver limit NAME SLOTS  (create the limit, or size it)
-       python -m tests.flows.slot_driver hold NAME RUN     (take a slot in task run RUN and keep
-                                                            it: prints 'holding', until killed)
+Usage: python -m tests.flows.slot_driver hold NAME RUN [SLOTS]  (take a slot in task run RUN and
+                                                            keep it: prints 'holding', until
+                                                            killed; with SLOTS, the limit is
+                                                            created or sized first)
        python -m tests.flows.slot_driver take NAME RUN     (take a slot and give it back: prints
                                                             'took', then 'taken N' after)
        python -m tests.flows.slot_driver free NAME         (what spade run/resume do before
@@ -92,9 +93,9 @@ if __name__ == "__main__":
         print(f"expired {asyncio.run(expire())}", flush=True)
         sys.exit(0)
     name, *rest = args
-    if command == "limit":
-        asyncio.run(set_gpu_limit(name, int(rest[0])))
-    elif command in ("hold", "take"):
+    if command in ("hold", "take"):
+        if rest[1:]:  # in this run: one embedded server start fewer than a run of its own
+            asyncio.run(set_gpu_limit(name, int(rest[1])))
         asyncio.run(driver(name, rest[0], keep=command == "hold"))
         print(f"taken {asyncio.run(taken(name))}", flush=True)
     elif command == "free":

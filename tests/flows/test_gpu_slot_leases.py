@@ -55,10 +55,13 @@ def _driver(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 
 
 @contextmanager
-def _holding(run: str, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+def _holding(
+    run: str, env: dict[str, str], slots: int | None = None
+) -> Iterator[subprocess.Popen[str]]:
     """A run holding a slot in task run ``run`` (once it said so), SIGKILLed with its embedded
-    server at the latest when the block ends."""
+    server at the latest when the block ends; with ``slots``, the limit sized first."""
     cmd = [sys.executable, "-m", "tests.flows.slot_driver", "hold", NAME, run]
+    cmd += [str(slots)] if slots is not None else []
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
@@ -138,9 +141,9 @@ def test_before_round_0_slots_no_lease_holds_are_given_back_and_a_live_runs_slot
     before), killed: its slot has no lease anywhere. The start of the next run gives it back;
     the slot a live run holds, under a lease in files, stays taken."""
     env = _env(tmp_path / "prefect")
-    assert _driver("limit", NAME, "2", env=env).returncode == 0
     memory = _env(tmp_path / "prefect", PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE=MEMORY_LEASES)
-    with _holding("train_agent-r0000", env), _holding("train_agent-r0007", memory) as killed:
+    live = _holding("train_agent-r0000", env, slots=2)
+    with live, _holding("train_agent-r0007", memory) as killed:
         _kill(killed)
         done = _driver("free", NAME, env=env)
         assert done.returncode == 0, done.stdout
