@@ -23,8 +23,12 @@ lint: bootstrap
 	.venv/bin/mypy --cache-dir "$(MYPY_CACHE)"
 	.venv/bin/lint-imports
 
+# one pytest worker more than cores: ~10% of a worker's time is spent waiting on a subprocess
+# (a Prefect server starting, a jail, a CLI), time a third worker fills
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+
 test: lint
-	.venv/bin/pytest -m "not slow and not gpu" -n auto -q --durations=25
+	.venv/bin/pytest -m "not slow and not gpu" -n $(TEST_WORKERS) -q --durations=25
 
 bench: bootstrap
 	.venv/bin/python bench/sandbox.py

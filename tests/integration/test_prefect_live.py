@@ -58,6 +58,7 @@ def _check_completed(client, worker: PrefectWorker, run_id, out: Path, greeting:
     assert task_run.state.is_completed()
 
 
+@pytest.mark.slow  # a run with changed parameters on this server and worker: the UI's, below
 def test_cli_run_with_changed_parameters(
     prefect_server, prefect_worker, prefect_client, hello_deployment, tmp_path
 ):
@@ -98,4 +99,7 @@ def test_ui_custom_run_with_changed_parameters(
     assert submitted.name == run_name
     run = prefect_client.read_flow_run(uuid.UUID(submitted.flow_run_id))
     assert str(run.deployment_id) == hello_deployment
+    deployment = prefect_client.read_deployment(uuid.UUID(hello_deployment))
+    assert deployment.work_pool_name == prefect_worker.pool
+    assert deployment.entrypoint == ENTRYPOINT
     _check_completed(prefect_client, prefect_worker, run.id, out, {"name": "ui-form", "times": 3})
