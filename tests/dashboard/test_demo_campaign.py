@@ -34,7 +34,7 @@ from tests.integration.prefect_live import REPO_ROOT, open_browser
 
 # The campaign (made once, by the first test) takes two to three minutes on two cores: slow
 # (.ci/run). What `make test` checks of it, faster: the dashboard on a campaign the real flow
-# made, local and on S3 (tests/dashboard/test_real_campaign.py) and in a browser
+# made (tests/dashboard/test_real_campaign.py), the app on S3 and in a browser
 # (tests/dashboard/test_app.py); the demo config (tests/test_presets.py); llama.cpp serving the
 # shipped SmolLM2 and a published LoRA (tests/inference/test_llamacpp*.py).
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow, pytest.mark.timeout(900)]
