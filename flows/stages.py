@@ -158,7 +158,8 @@ def bind[**P, R](
     task: Task[P, R], storage: Any, retries: dict[str, Any] | None = None
 ) -> Task[P, R]:
     """``task`` persisting its results to ``storage`` (the campaign's result storage), with
-    ``retries`` (:func:`store_retries`) for a task that writes and has no retries of its own."""
+    ``retries``: :func:`store_retries` for a task that writes and has no retries of its own,
+    :func:`stage_backoff` for one that retries any failure."""
     return task.with_options(result_storage=storage, **(retries or {}))
 
 

@@ -8,7 +8,7 @@ The copy is a file the first server of the session made, by Prefect's own code, 
 of its own (the test process's database interface is left as it was).
 
 :func:`seed_home` gives a fresh ``PREFECT_HOME`` the copy (where its server looks for its
-database); `seeded_harness` is Prefect's ``prefect_test_harness`` on a copy.
+database), :func:`home_env` a subprocess's environment on it; `seeded_harness` is Prefect's ``prefect_test_harness`` on a copy.
 """
 
 from __future__ import annotations
@@ -82,6 +82,13 @@ def seed_home(home: Path) -> Path:
     if not (home / "prefect.db").exists():
         shutil.copyfile(migrated_db(), home / "prefect.db")
     return home
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """The environment of a process whose embedded Prefect server uses ``home`` (seeded:
+    :func:`seed_home`): this one's without any PREFECT_* setting, analytics off."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    return env | {"PREFECT_HOME": str(seed_home(home)), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 
 
 @contextmanager

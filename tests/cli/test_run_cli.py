@@ -19,7 +19,7 @@ from spade.pipeline.context import RoundContext
 from spade.pipeline.record import StageRecord, campaign_store
 from spade.storage import CampaignStore, ObjectStore
 from spade.testing.scripted_designer import round_overrides, write_corpus
-from tests.prefect_db import seed_home
+from tests.prefect_db import home_env
 
 SPADE = str(Path(sys.executable).with_name("spade"))
 
@@ -27,8 +27,7 @@ SPADE = str(Path(sys.executable).with_name("spade"))
 def spade(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The console script on the embedded server of ``home`` (its database made migrated:
     tests/prefect_db.py)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env |= {"PREFECT_HOME": str(seed_home(home)), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env = home_env(home)
     return subprocess.run([SPADE, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.prefect_db import seed_home
+from tests.prefect_db import home_env
 
 pytestmark = pytest.mark.timeout(900)  # the next run waited forever before the fix
 
@@ -33,17 +33,8 @@ MEMORY_LEASES = "prefect.server.concurrency.lease_storage.memory"
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    return (
-        env
-        | {
-            "PREFECT_HOME": str(seed_home(home)),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            # a waiting stage looks at the holders every repossessor interval (15 s by default)
-            "PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS": "1",
-        }
-        | extra
-    )
+    # a waiting stage looks at the holders every repossessor interval (15 s by default)
+    return home_env(home) | {"PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS": "1"} | extra
 
 
 def _driver(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
