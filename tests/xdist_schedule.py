@@ -97,7 +97,7 @@ class ModuleScheduling(LoadScopeScheduling):
         return unit_of(nodeid)
 
 
-def test_seconds(reports: Iterable[Path]) -> dict[str, float]:
+def junit_seconds(reports: Iterable[Path]) -> dict[str, float]:
     """Node id -> seconds (setup, call and teardown: pytest's JUnit ``time``; module-scoped
     fixtures count in their first test) from JUnit reports."""
     seconds: dict[str, float] = {}
@@ -111,7 +111,7 @@ def test_seconds(reports: Iterable[Path]) -> dict[str, float]:
 def record(reports: Sequence[Path], out: Path = DURATIONS) -> dict[str, float]:
     """Write what ``reports`` measured to ``out``: the tests of :data:`NOTED_S` or more, each
     module's mean over the rest; returns each module's total seconds (slowest first)."""
-    seconds = test_seconds(reports)
+    seconds = junit_seconds(reports)
     totals: dict[str, float] = defaultdict(float)
     rest: dict[str, list[float]] = defaultdict(list)
     noted = {}
