@@ -38,17 +38,12 @@ pytest.importorskip("deepspeed")
 LR = 1e-2
 
 
-@pytest.fixture
-def policy(tiny_policy: Path) -> Path:
-    return tiny_policy  # the session's (tests/conftest.py)
-
-
-def _config(policy: Path, root: Path, ranks: int) -> CampaignConfig:
+def _config(tiny_policy: Path, root: Path, ranks: int) -> CampaignConfig:
     return load_config(
         overrides={
             "name": "ranks",
             "storage.root": str(root),
-            "model.name_or_path": str(policy),
+            "model.name_or_path": str(tiny_policy),
             "model.device": "cpu",
             "training.engine": "deepspeed",
             "training.ranks": ranks,
@@ -101,11 +96,11 @@ def _gradients(cfg: CampaignConfig, data: DesignerData) -> dict[str, torch.Tenso
 
 
 def test_two_ranks_in_a_flow_run_give_the_one_rank_update(
-    prefect_api: str, policy: Path, tmp_path: Path
+    prefect_api: str, tiny_policy: Path, tmp_path: Path
 ) -> None:
-    two_cfg = _config(policy, tmp_path / "store", ranks=2)
+    two_cfg = _config(tiny_policy, tmp_path / "store", ranks=2)
     two = _run_flow(two_cfg, "two", _data())
-    one_cfg = _config(policy, tmp_path / "store", ranks=1)
+    one_cfg = _config(tiny_policy, tmp_path / "store", ranks=1)
     ensure_campaign(campaign_store(one_cfg, "one"), one_cfg)
     one = train(RoundContext.open(one_cfg, "one", 0), _data(), BASE)  # in this process
 
@@ -151,9 +146,9 @@ def test_two_ranks_in_a_flow_run_give_the_one_rank_update(
     "launcher", ["torchrun", pytest.param("deepspeed", marks=pytest.mark.slow)]
 )
 def test_a_failed_rank_fails_the_task_with_its_log(
-    prefect_api: str, policy: Path, tmp_path: Path, launcher: str
+    prefect_api: str, tiny_policy: Path, tmp_path: Path, launcher: str
 ) -> None:
-    cfg = _config(policy, tmp_path / "store", ranks=2)
+    cfg = _config(tiny_policy, tmp_path / "store", ranks=2)
     ds = cfg.training.model_copy(update={"launcher": launcher})
     cfg = cfg.model_copy(update={"training": ds})
     with pytest.raises(TrainingError) as err:
@@ -169,11 +164,11 @@ def test_a_failed_rank_fails_the_task_with_its_log(
 
 @pytest.mark.slow  # two launches of two ranks: ~50 s on 2 idle cores, ~80 s loaded
 def test_a_two_rank_checkpoint_is_the_parent_of_the_next_two_rank_update(
-    prefect_api: str, policy: Path, tmp_path: Path
+    prefect_api: str, tiny_policy: Path, tmp_path: Path
 ) -> None:
     """The next round's update of the same role resumes the ZeRO optimizer state both ranks
     saved (one partition each), here under DeepSpeed's own launcher."""
-    cfg = _config(policy, tmp_path / "store", ranks=2)
+    cfg = _config(tiny_policy, tmp_path / "store", ranks=2)
     first = _run_flow(cfg, "chain", _data())
     ds = cfg.training.model_copy(update={"launcher": "deepspeed"})
     ctx = RoundContext.open(cfg.model_copy(update={"training": ds}), "chain", 1)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,11 +14,6 @@ from spade.config import LoraConfig, ModelConfig
 from spade.inference.llamacpp import load_tokenizer
 from spade.inference.models import HF_LOADING, load_model_and_tokenizer, resolve_model
 from spade.training.weights import wrap_lora
-
-
-@pytest.fixture
-def policy(tiny_policy: Path) -> Path:
-    return tiny_policy  # the session's (tests/conftest.py)
 
 
 def waits_for_the_lock(
@@ -58,21 +52,23 @@ def waits_for_the_lock(
     return done[0]
 
 
-def test_a_tokenizer_load_waits_for_a_model_load_in_another_thread(policy, monkeypatch) -> None:
+def test_a_tokenizer_load_waits_for_a_model_load_in_another_thread(
+    tiny_policy, monkeypatch
+) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = waits_for_the_lock(
-        lambda: load_tokenizer(policy), AutoTokenizer, "from_pretrained", monkeypatch
+        lambda: load_tokenizer(tiny_policy), AutoTokenizer, "from_pretrained", monkeypatch
     )
     assert tokenizer.chat_template
 
 
-def test_a_model_load_and_a_lora_wrap_wait_too(policy, monkeypatch) -> None:
+def test_a_model_load_and_a_lora_wrap_wait_too(tiny_policy, monkeypatch) -> None:
     from transformers import AutoModelForCausalLM
 
     from spade.inference.adapters import peft
 
-    resolved = resolve_model(ModelConfig(name_or_path=str(policy)))
+    resolved = resolve_model(ModelConfig(name_or_path=str(tiny_policy)))
     model, _ = waits_for_the_lock(
         lambda: load_model_and_tokenizer(resolved, "float32", "cpu"),
         AutoModelForCausalLM,

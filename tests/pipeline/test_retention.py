@@ -32,11 +32,6 @@ from spade.storage import CampaignStore, ObjectStore
 from tests.pipeline.test_train_publish import LORA, _ask, _config, _design_data, _vllm
 
 
-@pytest.fixture
-def policy(tiny_policy: Path) -> Path:
-    return tiny_policy  # the session's (tests/conftest.py)
-
-
 def _rounds(cfg: CampaignConfig, cid: str, rounds: range, parent: WeightsRef = BASE) -> None:
     """Each round trains the designer from the last published weights and publishes them,
     as a round does (one event loop: the managed server is the pool's)."""
@@ -70,9 +65,9 @@ def _present(cs: CampaignStore, rounds: int) -> list[int]:
 
 
 def test_the_newest_and_the_needed_checkpoints_stay_older_ones_go_and_training_goes_on(
-    policy: Path, tmp_path: Path
+    tiny_policy: Path, tmp_path: Path
 ) -> None:
-    cfg = _config(policy, str(tmp_path / "store"), **{"checkpoints.keep_last": 1})
+    cfg = _config(tiny_policy, str(tmp_path / "store"), **{"checkpoints.keep_last": 1})
     cs = campaign_store(cfg, "keep1")
     _rounds(cfg, "keep1", range(4))
 
@@ -107,8 +102,8 @@ def test_the_newest_and_the_needed_checkpoints_stay_older_ones_go_and_training_g
     assert _present(cs, 5) == [3, 4]
 
 
-def test_with_keep_last_unset_nothing_is_deleted(policy: Path, tmp_path: Path) -> None:
-    cfg = _config(policy, str(tmp_path / "store"))
+def test_with_keep_last_unset_nothing_is_deleted(tiny_policy: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny_policy, str(tmp_path / "store"))
     cs = campaign_store(cfg, "all")
     _rounds(cfg, "all", range(3))
     assert _present(cs, 3) == [0, 1, 2]
@@ -118,11 +113,11 @@ def test_with_keep_last_unset_nothing_is_deleted(policy: Path, tmp_path: Path) -
 
 
 def test_on_s3_the_staged_copies_go_with_their_checkpoints(
-    policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: Any
+    tiny_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: Any
 ) -> None:
     b = s3_bucket
     more = {"storage.storage_options": b.storage_options, **LORA, **_vllm(tmp_path, monkeypatch)}
-    cfg = _config(policy, f"s3://{b.name}/runs", **{**more, "checkpoints.keep_last": 1})
+    cfg = _config(tiny_policy, f"s3://{b.name}/runs", **{**more, "checkpoints.keep_last": 1})
     cs = campaign_store(cfg, "s3")
     _rounds(cfg, "s3", range(4))
 
@@ -144,9 +139,9 @@ def test_on_s3_the_staged_copies_go_with_their_checkpoints(
 
 
 def test_an_interrupted_pass_is_finished_by_the_next(
-    policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = _config(policy, str(tmp_path / "store"), **{"checkpoints.keep_last": 1})
+    cfg = _config(tiny_policy, str(tmp_path / "store"), **{"checkpoints.keep_last": 1})
     cs = campaign_store(cfg, "cut")
     _rounds(cfg, "cut", range(2))
     real_delete = ObjectStore.delete

@@ -35,17 +35,12 @@ from tests.training.model_folder import assert_model_folder
 LORA = {"training.lora.enabled": True, "training.lora.rank": 4, "training.lora.alpha": 8}
 
 
-@pytest.fixture
-def policy(tiny_policy: Path) -> Path:
-    return tiny_policy  # the session's (tests/conftest.py)
-
-
-def _config(policy: Path, root: str, **more: Any) -> CampaignConfig:
+def _config(tiny_policy: Path, root: str, **more: Any) -> CampaignConfig:
     return load_config(
         overrides={
             "name": "publish",
             "storage.root": root,
-            "model.name_or_path": str(policy),
+            "model.name_or_path": str(tiny_policy),
             "model.device": "cpu",
             "training.designer_lr": 1e-2,
             **more,
@@ -100,16 +95,16 @@ async def _ask(cfg: CampaignConfig, weights: WeightsRef) -> Completion:
 
 
 def test_a_full_checkpoint_is_a_model_folder_the_managed_server_restarts_on(
-    policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = _config(policy, str(tmp_path / "store"), **_vllm(tmp_path, monkeypatch))
+    cfg = _config(tiny_policy, str(tmp_path / "store"), **_vllm(tmp_path, monkeypatch))
     ensure_campaign(campaign_store(cfg, "full"), cfg)
     outcome = train(RoundContext.open(cfg, "full", 0), _design_data(), BASE)
     weights = outcome.weights
     assert weights.kind == "full" and weights.checkpoint is not None
     folder = Path(weights.checkpoint)
 
-    assert_model_folder(folder, load_checkpoint(str(folder)).tensors, policy)  # offline
+    assert_model_folder(folder, load_checkpoint(str(folder)).tensors, tiny_policy)  # offline
 
     async def go() -> Completion:
         try:  # the managed server is stopped whatever happens
@@ -121,17 +116,17 @@ def test_a_full_checkpoint_is_a_model_folder_the_managed_server_restarts_on(
     completion = asyncio.run(go())
     assert completion.model == completion.text == weights.version == "r0000-designer"
     launches = _launches(tmp_path)
-    assert [argv[:2] for argv in launches] == [["serve", str(policy)], ["serve", str(folder)]]
+    assert [argv[:2] for argv in launches] == [["serve", str(tiny_policy)], ["serve", str(folder)]]
     restart = launches[1]
     assert restart[restart.index("--served-model-name") + 1] == weights.version
 
 
 def test_lora_on_s3_is_staged_for_the_managed_server_and_the_old_adapter_unloaded(
-    policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: Any
+    tiny_policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_bucket: Any
 ) -> None:
     b = s3_bucket
     cfg = _config(
-        policy,
+        tiny_policy,
         f"s3://{b.name}/runs",
         **{"storage.storage_options": b.storage_options, **LORA, **_vllm(tmp_path, monkeypatch)},
     )
@@ -152,8 +147,8 @@ def test_lora_on_s3_is_staged_for_the_managed_server_and_the_old_adapter_unloade
             await close_shared_backends()
 
     after_first, after_second, completion = asyncio.run(go())
-    assert after_first == [str(policy), "r0000-designer"]
-    assert after_second == [str(policy), "r0001-designer"]  # r0000 unloaded
+    assert after_first == [str(tiny_policy), "r0000-designer"]
+    assert after_second == [str(tiny_policy), "r0001-designer"]  # r0000 unloaded
     assert completion.model == completion.text == "r0001-designer"
     staged = sorted((tmp_path / "cache" / "published").iterdir())
     assert [p.name.rsplit("-", 1)[0] for p in staged] == ["r0000-designer", "r0001-designer"]
@@ -166,11 +161,11 @@ def test_lora_on_s3_is_staged_for_the_managed_server_and_the_old_adapter_unloade
 
 
 def test_an_external_server_loads_adapters_from_a_shared_path_and_unloads_the_old_one(
-    policy: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tiny_policy: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with FakeOpenAIServer(check_lora_paths=True) as server:
         cfg = _config(
-            policy,
+            tiny_policy,
             str(tmp_path / "store"),
             **{
                 **LORA,
@@ -204,9 +199,9 @@ def test_an_external_server_loads_adapters_from_a_shared_path_and_unloads_the_ol
 
 
 def test_an_external_server_cannot_load_an_adapter_from_a_remote_store(
-    policy: Path, tmp_path: Path
+    tiny_policy: Path, tmp_path: Path
 ) -> None:
-    cfg = _config(policy, str(tmp_path / "store"), **{**LORA, "inference.backend": "openai"})
+    cfg = _config(tiny_policy, str(tmp_path / "store"), **{**LORA, "inference.backend": "openai"})
     ensure_campaign(campaign_store(cfg, "remote"), cfg)
     weights = WeightsRef("r0000-designer", "s3://bucket/runs/step-00000001", "lora")
     with pytest.raises(ConfigError, match="own filesystem"):

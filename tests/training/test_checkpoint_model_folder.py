@@ -29,14 +29,9 @@ from tests.training.model_folder import assert_model_folder
 from tests.training.tiny_task import task_samples
 
 
-@pytest.fixture
-def policy(tiny_policy: Path) -> Path:
-    return tiny_policy  # the session's (tests/conftest.py)
-
-
-def _trained_checkpoint(policy: Path, root: str, **kw: object) -> tuple[str, GRPOTrainer]:
-    model = AutoModelForCausalLM.from_pretrained(policy)
-    tokenizer = AutoTokenizer.from_pretrained(policy)
+def _trained_checkpoint(tiny_policy: Path, root: str, **kw: object) -> tuple[str, GRPOTrainer]:
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
     files = hf_model_files(model, tokenizer)
     trainer = GRPOTrainer(model, tokenizer.pad_token_id, TrainingConfig(lr=1e-2))
     trainer.step(task_samples(trainer.model))
@@ -56,16 +51,16 @@ def _trained_checkpoint(policy: Path, root: str, **kw: object) -> tuple[str, GRP
 
 
 def test_a_full_checkpoint_loads_as_a_transformers_model_with_the_trained_weights(
-    policy: Path, tmp_path: Path
+    tiny_policy: Path, tmp_path: Path
 ) -> None:
-    uri, trainer = _trained_checkpoint(policy, str(tmp_path / "ckpt"))
+    uri, trainer = _trained_checkpoint(tiny_policy, str(tmp_path / "ckpt"))
     folder = Path(uri)
     manifest = json.loads((folder / "manifest.json").read_text())
     for name in ("config.json", "generation_config.json", "tokenizer.json", "model.safetensors"):
         assert manifest["files"][name]["bytes"] == (folder / name).stat().st_size, name
 
     trained = trainer.export_weights()
-    assert_model_folder(folder, trained, policy)
+    assert_model_folder(folder, trained, tiny_policy)
     assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     # the resume path still reads it, and the extra files are checked like every other
     assert torch.equal(load_checkpoint(uri).tensors["lm_head.weight"], trained["lm_head.weight"])
@@ -97,11 +92,11 @@ def test_model_files_must_be_plain_new_names(tmp_path: Path, name: str) -> None:
 
 
 def test_a_checkpoint_on_s3_is_staged_verified_into_a_local_model_folder(
-    policy: Path, tmp_path: Path, s3_bucket
+    tiny_policy: Path, tmp_path: Path, s3_bucket
 ) -> None:
     b = s3_bucket
     root = f"s3://{b.name}/runs"
-    uri, trainer = _trained_checkpoint(policy, root, storage_options=b.storage_options)
+    uri, trainer = _trained_checkpoint(tiny_policy, root, storage_options=b.storage_options)
     assert local_checkpoint_path(uri, b.storage_options) is None
     assert local_checkpoint_path(str(tmp_path)) == tmp_path
 
