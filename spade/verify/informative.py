@@ -149,9 +149,9 @@ def check_informative(ctx: Context) -> str:
     if len(cfg.probe_seeds) < 2:
         return "not checked (one probe seed: sandbox.verify.seed_probe_count is 0)"
     if len({tuple(s) for s in ctx.seed_solutions.values()}) == 1 and ctx.seed_solutions:
-        # one solution wins every seed: no instance needs telling apart (only reached with
-        # seed_dependence waived, since otherwise the first observations differ)
-        return "not checked (the probe seeds share one solution: a fixed instance)"
+        # one solution wins every probe seed: no instance needs telling apart there (reached
+        # with seed_dependence waived, or when more seeds showed other solutions)
+        return "not checked (the probe seeds share one solution: nothing to tell apart on them)"
     played = views(ctx, ctx.session)
     label = telling_play(played)
     if label is None:

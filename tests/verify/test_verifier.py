@@ -216,6 +216,57 @@ def test_a_game_whose_secret_ignores_the_seed_is_seed_independent(policy):
     assert verdict.failure.reason.endswith("the same solution ['\\\\boxed{437}']")
 
 
+# One answer behind varied text: the opening names the instance, the answer never changes.
+DRESSED_QUIZ = QUIZ.replace(
+    '    def setup(self):\n        self.tries = 0\n        return "What',
+    "    def setup(self):\n        self.tries = 0\n"
+    "        name = self.rng.choice(['Ada', 'Bo', 'Cy', 'Di', 'Ed', 'Flo'])\n"
+    '        return f"Puzzle {self.rng.randint(1, 10**6)} for {name}. What',
+).replace("Answer in \\\\boxed{}", "Answer in \\\\boxed{{}}")
+
+
+def test_one_answer_behind_varied_openings_is_one_instance(policy):
+    assert "Puzzle {self.rng" in DRESSED_QUIZ
+    verdict = verify(DRESSED_QUIZ, policy=policy)
+    assert verdict.failure is not None and verdict.failure.kind == "seed_independent"
+    assert verdict.failed_check == "seed_dependence", verdict.to_dict()
+    assert verdict.failure.reason == (
+        "seeds 1234 to 1249 all have the same solution ['\\\\boxed{391}'] (3 distinct first"
+        " observations of 3 probed): one instance, whatever the text around it"
+    )
+
+
+# Three answers: three probe seeds share one solution by chance (one in nine starting seeds),
+# sixteen do not.
+THREE_DOORS = """
+class DoorsEnv(TextEnv):
+    def setup(self):
+        self.door = self.rng.choice(["red", "green", "blue"])
+        self.tries = 0
+        return "Three doors: red, green, blue. Name one in \\\\boxed{}; you get one try."
+
+    def play(self, move):
+        won = move.strip() == self.door
+        return ("right" if won else "wrong"), (1.0 if won else 0.0), True
+
+    def solution(self):
+        return ["\\\\boxed{%s}" % self.door]
+"""
+
+
+def test_a_few_seeds_sharing_a_solution_by_chance_are_not_one_instance(policy):
+    seed = next(s for s in range(1000, 2000) if len({_door(s + i) for i in range(3)}) == 1)
+    verdict = verify(THREE_DOORS, config=VerifyConfig(seed=seed), policy=policy)
+    reason = {c.name: c for c in verdict.checks}["seed_dependence"]
+    assert reason.passed, verdict.to_dict()
+
+
+def _door(seed: int) -> str:
+    import random
+
+    return random.Random(seed).choice(["red", "green", "blue"])
+
+
 def test_seed_dependence_can_be_turned_off_but_not_probed_with_one_seed(policy):
     verdict = verify(QUIZ, config=VerifyConfig(seed_probe_count=0), policy=policy)
     assert verdict.accepted, verdict.to_dict()
