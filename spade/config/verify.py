@@ -23,7 +23,7 @@ DEFAULT_GARBAGE_ACTIONS = [
 ]
 
 WaivableCheck = Literal[
-    "seed_dependence", "informative", "leaks_answer", "perverse_credit", "novelty"
+    "seed_dependence", "informative", "winnable", "leaks_answer", "perverse_credit", "novelty"
 ]
 """The checks this project adds beyond the reference's acceptance gate (the reference accepts
 fixed-instance environments and does not look for duplicates): the only ones an import may
@@ -89,6 +89,19 @@ class VerifyConfig(BaseModel):
             " that submit a value seen in the last observation): a reader that wins within two"
             " moves on all of them but one in eight (7 of 8; 4 of 4) leaks the answer. 0 turns"
             " the check off."
+        ),
+    )
+    player_seeds: int = Field(
+        8,
+        ge=0,
+        le=64,
+        description=(
+            "Seeds (seed, seed + 1, ...) the winnable check plays a design on with the"
+            " observation-only player of the bundled example it varies (spade/verify/players.py:"
+            " it reads only what it is told): the player must win all of them but one in eight"
+            " (7 of 8), or lose no more than one in eight beyond what it loses in that example,"
+            " so a clue that lies or is noise fails. A design whose feedback the player does not"
+            " read, or that varies no bundled example, passes with a note. 0 turns the check off."
         ),
     )
     max_code_bytes: int = Field(

@@ -38,6 +38,7 @@ from spade.verify.novelty import (
     variant_parent,
 )
 from spade.verify.static import import_violations, module_table, name_violations, parse_source
+from spade.verify.winnable import check_winnable
 
 
 @dataclass
@@ -491,6 +492,7 @@ CHECKS: list[tuple[str, Callable[[Context], str]]] = [
     ("non_triviality", check_non_triviality),
     ("seed_dependence", check_seed_dependence),
     ("informative", check_informative),
+    ("winnable", check_winnable),
     ("leaks_answer", check_leaks_answer),
     ("perverse_credit", check_perverse_credit),
     ("novelty", check_novelty),

@@ -18,6 +18,7 @@ from spade.verify.static import parsed_share
 WAIVABLE: dict[str, FailureKind] = {
     "seed_dependence": FailureKind.SEED_INDEPENDENT,
     "informative": FailureKind.UNSOLVABLE,
+    "winnable": FailureKind.UNSOLVABLE,
     "leaks_answer": FailureKind.LEAKS_ANSWER,
     "perverse_credit": FailureKind.PERVERSE_CREDIT,
     "novelty": FailureKind.DUPLICATE,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from spade.envs.examples import example_paths
+from spade.verify import CHECKS
 
 pytestmark = pytest.mark.sandbox
 
@@ -37,7 +38,7 @@ def test_check_json_lines_shape_and_exit_1_on_rejection(tmp_path):
         assert set(d) == {"path", "accepted", "checks", "failure", "similarity", "progress"}
         assert all(set(c) == {"name", "passed", "reason"} for c in d["checks"])
     assert lines[0]["accepted"] and lines[0]["failure"] is None and lines[0]["progress"] == 1.0
-    assert not lines[1]["accepted"] and lines[1]["progress"] == 1 / 16  # parse passed, of 16
+    assert not lines[1]["accepted"] and lines[1]["progress"] == 1 / len(CHECKS)  # parse passed
     assert lines[1]["failure"] == {
         "kind": "import_denied",
         "reason": "imports outside the allow-list: os (line 1)",
