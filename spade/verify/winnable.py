@@ -14,12 +14,16 @@ exit in time): when it loses more than that, the parent is played on the same se
 design's sizes, and the design is rejected only if it loses more seeds than the parent does
 plus the one in eight. A player abstains on an observation it does not read (feedback reworded):
 when it abstains on most seeds the check passes and says that no observation-only player
-applies; so it does when the design varies no bundled example.
+applies; so it does when the design varies no bundled example, and when the player loses a
+design whose task text says what its parent's does not (:func:`new_words`: a fee, a limit, a new
+kind of lamp): the player knows only the parent's rules. A lie told beside a reworded task text
+is not caught here.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -134,9 +138,12 @@ def losses(outcomes: Sequence[Outcome]) -> list[Outcome]:
     return [o for o in outcomes if not o.won and not o.abstained]
 
 
-def parent_losses(ctx: Context, parent: Reference, seeds: Sequence[int]) -> tuple[int | None, str]:
-    """Seeds the player loses in the parent played at the design's sizes, and where it was
-    played (None and why when the parent cannot be played there)."""
+def parent_losses(
+    ctx: Context, parent: Reference, seeds: Sequence[int]
+) -> tuple[int | None, str, str]:
+    """Seeds the player loses in the parent played at the design's sizes, where it was played
+    (None and why when the parent cannot be played there), and the parent's first observation
+    on the first seed ("" when it cannot be played)."""
     cfg = ctx.config
     sizes = reference_sizes(parent.code, ctx.code)  # the design's defaults the parent shares
     where = f"{parent.name!r}" + (f" at the design's sizes ({_kwargs(sizes)})" if sizes else "")
@@ -145,11 +152,22 @@ def parent_losses(ctx: Context, parent: Reference, seeds: Sequence[int]) -> tupl
     )
     try:
         session.start()
-        return len(losses(play_all(session, parent.name, seeds, cfg))), where
+        opening, _ = session.reset(seeds[0])
+        return len(losses(play_all(session, parent.name, seeds, cfg))), where, opening
     except EnvFailure as exc:  # not the design's failure: no allowance from its parent
-        return None, f"{where} could not be played ({exc.failure.kind})"
+        return None, f"{where} could not be played ({exc.failure.kind})", ""
     finally:
         session.close()
+
+
+_WORD = re.compile(r"[^\W\d_]{3,}")
+
+
+def new_words(opening: str, parents: str) -> list[str]:
+    """The words (three letters or more, any case) of ``opening`` that ``parents`` (the parent's
+    opening on the same seed) never uses, in order: what the design's task text adds."""
+    known = {w.lower() for w in _WORD.findall(parents)}
+    return list(dict.fromkeys(w for w in _WORD.findall(opening) if w.lower() not in known))
 
 
 def _kwargs(sizes: dict[str, object]) -> str:
@@ -180,10 +198,18 @@ def check_winnable(ctx: Context) -> str:
     skipped = f" (it does not read {len(abstained)})" if abstained else ""
     if len(lost) <= allowed:
         return head + skipped
-    theirs, where = parent_losses(ctx, parent, seeds)
+    theirs, where, opening = parent_losses(ctx, parent, seeds)
     if theirs is not None and len(lost) <= allowed + theirs:
         # the player's own shortfall (or the sizes'), not the feedback's: the parent loses too
         return f"{head}{skipped}; it loses {theirs} of them in {where}, which the design varies"
+    if opening and (added := new_words(ctx.session.reset(seeds[0])[0], opening)):
+        # the task text states what the parent's does not (a fee, a limit, a new kind of
+        # lamp): a rule the player does not know, so its losses say nothing of the feedback
+        return (
+            f"{NOT_APPLICABLE}: {head}{skipped}, but the design's task text says what"
+            f" {parent.name!r}'s does not ({', '.join(added[:6])}): a rule its player does not"
+            " know"
+        )
     note = where if theirs is None else f"in {where}, which it varies, it loses {theirs}"
     raise EnvFailure(
         Failure(

@@ -12,7 +12,7 @@ from spade.sandbox.session import JailedSession
 from spade.verify import Reference, verify
 from spade.verify.leaks import needed
 from spade.verify.players import PLAYERS, Abstain, Contradiction, NumberHunt, OwnershipRiddle
-from spade.verify.winnable import NOT_APPLICABLE, play_all
+from spade.verify.winnable import NOT_APPLICABLE, new_words, play_all
 from tests.verify.lookalikes import EXAMPLES, edited
 
 pytestmark = pytest.mark.sandbox
@@ -262,3 +262,10 @@ def test_an_honest_rewrite_passes(name, policy):
     parent, code, said = GOOD[name]
     _, check = winnable(code, parent, policy)
     assert check is not None and check.passed and said in check.reason, check
+
+
+def test_new_words_are_what_the_task_text_adds_to_its_parents():
+    parent = "Move 12.50 from checking to the payee. You have 8 turns."
+    design = "Move 14.00 from checking to the payee; each external payment carries a fee."
+    assert new_words(design, parent) == ["each", "external", "payment", "carries", "fee"]
+    assert new_words(parent.replace("8", "9"), parent) == []
