@@ -32,9 +32,11 @@ similarity at least ``max_similarity`` with only literals differing) of ANY bund
 the verifier's novelty check (side-by-side play included) calls duplicates of a design the
 variant accepted before: neither is counted as novel.
 
-**Worth keeping** (issue 34): the verifier's checks that read a design as a player would —
-``leaks_answer`` (a reader wins by submitting what it sees) and ``perverse_credit`` (a credit
-rule that rewards the wrong thing) — are the last rungs before novelty. A design rejected by one
+**Worth keeping** (issues 34 and 49): the verifier's checks that read a design as a player
+would — ``winnable`` (the parent's observation-only player loses: a clue that lies or is noise),
+``leaks_answer`` (a reader wins by submitting what it sees, or a simple function of it) and
+``perverse_credit`` (a credit rule that rewards the wrong thing) — are the last rungs before
+novelty. A design rejected by one
 of them is verified again with those checks waived: if it passes everything else, it is a
 design the verifier before them accepted, and the table counts it as ``caught``. So
 ``accepted`` (the verifier without them), ``novel`` (of those) and ``kept`` (novel and passing
@@ -129,8 +131,9 @@ def variant_config(args: argparse.Namespace, name: str) -> CampaignConfig:
     return load_config(None, base_config(args) | VARIANTS[name])
 
 
-NEW_CHECKS = ("leaks_answer", "perverse_credit")
-"""The checks that read a design as a player would (issue 34): what they reject is ``caught``."""
+NEW_CHECKS = ("winnable", "leaks_answer", "perverse_credit")
+"""The checks that read a design as a player would (issues 34 and 49): what they reject is
+``caught``."""
 
 
 def caught(

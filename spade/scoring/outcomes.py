@@ -118,10 +118,10 @@ NOVELTY_CHECKS = ("novelty",)
 kind ``duplicate``): an accepted design whose verdict passed one is *novel*."""
 
 
-PLAYER_CHECKS = ("informative", "leaks_answer", "perverse_credit", "novelty")
+PLAYER_CHECKS = ("informative", "winnable", "leaks_answer", "perverse_credit", "novelty")
 """The verifier's checks that judge a design as a player would meet it (what it tells, whether
-it can be read off, what its credit rewards, whether it is new): the campaign lists their
-reasons beside each design it played."""
+it can be won by playing, whether it can be read off, what its credit rewards, whether it is new):
+the campaign lists their reasons beside each design it played."""
 
 
 def player_checks(att: DesignAttempt) -> dict[str, str]:
