@@ -86,9 +86,20 @@ class VerifyConfig(BaseModel):
         le=64,
         description=(
             "Seeds (seed, seed + 1, ...) the leaks_answer check plays its readers on (policies"
-            " that submit a value seen in the last observation): a reader that wins within two"
-            " moves on all of them but one in eight (7 of 8; 4 of 4) leaks the answer. 0 turns"
-            " the check off."
+            " that submit a function of values seen in the task text or the answer to one probe,"
+            " fitted on other seeds): a reader that wins on all of them but one in eight (7 of 8;"
+            " 4 of 4) leaks the answer. 0 turns the check off."
+        ),
+    )
+    leak_fit_seeds: int = Field(
+        8,
+        ge=2,
+        le=64,
+        description=(
+            "Seeds after the leak seeds on which the leaks_answer check fits its readers: a"
+            " function from the values seen to the solution's answer must hold on all of them"
+            " but one in eight before it is played on the leak seeds (each costs a reset, a"
+            " solution() and two calls per probe)."
         ),
     )
     player_seeds: int = Field(

@@ -1,247 +1,305 @@
-"""The ``leaks_answer`` check: a game whose observations print the answer is no game.
+"""The ``leaks_answer`` check: a game whose observations give the answer away is no game.
 
 ``feasibility``, ``non_triviality`` and ``informative`` play scripted and random moves; none of
 them reads what it is told. A clue that names the hidden number (the 0.5B coder's
-``number_hunt`` clue "... I thought it was around around {self.number}") or the hidden
-polynomial (``polynomial_probe``'s "Well done, {self.coeffs}.") passes them all: the solution
-wins, random play loses, and the seeds look different. This check plays *readers*. A reader
-makes at most one probing move (an example move the task text shows, or the config seed's first
-solution move: the same move on every seed), then submits one value it finds in the last
-observation, chosen by a fixed rule: the i-th number, quoted string, boxed token or short word
-from the start or from the end, the one after a given word, or a run of numbers filling the
-design's answer (``answer 3, -2, 5, 1``). It knows nothing of the hidden state and plays every
-seed alike. The value is written as the design's answers are (the config seed's last solution
-move: ``\\boxed{...}`` or ``<answer>...</answer>``).
+``number_hunt`` clue "... I thought it was around around {self.number}"), or gives it in another
+form (its digits reversed, the number plus 17, in hex or in words, its digits listed, an anagram
+of the hidden word, a sum and a product that pin it down), passes them all: the solution wins,
+random play loses, and the seeds look different. This check plays *learning readers*
+(:mod:`spade.verify.readers`).
 
-A reader that wins within two moves on all ``sandbox.verify.leak_seeds`` seeds but one in eight
-(7 of 8) leaks the answer, unless the design varies a parent (the most similar reference, at least
-:data:`~spade.verify.novelty.VARIANT_SIMILARITY` by source) that readers win too: the leak is then
-the parent's, not the design's. The bar is high on purpose: a fair multiple-choice game whose answer
-is one of k listed words is won by a positional reader on a seed with chance 1/k, so a reader that
-wins 7 seeds of 8 by luck is rare (k = 3: under 0.3% per reader), while a clue that prints the
-answer is read on every seed.
+A reader sees what the agent sees: the task text, the tool schemas of a tool-use design (the
+agent is shown them; the reset/step info dicts it is not), and the answer to at most one probing
+move, the same on every seed: an example move the task text shows, a move no game understands,
+or one of the config seed's first solution moves with the words it took from the task text
+replaced by the words found there on the seed (``get_order(ORD-5123)`` becomes the seed's own
+order). On ``sandbox.verify.leak_fit_seeds`` seeds (after the leak seeds) the readers learn, from
+what they saw and the answer (the last move of that seed's ``solution()``), a simple function
+that gives the answer; then each is played, knowing nothing of the hidden state, on the
+``sandbox.verify.leak_seeds`` seeds it never saw, submitting its answer after its probe. A
+reader of the task text alone also plays the config seed's solution moves before the answer,
+so adapted, without reading their answers: a task whose text gives the answer and dictates the
+actions is won so. A reader that wins all seeds but one in eight (7 of 8) leaks the answer,
+unless the design varies a parent (the most similar reference, at least
+:data:`~spade.verify.novelty.VARIANT_SIMILARITY` by source) whose readers win too: the leak is
+then the parent's, not the design's. Fitting on some seeds and playing on others keeps a
+coincidence from counting: a value that gives the answer by chance on the fit seeds does not on
+the others, and a fair multiple-choice game whose answer is one of k listed words is won by a
+guess on 7 seeds of 8 with chance under 0.3% (k = 3).
 """
 
 from __future__ import annotations
 
-import bisect
+import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from spade.envs.actions import extract_all_boxed
 from spade.records import Failure, FailureKind
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.session import JailedSession
-from spade.verify.episodes import NUMBER, WORD, check_reward
+from spade.verify.episodes import WORD, check_reward
 from spade.verify.novelty import open_reference
+from spade.verify.places import SCHEMAS, TASK, Locator, features
+from spade.verify.readers import Reader, fit, needed
 
 if TYPE_CHECKING:
     from spade.verify.checks import Context
 
-QUOTED = re.compile(r"\"([^\"\n]{1,40})\"|'([^'\n]{1,40})'|`([^`\n]{1,40})`")
-BOXED = re.compile(r"\\boxed\{([^{}\n]{1,80})\}")
 MAX_EXAMPLES = 3
 """Example moves of the task text a reader may probe with (the first ones)."""
-MAX_TEXT = 4000
-"""Characters of an observation a reader reads (the first ones)."""
+SOLUTION_PROBES = 2
+"""First moves of the config seed's solution a reader may probe with (never its last, unless
+it is the only one)."""
+MAX_READERS = 6
+"""Fitted readers played on the held-out seeds, the simplest first."""
+INVALID = {False: "\\boxed{?}", True: '<tool_call>{"name": "help", "arguments": {}}</tool_call>'}
+"""A probe no game understands (its answer may say more than it should), by tool use."""
+PREFIX = "the solution's moves before its answer"
+"""The unread probe: a reader plays them (with the seed's words) before its answer."""
+_TOOL_CALL = re.compile(r"<tool_call>.{1,400}?</tool_call>", re.DOTALL)
 
 
 @dataclass(frozen=True)
-class AnswerForm:
-    """How the design writes an answer, taken from one solution's last move: the wrapper
-    (``\\boxed{}`` or ``<answer></answer>``) and where its numbers stand."""
+class Probe:
+    """Probing moves, the same rule on every seed: the task text's i-th example move, or
+    solution moves of the config seed whose words from its task text are taken from the seed's
+    own task text. A reader reads the answer to a probe of one move; it does not read the
+    answers to the solution's moves before its answer (``read`` False: a game played so gives
+    away only what its task text says)."""
 
-    move: str
-    tool_use: bool
+    label: str
+    example: int | None = None
+    moves: tuple[str, ...] = ()
+    taken: tuple[tuple[str, Locator], ...] = ()
+    read: bool = True
 
-    @property
-    def numbers(self) -> list[re.Match[str]]:
-        return list(NUMBER.finditer(self.move))
-
-    def plain(self, value: str) -> str:
-        """``value`` as the design's answer move."""
-        if "<answer>" in self.move or (self.tool_use and "\\boxed{" not in self.move):
-            return f"<answer>{value}</answer>"
-        return "\\boxed{" + value + "}"
-
-    def filled(self, values: Sequence[str]) -> str:
-        """The answer move with its numbers replaced by ``values``, in order."""
-        out, last = [], 0
-        for match, value in zip(self.numbers, values, strict=True):
-            out += [self.move[last : match.start()], value]
-            last = match.end()
-        return "".join(out) + self.move[last:]
+    def on(self, task: str, seen: dict[Locator, str]) -> tuple[str, ...] | None:
+        """The moves on a seed whose task text is ``task`` (None: it shows no such example)."""
+        if self.example is not None:
+            found = [*extract_all_boxed(task), *_TOOL_CALL.findall(task)]
+            if self.example >= len(found):
+                return None
+            move = found[self.example]
+            return (move if move.startswith("<tool_call>") else "\\boxed{" + move.strip() + "}",)
+        swap = {word: seen[loc] for word, loc in self.taken if loc in seen}
+        return tuple(WORD.sub(lambda m: swap.get(m.group(), m.group()), m) for m in self.moves)
 
 
-def readings(text: str, form: AnswerForm) -> dict[str, str]:
-    """The moves the readers submit after seeing ``text``, by reader rule: for each kind of
-    value (numbers, boxed tokens, quoted strings, short words, runs of numbers filling the
-    answer), its i-th from the start, from the end, and the one after a given word."""
-    text = text[:MAX_TEXT]
-    words = list(WORD.finditer(text))
-    ends = [w.end() for w in words]
+def solution_probes(solution: Sequence[str], task: str, other: str) -> list[Probe]:
+    """The config seed's first solution moves as probes, and all its moves before its answer
+    as an unread prefix: a word of a move that its task text shows and another seed's does not
+    is read where it stands in the task text."""
+    mine = features(TASK, task)
+    theirs = set(WORD.findall(other))
+    taken = []
+    for word in dict.fromkeys(WORD.findall(" ".join(solution))):
+        locs = [loc for loc, v in mine.items() if v == word and loc[1] == "word"]
+        locs.sort(key=lambda loc: (not loc[2].startswith("after"), len(loc[2])))
+        if locs and word not in theirs:
+            taken.append((word, locs[0]))
+    ordinal = ("first", "second", "third")
+    probes = [
+        Probe(f"the {ordinal[i]} move of the solution", moves=(move,), taken=tuple(taken))
+        for i, move in enumerate(solution[: max(1, min(SOLUTION_PROBES, len(solution) - 1))])
+    ]
+    if len(solution) > 2:  # (one move before the answer is a probe already)
+        before = tuple(solution[:-1])
+        probes.append(Probe(PREFIX, moves=before, taken=tuple(taken), read=False))
+    return probes
 
-    def before(pos: int) -> str:
-        i = bisect.bisect_right(ends, pos) - 1
-        return repr(words[i].group().lower()) if i >= 0 else "nothing"
 
-    kinds: dict[str, list[tuple[str, int]]] = {
-        "number": [(m.group(), m.start()) for m in NUMBER.finditer(text)],
-        "boxed token": [(m.group(1).strip(), m.start()) for m in BOXED.finditer(text)],
-        "quoted string": [
-            (next(g for g in m.groups() if g is not None).strip(), m.start())
-            for m in QUOTED.finditer(text)
-        ],
-        "word": [(w.group(), w.start()) for w in words],
-    }
-    rules: dict[str, str] = {}
+@dataclass
+class Sight:
+    """What a reader sees on one seed: values by place and the words of its texts."""
 
-    def add(kind: str, found: list[tuple[str, int]], move_of: dict[int, str]) -> None:
-        for i, (_, pos) in enumerate(found):
-            move = move_of[i]
-            for rule in (
-                f"{kind} #{i + 1}",
-                f"{kind} #{i - len(found)}",
-                f"{kind} after {before(pos)}",
-            ):
-                rules.setdefault(rule, move)
+    task: str
+    seen: dict[Locator, str] = field(default_factory=dict)
+    words: list[str] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+    moves: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
 
-    for kind, found in kinds.items():
-        found = [(v, p) for v, p in found if v]
-        add(kind, found, {i: form.plain(v) for i, (v, _) in enumerate(found)})
-    k, numbers = len(form.numbers), kinds["number"]
-    if k and not (k == 1 and form.move.strip() == form.plain(form.numbers[0].group())):
-        runs = [numbers[i : i + k] for i in range(len(numbers) - k + 1)]
-        add(
-            f"run of {k} numbers",
-            [run[0] for run in runs],
-            {i: form.filled([v for v, _ in run]) for i, run in enumerate(runs)},
-        )
-    return rules
+    def add(self, place: str, text: str) -> None:
+        self.seen |= features(place, text)
+        self.words += WORD.findall(text)
+        self.texts[place] = text
 
 
 @dataclass
 class Reading:
-    """How the readers fared on a design: the best reader's rule, its wins, and what it did on
-    the first seed it won."""
+    """How the readers fared on a design: the best reader, its wins and what it did on the
+    first seed it won."""
 
     seeds: int
     readers: int = 0
     rule: str = ""
     wins: int = 0
     example: str = ""
+    note: str = ""
 
     def leaks(self) -> bool:
         return self.wins >= needed(self.seeds) and self.seeds > 0
 
 
-def needed(seeds: int) -> int:
-    """Seeds a reader must win to leak: all but one in eight (7 of 8, 4 of 4)."""
-    return seeds - seeds // 8
+class _Player:
+    """Plays one session: observes seeds and plays readers' moves, each episode once."""
+
+    def __init__(
+        self,
+        session: JailedSession,
+        tool_use: bool,
+        threshold: float,
+        reward_range: tuple[float, float],
+    ) -> None:
+        self.session, self.tool_use = session, tool_use
+        self.threshold, self.reward_range = threshold, reward_range
+        self.sights: dict[int, Sight] = {}
+        self.played: dict[tuple[int, str | None, str], bool] = {}
+
+    def step(self, move: str) -> tuple[str, bool, bool]:
+        obs, reward, terminated, truncated, _ = self.session.step(move)
+        check_reward(reward, *self.reward_range)
+        return obs, terminated and reward >= self.threshold, terminated or truncated
+
+    def sight(self, seed: int) -> Sight:
+        if seed not in self.sights:
+            task, _ = self.session.reset(seed)
+            sight = self.sights[seed] = Sight(task)
+            sight.add(TASK, task)
+            if self.tool_use:  # the agent is shown the schemas too (system prompt and template)
+                sight.add(SCHEMAS, json.dumps(self.session.tools(), sort_keys=True))
+        return self.sights[seed]
+
+    def probe(self, seed: int, probe: Probe) -> Sight:
+        """What a reader sees on ``seed`` with the answer to ``probe`` (if it is read)."""
+        sight = self.sight(seed)
+        if probe.label not in sight.moves:
+            moves = sight.moves[probe.label] = probe.on(sight.task, sight.seen)
+            if moves and probe.read:
+                self.session.reset(seed)
+                obs, _, ended = self.step(moves[0])
+                if not ended:
+                    sight.add(probe.label, obs)
+        return sight
+
+    def wins(self, seed: int, probe: str | None, move: str) -> bool:
+        """Whether ``move`` wins seed ``seed`` (after the probe labelled ``probe``, if any)."""
+        key = (seed, probe, move)
+        if key not in self.played:
+            self.session.reset(seed)
+            before = self.sights[seed].moves.get(probe) if probe else ()
+            # no probe on this seed, or it ended the episode: lost
+            self.played[key] = before is not None and not any(self.step(m)[2] for m in before)
+            self.played[key] = self.played[key] and self.step(move)[1]
+        return self.played[key]
 
 
 def read(
     session: JailedSession,
     seeds: Sequence[int],
+    fit_seeds: Sequence[int],
     solution: Sequence[str],
     *,
     tool_use: bool,
     threshold: float,
     reward_range: tuple[float, float],
 ) -> Reading:
-    """Play every reader on ``seeds`` in ``session`` (``solution``: the moves of the first
-    seed's instance; its first move is a probe, its last the answer's form). Readers are
-    dropped once they lost more seeds than a leak allows."""
-    form = AnswerForm(solution[-1] if solution else "\\boxed{0}", tool_use)
-    allowed = len(seeds) // 8
-    losses: dict[tuple[str, str], int] = {}
-    wins: dict[tuple[str, str], int] = {}
-    examples: dict[tuple[str, str], str] = {}
-
-    def step(move: str) -> tuple[str, bool, bool]:
-        obs, reward, terminated, truncated, _ = session.step(move)
-        check_reward(reward, *reward_range)
-        return obs, terminated and reward >= threshold, terminated or truncated
-
-    for index, seed in enumerate(seeds):
-        first, _ = session.reset(seed)
-        probes = [
-            (f"the task's example move {i + 1}", "\\boxed{" + ex.strip() + "}")
-            for i, ex in enumerate(extract_all_boxed(first[:MAX_TEXT])[:MAX_EXAMPLES])
-        ]
-        if solution:
-            probes.append(("the first move of the first seed's solution", solution[0]))
-        seen: list[tuple[str, str | None, str]] = [("the task text", None, first)]
-        for label, probe in probes:
-            session.reset(seed)
-            obs, _, ended = step(probe)
-            if not ended:
-                seen.append((f"the answer to {label} {probe!r}", probe, obs))
-        rules = {
-            (where, rule): (probe, move, text)
-            for where, probe, text in seen
-            for rule, move in readings(text, form).items()
-        }
-        if index <= allowed:
-            for key in rules:
-                if key not in losses:
-                    losses[key], wins[key] = index, 0
-        tested: dict[tuple[str | None, str], bool] = {}
-        for key in [k for k, lost in losses.items() if lost <= allowed]:
-            if key not in rules:
-                losses[key] += 1
-                continue
-            before, move, text = rules[key]
-            if (before, move) not in tested:
-                session.reset(seed)
-                won = False
-                if before is None or not step(before)[2]:
-                    won = step(move)[1]
-                tested[(before, move)] = won
-            if tested[(before, move)]:
-                wins[key] += 1
-                examples.setdefault(
-                    key, f"on seed {seed} it read {move!r} in {key[0]}: {_clip(text)}"
-                )
-            else:
-                losses[key] += 1
-    reading = Reading(len(seeds), readers=len(losses))
-    if wins:
-        key = max(wins, key=lambda k: (wins[k], -losses[k]))
-        reading.rule, reading.wins = f"{key[1]} of {key[0]}", wins[key]
-        reading.example = examples.get(key, "")
+    """Fit readers on ``fit_seeds`` and play them on ``seeds`` in ``session`` (``solution``:
+    the moves of the first seed's instance)."""
+    player = _Player(session, tool_use, threshold, reward_range)
+    reading = Reading(len(seeds))
+    if not seeds or len(fit_seeds) < 2:
+        reading.note = "too few seeds to fit on"
+        return reading
+    answers = []
+    for seed in fit_seeds:
+        player.sight(seed)
+        moves = session.solution()
+        answers.append(moves[-1] if moves else None)
+    first = player.sight(seeds[0]).task
+    probes = [Probe(f"the task's example move {i + 1}", example=i) for i in range(MAX_EXAMPLES)]
+    probes.append(Probe("a move the game does not understand", moves=(INVALID[tool_use],)))
+    probes += solution_probes(solution, first, player.sights[fit_seeds[0]].task)
+    sights = [player.sight(s) for s in fit_seeds]
+    for seed in fit_seeds:
+        for probe in probes:
+            player.probe(seed, probe)
+    readable = [p.label for p in probes if p.read]
+    words = [s.words for s in sights]
+    readers, reading.note = fit([s.seen for s in sights], answers, words, readable, MAX_READERS)
+    if any(p.label == PREFIX for p in probes):  # the task text's readers, after the actions
+        readers += [replace(r, probe=PREFIX) for r in readers if r.probe is None][:2]
+    reading.readers = len(readers)
+    by_label = {p.label: p for p in probes}
+    allowed = len(seeds) - needed(len(seeds))
+    for reader in readers:
+        wins, example = 0, ""
+        for index, seed in enumerate(seeds):
+            sight = (
+                player.probe(seed, by_label[reader.probe]) if reader.probe else player.sight(seed)
+            )
+            move = reader.move(sight.seen, sight.words)
+            if move is not None and player.wins(seed, reader.probe, move):
+                wins += 1
+                example = example or _example(seed, move, reader, sight)
+            elif index + 1 - wins > allowed:
+                break
+        if wins > reading.wins:
+            rule = reader.describe()
+            if reader.probe == PREFIX:
+                rule += f", after {PREFIX} with the seed's words"
+            reading.rule, reading.wins, reading.example = rule, wins, example
+        if reading.leaks():
+            break
     return reading
 
 
-def _clip(text: str, limit: int = 160) -> str:
+def _example(seed: int, move: str, reader: Reader, sight: Sight) -> str:
+    values = ", ".join(_clip(v, 40) for v in dict.fromkeys(reader.read(sight.seen)))
+    if reader.probe == PREFIX:
+        played = sight.moves.get(PREFIX) or ()
+        return f"on seed {seed} it read {values}, played {len(played)} moves, submitted {move!r}"
+    if reader.probe:
+        probe = (sight.moves.get(reader.probe) or ("",))[0]
+        answer = _clip(sight.texts.get(reader.probe, ""))
+        return (
+            f"on seed {seed} it read {values} in the answer {answer} to {probe!r} and"
+            f" submitted {move!r}"
+        )
+    return f"on seed {seed} it read {values} and submitted {move!r}"
+
+
+def _clip(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def check_leaks_answer(ctx: Context) -> str:
-    """No reader of observations wins most seeds within two moves, unless the design's parent
-    is won that way too (see the module)."""
+    """No reader fitted to the answer on some seeds wins most others, unless the design's
+    parent is won that way too (see the module)."""
     cfg = ctx.config
     seeds = [(cfg.seed + i) % 2**32 for i in range(cfg.leak_seeds)]
     if not seeds:
         return "not checked (sandbox.verify.leak_seeds is 0)"
+    fit_seeds = [(cfg.seed + len(seeds) + i) % 2**32 for i in range(cfg.leak_fit_seeds)]
     assert ctx.info is not None
     info = ctx.info
 
     def reading(session: JailedSession, solution: Sequence[str]) -> Reading:
         return read(
-            session, seeds, solution, tool_use=info.tool_use, threshold=cfg.success_threshold,
-            reward_range=(cfg.reward_min, cfg.reward_max),
+            session, seeds, fit_seeds, solution, tool_use=info.tool_use,
+            threshold=cfg.success_threshold, reward_range=(cfg.reward_min, cfg.reward_max),
         )  # fmt: skip
 
     mine = reading(ctx.session, ctx.solution)
     n = len(seeds)
     if not mine.leaks():
         return (
-            f"no reader wins more than {mine.wins} of {n} seeds within two moves"
-            f" ({mine.readers} readers: values of the task text or of the answer to one probe)"
+            f"no reader wins more than {mine.wins} of {n} seeds ({mine.readers} readers fitted"
+            f" on {len(fit_seeds)} other seeds to the answer from the task text or the answer"
+            f" to one probe: {mine.note})"
         )
     parent, note = ctx.parent, ""
     if parent is not None:
@@ -264,7 +322,7 @@ def check_leaks_answer(ctx: Context) -> str:
     raise EnvFailure(
         Failure(
             FailureKind.LEAKS_ANSWER,
-            f"a reader wins {mine.wins} of {n} seeds within two moves by submitting the"
+            f"a reader wins {mine.wins} of {n} seeds by submitting"
             f" {mine.rule}: {mine.example}" + (f"; {note}" if note else ""),
         ),
         fatal=False,
