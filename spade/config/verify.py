@@ -173,6 +173,18 @@ class VerifyConfig(BaseModel):
         le=20,
         description="Episodes of random actions per seed in that side-by-side play.",
     )
+    behaviour_confirm_seeds: int = Field(
+        8,
+        ge=0,
+        le=64,
+        description=(
+            "More seeds (after the probe seeds) that a design playing like a reference on the"
+            " probe seeds plays next, with near misses of every seed's solution, before it is"
+            ' called a duplicate: a clue that adds information ("within 50" when close) can'
+            " map one to one with the reference's on three seeds. Only suspected copies pay"
+            " for it. 0: the probe seeds' plays decide."
+        ),
+    )
     waive: list[WaivableCheck] = Field(
         default_factory=list,
         description=(

@@ -8,6 +8,7 @@ after the first failure are not run: each builds on what the earlier ones establ
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import random
 from collections.abc import Callable, Sequence
@@ -26,17 +27,16 @@ from spade.verify.informative import check_informative
 from spade.verify.leaks import check_leaks_answer
 from spade.verify.novelty import (
     Comparison,
-    Plan,
     Reference,
     literal_edits_only,
     open_reference,
-    plans,
-    play_side_by_side,
     rank_references,
     reference_sizes,
+    same_game,
     source_tokens,
     variant_parent,
 )
+from spade.verify.probes import Plan, more_plans, plans
 from spade.verify.static import import_violations, module_table, name_violations, parse_source
 from spade.verify.winnable import check_winnable
 
@@ -405,7 +405,12 @@ def check_novelty(ctx: Context) -> str:
             continue
         sizes = reference_sizes(ctx.code, ref.code)
         try:
-            outcome = play_side_by_side(ctx.session, session, _plans(ctx, ctx.seed_solutions))
+            outcome = same_game(
+                ctx.session,
+                session,
+                _plans(ctx, ctx.seed_solutions),
+                functools.partial(_more_plans, ctx, ctx.session, ctx.seed_solutions),
+            )
             resized = _at_sizes(ctx, session, sizes) if not outcome.identical and sizes else None
         finally:
             session.close()
@@ -457,6 +462,35 @@ def _plans(ctx: Context, solutions: dict[int, list[str]]) -> list[Plan]:
     )
 
 
+NEAR_MISSES = 12
+"""Near misses per seed (one digit of the solution moved) a suspected copy plays."""
+
+
+def _more_plans(
+    ctx: Context,
+    session: JailedSession,
+    solutions: dict[int, list[str]],
+    reference: JailedSession,
+) -> list[Plan]:
+    """What confirms a suspected copy (:func:`more_plans`): ``solutions`` (of the probe seeds)
+    and, from ``session``, those of ``behaviour_confirm_seeds`` seeds after them; the
+    reference's solutions on all of them."""
+    cfg = ctx.config
+    seeds = [(cfg.probe_seeds[-1] + 1 + i) % 2**32 for i in range(cfg.behaviour_confirm_seeds)]
+    everything, theirs = dict(solutions), {}
+    for seed in seeds:
+        session.reset(seed)
+        everything[seed] = session.solution()
+    for seed in everything:
+        try:
+            reference.reset(seed)
+            theirs[seed] = reference.solution()
+        except EnvFailure:  # a reference that cannot say its solution is compared without it
+            continue
+    episodes, turns = cfg.behaviour_random_episodes, cfg.max_turns
+    return list(more_plans(seeds, everything, theirs, ctx.tool_names, episodes, turns, NEAR_MISSES))
+
+
 def _at_sizes(
     ctx: Context, reference: JailedSession, sizes: dict[str, object]
 ) -> Comparison | None:
@@ -469,7 +503,8 @@ def _at_sizes(
         for seed in ctx.config.probe_seeds:
             resized.reset(seed)
             solutions[seed] = resized.solution()
-        return play_side_by_side(resized, reference, _plans(ctx, solutions))
+        more = functools.partial(_more_plans, ctx, resized, solutions)
+        return same_game(resized, reference, _plans(ctx, solutions), more)
     except EnvFailure:  # the design broke at sizes it never promised: not the same game
         return None
 

@@ -15,9 +15,13 @@ edit, the memory or pool examples the designer was shown. Two tests, the cheap o
   ``self`` and ``(``). Each list is cut at a size cap, and references are ranked by exact
   ratio with difflib's cheap upper bound (``quick_ratio``) pruning those that cannot rank.
 - **Behaviour**: the design and a reference play in their own jailed sessions, in lockstep,
-  from the same seeds with the same actions (the design's solution and its near miss,
-  malformed actions, random play); the same observations, rewards and ends throughout make
-  the design a duplicate.
+  from the same seeds with the same actions (:mod:`spade.verify.probes`: the design's solution
+  and its near miss, malformed actions, random play); the same rewards and ends throughout,
+  with observations the same or reworded one to one (:mod:`spade.verify.wording`), make the
+  design a duplicate. A duplicate needs evidence: one that plays alike on the probe seeds
+  plays on more, with more near misses and the reference's own solution, and must show no
+  number the reference's observations do not explain, before it is called one (a clue that
+  adds "within 50" maps one to one onto "lower" on seeds where every "lower" was near).
 
 References are untrusted code too: their sources are only parsed here, and they run only in
 the jail. A reference that cannot be parsed or loaded is skipped with a note.
@@ -29,9 +33,8 @@ import ast
 import bisect
 import difflib
 import io
-import random
 import tokenize
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from spade.envs.actions import extract_boxed
@@ -39,8 +42,10 @@ from spade.pysource import PARSE_ERRORS, parse_module
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.policy import SandboxPolicy
 from spade.sandbox.session import JailedSession
-from spade.verify.episodes import random_policy
+from spade.verify.probes import Plan
+from spade.verify.probes import near_miss as near_miss  # where tests have found it
 from spade.verify.static import own_names
+from spade.verify.wording import Wording, unechoed
 
 _DOC_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _DROPPED = {tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER}
@@ -188,19 +193,6 @@ def variant_parent(code: str, references: Sequence[Reference], max_tokens: int) 
     return top[0].reference if top and top[0].similarity >= VARIANT_SIMILARITY else None
 
 
-Policy = Callable[[int, str], str]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One action plan of the side-by-side play, for one seed."""
-
-    seed: int
-    label: str
-    policy: Policy
-    steps: int  # actions to play; the episode is reset (same seed) whenever it ends
-
-
 @dataclass(frozen=True)
 class Comparison:
     """How a side-by-side play ended: identical throughout, or where it first differed.
@@ -214,32 +206,6 @@ class Comparison:
     actions: int = 0
     where: str = ""
     relabelled: bool = False
-
-
-def unechoed(observation: str, move: str) -> str:
-    """The observation without the move it answers, repeated back ("500 is too low" and "Too
-    low" tell the player the same: it knows what it played)."""
-    return observation.replace(move, "<move>") if move else observation
-
-
-class Wording:
-    """A one-to-one correspondence between two games' observations, grown as they are compared:
-    the same game with its feedback reworded ("too low" for "higher", even a lie told the same
-    way every time) tells a player exactly what the other does, while a clue of another kind
-    splits or merges what the other tells apart (a distance is one text where higher/lower had
-    two, or two where it had one)."""
-
-    def __init__(self) -> None:
-        self._mine: dict[str, str] = {}
-        self._theirs: dict[str, str] = {}
-        self.relabelled = False
-
-    def matches(self, mine: str, theirs: str) -> bool:
-        """Whether ``mine`` may stand for ``theirs`` given every pair matched before."""
-        ok = self._mine.setdefault(mine, theirs) == theirs
-        ok = self._theirs.setdefault(theirs, mine) == mine and ok
-        self.relabelled |= mine != theirs
-        return ok
 
 
 class _ReferenceFailed(Exception):
@@ -298,56 +264,6 @@ def reference_sizes(design: str, reference: str) -> dict[str, object]:
     return shared if any(mine[k] != v for k, v in shared.items()) else {}
 
 
-def _cycle(actions: Sequence[str]) -> Policy:
-    return lambda turn, _obs: actions[turn % len(actions)]
-
-
-def near_miss(solution: Sequence[str]) -> list[str]:
-    """The solution with one digit of its last move changed (up by one, 9 to 0): a nearly
-    right answer, where a game's partial-credit rule shows; empty when that move has no digit."""
-    if not solution:
-        return []
-    last = solution[-1]
-    at = max((i for i, ch in enumerate(last) if ch.isdigit()), default=-1)
-    if at < 0:
-        return []
-    changed = last[:at] + str((int(last[at]) + 1) % 10) + last[at + 1 :]
-    return [*solution[:-1], changed]
-
-
-def plans(
-    seeds: Sequence[int],
-    solutions: dict[int, list[str]],
-    garbage: Sequence[str],
-    tool_names: Sequence[str],
-    random_episodes: int,
-    max_turns: int,
-) -> Iterator[Plan]:
-    """What both environments play, per seed: the design's solution for that seed and its
-    near miss (:func:`near_miss`) repeated for ``max_turns`` actions (a game lost with partial
-    progress: a credit rule scoring only a game whose guesses ran out, ``code_breaker``'s, is
-    never reached by the near miss played once), the other seeds' solutions (the same moves
-    on another instance, where a reworded game keeps its correspondence of observations and a
-    new clue breaks it), the malformed actions, then random play. Random plans hold
-    their own RNG, consumed as they are played: make a fresh list for every side-by-side
-    play."""
-    for seed in seeds:
-        solution = solutions.get(seed, [])
-        if solution:
-            yield Plan(seed, "solution", _cycle(solution), len(solution))
-        missed = near_miss(solution)
-        if missed:
-            yield Plan(seed, "near-miss", _cycle(missed), max(len(missed), max_turns))
-        for other, moves in solutions.items():
-            if other != seed and moves:
-                yield Plan(seed, f"seed {other}'s solution", _cycle(moves), len(moves))
-        if garbage:
-            yield Plan(seed, "malformed", _cycle(garbage), len(garbage))
-        for i in range(random_episodes):
-            rng = random.Random(seed * 1000 + i)
-            yield Plan(seed, f"random {i}", random_policy(rng, tool_names), max_turns)
-
-
 def _reference_call[**P, T](fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     try:
         return fn(*args, **kwargs)
@@ -356,22 +272,26 @@ def _reference_call[**P, T](fn: Callable[P, T], *args: P.args, **kwargs: P.kwarg
 
 
 def play_side_by_side(
-    design: JailedSession, reference: JailedSession, plan_list: Sequence[Plan]
+    design: JailedSession,
+    reference: JailedSession,
+    plan_list: Sequence[Plan],
+    wording: Wording | None = None,
 ) -> Comparison:
     """Play every plan on both sessions in lockstep; stop at the first step whose result
     differs. First observations may differ (noted in ``where``): a game whose every move is
     answered alike is the same game, whatever its opening says. A failure of the design's
     session propagates (it is the design's failure); one of the reference's counts as a
-    difference."""
-    actions, reworded, wording = 0, "", Wording()
+    difference. ``wording`` carries the correspondence of observations over several calls."""
+    actions, reworded, wording = 0, "", wording or Wording()
     for plan in plan_list:
-        turn, obs = 0, None
+        turn, obs, step = 0, None, 0
         while turn < plan.steps:
             at = f"seed {plan.seed}, {plan.label} play"
             try:
                 if obs is None:  # (re)start the episode from the plan's seed
                     obs, _ = design.reset(plan.seed)
                     theirs, _ = _reference_call(reference.reset, plan.seed)
+                    step = 0
                     if obs != theirs and not reworded:
                         reworded = f"{at}: first observations differ"
                 action = plan.policy(turn, obs)
@@ -383,14 +303,44 @@ def play_side_by_side(
                 )
             actions += 1
             turn += 1
+            step += 1
             echo = extract_boxed(action) or ""
-            if mine[1:4] != other[1:4] or not wording.matches(
-                unechoed(mine[0], echo), unechoed(other[0], echo)
-            ):
+            text, their_text = unechoed(mine[0], other[0], echo)
+            if mine[1:4] != other[1:4] or not wording.matches(text, their_text):
                 return Comparison(False, where=f"{at}, action {turn}: results differ")
+            wording.record(text, their_text, step, echo, f"{at}, action {turn}")
             obs = None if mine[2] or mine[3] else mine[0]
     seeds = len({p.seed for p in plan_list})
     return Comparison(True, seeds, actions, reworded, wording.relabelled)
+
+
+def same_game(
+    design: JailedSession,
+    reference: JailedSession,
+    first: Sequence[Plan],
+    more: Callable[[JailedSession], Sequence[Plan]],
+) -> Comparison:
+    """Side-by-side play that calls two games the same only on evidence. The ``first`` plans
+    must play alike; then no number the design shows may follow nothing the player knows
+    (:meth:`Wording.new_number`); then the ``more`` plans, given the reference's session (more
+    seeds, more near misses, the reference's solutions: built only for a suspected copy, so a
+    real variant costs nothing more) must play alike too,
+    with the same correspondence of observations, and still show no such number."""
+    wording = Wording()
+    outcome = play_side_by_side(design, reference, first, wording)
+    if outcome.identical and (new := wording.new_number()):
+        return Comparison(False, where=new)
+    extra = list(more(reference)) if outcome.identical else []
+    if not extra:
+        return outcome
+    confirmed = play_side_by_side(design, reference, extra, wording)
+    if not confirmed.identical:
+        return confirmed
+    if new := wording.new_number():
+        return Comparison(False, where=new)
+    seeds = len({p.seed for p in (*first, *extra)})
+    actions = outcome.actions + confirmed.actions
+    return Comparison(True, seeds, actions, outcome.where or confirmed.where, wording.relabelled)
 
 
 def open_reference(

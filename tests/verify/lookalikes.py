@@ -164,3 +164,165 @@ VARIANTS = {
         ),
     ),
 }
+
+_HUNT_CLUE = '        return f"My number is {direction} than {guess}."\n'
+_CODE_CLUE = '        return f"{exact} exact, {misplaced} misplaced"\n'
+_WHERE = (
+    '        return f"You are at row {self.pos[0]}, column {self.pos[1]}. Open ways: {ways}."\n'
+)
+_OWNER_CLUE = """\
+        if self.hidden[person] == pet:
+            return f"Yes: {self.people[person]} owns the {self.pets[pet]}."
+        return f"No: {self.people[person]} does not own the {self.pets[pet]}."
+"""
+
+# Clues that tell more than the parent's: good designs, novel on every seed. On a few seeds
+# each can map one to one onto the parent's clue (the part added is constant there, or
+# coincides with the old clue), which made them duplicates on some verifier seeds.
+ADDED = {
+    "number_hunt within 50": (
+        "number_hunt",
+        edited(
+            "number_hunt",
+            (
+                _HUNT_CLUE,
+                '        near = " It is within 50 of your guess." if abs(self.number - guess)'
+                ' <= 50 else ""\n'
+                '        return f"My number is {direction} than {guess}.{near}"\n',
+            ),
+        ),
+    ),
+    "number_hunt parity": (
+        "number_hunt",
+        edited(
+            "number_hunt",
+            (
+                _HUNT_CLUE,
+                '        parity = "even" if self.number % 2 == 0 else "odd"\n'
+                '        return f"My number is {direction} than {guess}, and it is {parity}."\n',
+            ),
+        ),
+    ),
+    "code_breaker positions": (
+        "code_breaker",
+        edited(
+            "code_breaker",
+            (
+                _CODE_CLUE,
+                "        places = [str(i + 1) for i, (a, b) in enumerate(zip(guess, self.code))"
+                " if a == b]\n"
+                '        where = ", ".join(places) or "none"\n'
+                '        return f"{exact} exact (positions {where}), {misplaced} misplaced"\n',
+            ),
+        ),
+    ),
+    "code_breaker exact sum": (
+        "code_breaker",
+        edited(
+            "code_breaker",
+            (
+                _CODE_CLUE,
+                "        total = sum(int(a) for a, b in zip(guess, self.code) if a == b)\n"
+                '        return f"{exact} exact (adding up to {total}), {misplaced} misplaced"\n',
+            ),
+        ),
+    ),
+    "maze_walk distance": (
+        "maze_walk",
+        edited(
+            "maze_walk",
+            (
+                _WHERE,
+                "        steps = self.to_exit[self.pos]\n"
+                "        return (\n"
+                '            f"You are at row {self.pos[0]}, column {self.pos[1]}. Open ways:'
+                ' {ways}."\n'
+                '            f" The exit is {steps} steps away."\n'
+                "        )\n",
+            ),
+        ),
+    ),
+    "polynomial_probe slope": (
+        "polynomial_probe",
+        edited(
+            "polynomial_probe",
+            (
+                '        return f"f({x}) = {self.value(x)}"\n',
+                "        rise = self.value(x + 1) - self.value(x)\n"
+                '        return f"f({x}) = {self.value(x)}, and f rises by {rise} to x + 1"\n',
+            ),
+        ),
+    ),
+    "cargo_knapsack rank": (
+        "cargo_knapsack",
+        edited(
+            "cargo_knapsack",
+            (
+                '        return f"Crate {crate}: weight {w} tons, value {v}."\n',
+                "        rank = 1 + sum(value > v for value in self.values)\n"
+                '        return f"Crate {crate}: weight {w} tons, value {v} (rank {rank} by'
+                ' value)."\n',
+            ),
+        ),
+    ),
+    "ownership_riddle listed side": (
+        "ownership_riddle",
+        edited(
+            "ownership_riddle",
+            (
+                _OWNER_CLUE,
+                "        if self.hidden[person] == pet:\n"
+                '            return f"Yes: {self.people[person]} owns the {self.pets[pet]}."\n'
+                '        side = "later" if self.hidden[person] > pet else "earlier"\n'
+                '        return f"No: {self.people[person]} does not own the {self.pets[pet]};'
+                ' their pet is listed {side}."\n',
+            ),
+        ),
+    ),
+}
+
+# The same clues reworded, one to one, with a change of code (so that play judges them, not
+# the source check): duplicates on every seed.
+REWORDED = {
+    "number_hunt too low": (
+        "number_hunt",
+        edited(
+            "number_hunt",
+            (
+                _HUNT_CLUE,
+                "        word = 'low' if direction == 'higher' else 'high'\n"
+                '        return f"Too {word}: not {guess}."\n',
+            ),
+        ),
+    ),
+    "code_breaker bulls": (
+        "code_breaker",
+        edited(
+            "code_breaker",
+            (_CODE_CLUE, '        return "bulls {}, cows {}".format(exact, misplaced)\n'),
+        ),
+    ),
+    "maze_walk rooms": (
+        "maze_walk",
+        edited(
+            "maze_walk",
+            (
+                _WHERE,
+                '        return f"Room ({self.pos[0]}, {self.pos[1]}); doors: {ways.upper()}."\n',
+            ),
+        ),
+    ),
+    "ownership_riddle indeed": (
+        "ownership_riddle",
+        edited(
+            "ownership_riddle",
+            (
+                _OWNER_CLUE,
+                "        name, animal = self.people[person], self.pets[pet]\n"
+                "        if self.hidden[person] == pet:\n"
+                '            return f"Indeed, the {animal} is {name}\'s."\n'
+                '        return f"Nope, {name} has no {animal}."\n',
+            ),
+        ),
+    ),
+}

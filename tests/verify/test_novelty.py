@@ -5,15 +5,19 @@ import itertools
 import pytest
 
 from spade.config import VerifyConfig
+from spade.sandbox import JailedSession
 from spade.verify import Reference, verify
 from spade.verify.novelty import rank_references, similarity, source_tokens
-from tests.verify.lookalikes import COPIES, EXAMPLES, VARIANTS
+from spade.verify.probes import near_misses
+from spade.verify.wording import Wording, unechoed
+from tests.verify.lookalikes import ADDED, COPIES, EXAMPLES, REWORDED, VARIANTS, edited
 from tests.verify.test_verifier import GOOD
 
 CODE_BREAKER = EXAMPLES["code_breaker"]
 RENAMED = COPIES["renamed code_breaker"][1]
 LETTERS = VARIANTS["letter code_breaker"][1]
-MAX_TOKENS = VerifyConfig().similarity_max_tokens
+CONFIG = VerifyConfig()
+MAX_TOKENS = CONFIG.similarity_max_tokens
 
 
 def source_similarity(code: str, origin: str) -> float:
@@ -124,7 +128,11 @@ def test_a_design_that_plays_exactly_like_a_reference_is_a_duplicate(policy):
     verdict = verify(CLONE, references=[Reference("pick", GOOD)], policy=policy)
     assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
     reason = verdict.failure.reason
-    assert reason.startswith("plays exactly like 'pick': identical transcripts over 3 seeds x ")
+    # the probe seeds, then as many more before it is called a copy
+    seeds = len(CONFIG.probe_seeds) + CONFIG.behaviour_confirm_seeds
+    assert reason.startswith(
+        f"plays exactly like 'pick': identical transcripts over {seeds} seeds x "
+    )
     text = float(reason.rsplit("source similarity ", 1)[1].rstrip(")"))
     assert text < VerifyConfig().max_similarity  # the sources alone do not give it away
     assert verdict.progress == 1.0  # it reads differently: as far from a verbatim copy as can be
@@ -139,15 +147,16 @@ def test_a_design_that_plays_exactly_like_a_reference_is_a_duplicate(policy):
 
 @pytest.mark.sandbox
 def test_a_credit_rule_scoring_only_lost_games_differently_is_not_a_duplicate(policy):
-    """code_breaker scores a game whose guesses ran out by its best guess; a rule paying twice
+    """code_breaker scores a game whose guesses ran out by its best guess; a rule paying half
     that differs on every such game, but only there. The near miss played once never ran the
     guesses out, and the designer's credit rewrites of it were judged duplicates (-1, its
-    lowest reward: docs/results/designer_learnability.md)."""
+    lowest reward: docs/results/designer_learnability.md). (Half, not twice: a miss paid more
+    than the parent pays it is perverse_credit's to reject.)"""
     parent = EXAMPLES["code_breaker"]
     rule = "return 0.5 * self.best / self.length"
     assert rule in parent
-    doubled = parent.replace(rule, "return self.best / self.length")
-    verdict = verify(doubled, references=[Reference("code_breaker", parent)], policy=policy)
+    halved = parent.replace(rule, "return self.best / self.length / 4")
+    verdict = verify(halved, references=[Reference("code_breaker", parent)], policy=policy)
     assert verdict.accepted, verdict.to_dict()
     assert "plays differently from 'code_breaker' (seed 1234, near-miss play" in (
         verdict.checks[-1].reason
@@ -250,3 +259,110 @@ def test_the_same_game_at_other_sizes_is_a_duplicate(policy):
     assert verdict.failure.reason.startswith(
         "plays exactly like 'number_hunt' at its own sizes (top=999, guesses=10): identical"
     )
+
+
+def test_a_move_repeated_back_is_masked_where_both_games_repeat_it():
+    said = unechoed("No: Ana does not own the cat.", "Nope, Ana has no CAT.", "ask Ana cat")
+    assert said == ("No: <move> does not own the <move>.", "Nope, <move> has no <move>.")
+    # a guess is masked wherever it is repeated; a word only one game repeats is kept
+    assert unechoed("Too low.", "higher than 500", "500") == ("Too low.", "higher than <move>")
+    assert unechoed("037 is low", "higher than 37", "037") == (
+        "<move> is low",
+        "higher than <move>",
+    )
+    assert unechoed("Walk a step.", "Move with N.", "step") == ("Walk a step.", "Move with N.")
+    assert unechoed("You walk east.", "East it is.", "E") == ("You walk east.", "East it is.")
+
+
+def _seen(wording: Wording, pairs: list[tuple[str, str]]) -> str:
+    for turn, (mine, theirs) in enumerate(pairs, 1):
+        assert wording.matches(mine, theirs)
+        wording.record(mine, theirs, turn, "E", f"turn {turn}")
+    return wording.new_number()
+
+
+def test_a_number_the_reference_does_not_show_is_new_information():
+    """Observations that never recur map one to one trivially; their numbers are evidence."""
+    rooms = [(0, 1, 4), (1, 1, 3), (1, 2, 4), (2, 2, 1)]  # row, column, steps to the exit
+    distance = [(f"At {r},{c}; exit {d} away.", f"At row {r}, col {c}.") for r, c, d in rooms]
+    found = _seen(Wording(), distance)
+    assert found.startswith("turn 2: its observation 'At 1,1; exit 3 away.' shows the number 3")
+    # the same numbers reworded, counted from 1, or as moves used rather than left: no news
+    one_based = [(f"Room {r + 1}-{c + 1}, {9 - t} used.", f"At row {r}, col {c}, {t} left.")
+                 for t, (r, c, _) in enumerate(rooms)]  # fmt: skip
+    assert _seen(Wording(), one_based) == ""
+    assert _seen(Wording(), distance[:1]) == ""  # one step: no evidence either way
+
+
+def test_near_misses_move_each_digit_both_ways_last_move_first():
+    assert near_misses(["\\boxed{537}"], 12) == [
+        [f"\\boxed{{{n}}}"] for n in (538, 536, 547, 527, 637, 437)
+    ]
+    probe_then_code = near_misses(["\\boxed{0123}", "\\boxed{3210}"], 12)
+    assert len(probe_then_code) == 12 and probe_then_code[0] == ["\\boxed{0123}", "\\boxed{3211}"]
+    assert probe_then_code[-4][0] == "\\boxed{0124}"  # then the probe's digits
+    assert near_misses(["\\boxed{N}"], 12) == []
+
+
+VERIFIER_SEEDS = (1234, 7, 99, 2024)
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("seed", VERIFIER_SEEDS)
+@pytest.mark.parametrize("name", ADDED)
+def test_a_clue_that_tells_more_than_its_parents_is_novel_on_every_verifier_seed(
+    name, seed, policy
+):
+    """Each was a duplicate on some of these seeds when three seeds decided: what the clue
+    adds was constant there, or followed the old clue one to one."""
+    origin, code = ADDED[name]
+    references = [Reference(origin, EXAMPLES[origin])]
+    verdict = verify(code, references=references, config=VerifyConfig(seed=seed), policy=policy)
+    assert verdict.accepted, verdict.to_dict()
+    assert f"plays differently from {origin!r} (seed " in verdict.checks[-1].reason
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("seed", VERIFIER_SEEDS)
+@pytest.mark.parametrize("name", REWORDED)
+def test_a_clue_reworded_one_to_one_is_a_duplicate_on_every_verifier_seed(name, seed, policy):
+    origin, code = REWORDED[name]
+    references = [Reference(origin, EXAMPLES[origin])]
+    config = VerifyConfig(seed=seed)
+    verdict = verify(code, references=references, config=config, policy=policy)
+    assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
+    seeds = len(config.probe_seeds) + config.behaviour_confirm_seeds
+    assert verdict.failure.reason.startswith(
+        f"plays exactly like {origin!r}: identical transcripts over {seeds} seeds x "
+    )
+    assert verdict.failure.reason.endswith("worded differently, one to one (the same clues)")
+
+
+@pytest.mark.sandbox
+def test_ownership_riddles_clue_answers_the_questions_its_solution_asks(policy):
+    """Its ``clue`` (what the splice's ``clue`` directive rewrites) once wrote the opening's
+    clues and nothing else: every rewrite of it played as its parent after the opening, a
+    duplicate whatever it said. It now answers each question, and the solution asks some."""
+    code = EXAMPLES["ownership_riddle"]
+    with JailedSession(code, policy=policy) as session:
+        for seed in VERIFIER_SEEDS:
+            session.reset(seed)
+            *asks, answer = session.solution()
+            assert asks and all(a.startswith("\\boxed{ask ") for a in asks), (seed, asks)
+            replies = [session.step(a)[0] for a in asks]
+            assert all(r.startswith(("Yes: ", "No: ")) for r in replies), replies
+            assert session.step(answer)[1:3] == (1.0, True)
+
+
+@pytest.mark.sandbox
+def test_ownership_riddle_with_only_its_opening_reworded_is_a_duplicate(policy):
+    statement = 'return f"{name[p]} does not own the {pet[x]}.", lambda s: s[p] != x'
+    reworded = edited(
+        "ownership_riddle",
+        (statement, statement.replace("does not own the", "is not the owner of the")),
+    )
+    references = [Reference("ownership_riddle", EXAMPLES["ownership_riddle"])]
+    config = VerifyConfig(max_similarity=1.0)  # the source check aside: behaviour alone
+    verdict = verify(reworded, references=references, config=config, policy=policy)
+    assert verdict.failure is not None and verdict.failure.kind == "duplicate", verdict.to_dict()
+    assert verdict.failure.reason.endswith("; only its opening is worded differently")

@@ -14,8 +14,8 @@ class OwnershipRiddleEnv(TextEnv):
     """Five people each own a different pet; the clues leave several possibilities open.
 
     Hidden state: the assignment (the clues are true of it but consistent with 3-6 assignments).
-    The agent may ask up to five "does X own the Y?" questions. Partial reward: one final answer
-    scores the share of people matched to the right pet.
+    The agent may ask up to five "does X own the Y?" questions, each answered by ``clue``.
+    Partial reward: one final answer scores the share of people matched to the right pet.
     """
 
     skill = "logical_deduction"
@@ -28,7 +28,8 @@ class OwnershipRiddleEnv(TextEnv):
         super().__init__(max_turns=max_turns, **kwargs)
         self.questions = questions
 
-    def clue(self) -> tuple[str, Callable[[tuple[int, ...]], bool]]:
+    def statement(self) -> tuple[str, Callable[[tuple[int, ...]], bool]]:
+        """A random statement for the opening's clues, and the test of an assignment it makes."""
         p, q = self.rng.sample(range(5), 2)
         x, y = self.rng.sample(range(5), 2)
         kind = self.rng.choice(["not", "either", "if", "neither"])
@@ -53,7 +54,7 @@ class OwnershipRiddleEnv(TextEnv):
         for _ in range(200):
             clues, left = [], perms
             while len(left) > 6:
-                text, test = self.clue()
+                text, test = self.statement()
                 kept = [s for s in left if test(s)]
                 if test(self.hidden) and len(kept) < len(left):
                     clues.append(text)
@@ -71,6 +72,13 @@ class OwnershipRiddleEnv(TextEnv):
             + "}."
         )
 
+    def clue(self, person: int, pet: int) -> str:
+        """What the player is told when asking whether self.people[person] owns self.pets[pet]
+        (indices from 0 to 4)."""
+        if self.hidden[person] == pet:
+            return f"Yes: {self.people[person]} owns the {self.pets[pet]}."
+        return f"No: {self.people[person]} does not own the {self.pets[pet]}."
+
     def find(self, words: list[str], text: str) -> list[int]:
         return [i for i, w in enumerate(words) if re.search(rf"\b{w}\b", text, re.IGNORECASE)]
 
@@ -82,15 +90,8 @@ class OwnershipRiddleEnv(TextEnv):
             if self.used >= self.questions:
                 return "No questions left; give your answer.", 0.0, False
             self.used += 1
-            p, x = who[0], what[0]
-            yes = "Yes" if self.hidden[p] == x else "No"
-            owns = "owns" if yes == "Yes" else "does not own"
             left = self.questions - self.used
-            return (
-                f"{yes}: {self.people[p]} {owns} the {self.pets[x]}. {left} questions left.",
-                0.0,
-                False,
-            )
+            return f"{self.clue(who[0], what[0])} {left} questions left.", 0.0, False
         pairs = re.findall(r"([A-Za-z]+)\s*[=:]\s*([A-Za-z]+)", move)
         guess = {}
         for person, pet in pairs:
@@ -105,5 +106,15 @@ class OwnershipRiddleEnv(TextEnv):
         return "Write \\boxed{ask Person pet} or name a pet for all five people.", 0.0, False
 
     def solution(self) -> list[str]:
+        # questions that split what the clues leave open most evenly (the answer each gets is
+        # known here) until one assignment is left, then that assignment
+        asks, left = [], self.candidates
+        while len(left) > 1 and len(asks) < self.questions:
+            p, x = min(
+                itertools.product(range(5), range(5)),
+                key=lambda q: abs(2 * sum(s[q[0]] == q[1] for s in left) - len(left)),
+            )
+            asks.append(f"\\boxed{{ask {self.people[p]} {self.pets[x]}}}")
+            left = [s for s in left if (s[p] == x) == (self.hidden[p] == x)]
         pairs = ", ".join(f"{self.people[p]}={self.pets[x]}" for p, x in enumerate(self.hidden))
-        return ["\\boxed{" + pairs + "}"]
+        return [*asks, "\\boxed{" + pairs + "}"]
