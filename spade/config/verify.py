@@ -115,6 +115,31 @@ class VerifyConfig(BaseModel):
             " read, or that varies no bundled example, passes with a note. 0 turns the check off."
         ),
     )
+    max_miss_credit: float = Field(
+        0.8,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "The most the perverse_credit check lets a miss of the answer earn beyond what the"
+            " design's parent pays the same miss: a rewrite may add honest closeness credit to a"
+            " parent that pays misses 0, up to this. Without a parent, a design that pays every"
+            " miss more than this on all of the credit_seeds pays nearly a win whatever the"
+            " answer; one miss may earn more (cargo_knapsack pays a load 99% of the best 0.99)."
+            " The bundled examples pay a miss at most 0.8 whatever it is (order_fulfillment: four"
+            " of five checks passed, the total misreported)."
+        ),
+    )
+    credit_seeds: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description=(
+            "Seeds (seed, seed + 1, ...) on which the perverse_credit check misses the solution's"
+            " answer, on the design and its parent: a credit that pays a wrong answer as a win,"
+            " or a farther miss more, on some instances only (a number that is a multiple of 4)"
+            " is found on one of them. Each costs a few plays per seed on both games."
+        ),
+    )
     max_code_bytes: int = Field(
         200_000, ge=100, le=10_000_000, description="Largest source accepted (bytes)."
     )
