@@ -108,7 +108,8 @@ class OwnershipRiddleEnv(TextEnv):
     def solution(self) -> list[str]:
         # questions that split what the clues leave open most evenly (the answer each gets is
         # known here) until one assignment is left, then that assignment
-        asks, left = [], self.candidates
+        asks: list[str] = []
+        left = self.candidates
         while len(left) > 1 and len(asks) < self.questions:
             p, x = min(
                 itertools.product(range(5), range(5)),
