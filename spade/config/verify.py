@@ -108,7 +108,7 @@ class VerifyConfig(BaseModel):
         le=64,
         description=(
             "Seeds (seed, seed + 1, ...) the winnable check plays a design on with the"
-            " observation-only player of the bundled example it varies (spade/verify/players.py:"
+            " observation-only player of the bundled example it varies (spade/verify/players/:"
             " it reads only what it is told): the player must win all of them but one in eight"
             " (7 of 8), or lose no more than one in eight beyond what it loses in that example,"
             " so a clue that lies or is noise fails. A design whose feedback the player does not"
