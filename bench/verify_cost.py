@@ -60,7 +60,7 @@ def designs(groups: tuple[str, ...]) -> list[dict[str, Any]]:
     if "redteam" in groups and (ROOT / "tests" / "verify" / "redteam.py").exists():
         from tests.verify import redteam
 
-        for d in redteam.RED_TEAM:
+        for d in redteam.DESIGNS:
             refs = [(d.parent, EXAMPLES[d.parent])]
             out.append({"name": d.name, "group": "redteam", "code": d.code, "refs": refs})
     return out
@@ -94,6 +94,7 @@ def baseline_tree(rev: str, into: Path) -> Path:
         check=True,
         capture_output=True,
     ).stdout
+    into.mkdir(mode=0o755)
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into
@@ -169,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--baseline", default="HEAD~1", help="commit of the baseline verifier")
+    parser.add_argument(
+        "--head", default=None, help="commit to measure instead of the working tree (its spade)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="verifications per design and tree")
     parser.add_argument("--groups", nargs="+", choices=GROUPS, default=list(GROUPS))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "verify_cost.json")
@@ -184,10 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    console.print(f"{len(batch)} designs x {args.rounds} rounds; baseline {rev}, this tree {ROOT}")
+    head = args.head or f"the working tree {ROOT}"
+    console.print(f"{len(batch)} designs x {args.rounds} rounds; baseline {rev}, head {head}")
     with tempfile.TemporaryDirectory(prefix="spade-verify-base-") as tmp:
         Path(tmp).chmod(0o755)  # the jail's user reads the package it mounts from there
-        trees = {"baseline": baseline_tree(rev, Path(tmp)), "head": ROOT}
+        trees = {"baseline": baseline_tree(rev, Path(tmp) / "baseline"), "head": ROOT}
+        if args.head:
+            trees["head"] = baseline_tree(args.head, Path(tmp) / "head")
         result = measure(batch, trees, args.rounds)
     summary = table(batch, result, console)
     args.out.parent.mkdir(parents=True, exist_ok=True)
