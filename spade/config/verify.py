@@ -207,7 +207,8 @@ class VerifyConfig(BaseModel):
             " probe seeds plays next, with near misses of every seed's solution, before it is"
             ' called a duplicate: a clue that adds information ("within 50" when close) can'
             " map one to one with the reference's on three seeds. Only suspected copies pay"
-            " for it. 0: the probe seeds' plays decide."
+            " for it. 0: no more seeds (the reference's own solution and the near misses are"
+            " still played on the probe seeds)."
         ),
     )
     waive: list[WaivableCheck] = Field(
