@@ -11,7 +11,16 @@ from spade.config import VerifyConfig
 from spade.sandbox.session import JailedSession
 from spade.verify import Reference, verify
 from spade.verify.leaks import needed
-from spade.verify.players import PLAYERS, Abstain, Contradiction, NumberHunt, OwnershipRiddle
+from spade.verify.players import (
+    PLAYERS,
+    Abstain,
+    BankTransfer,
+    CargoKnapsack,
+    Contradiction,
+    NumberHunt,
+    OrderFulfillment,
+    OwnershipRiddle,
+)
 from spade.verify.winnable import NOT_APPLICABLE, new_words, play_all
 from tests.verify.lookalikes import EXAMPLES, edited
 
@@ -78,6 +87,46 @@ def test_a_player_says_when_clues_contradict_each_other():
     assert riddle(0, opening) == "\\boxed{Ana=dog, Ben=cat}"  # one assignment is left
     with pytest.raises(Abstain, match="clue"):
         OwnershipRiddle()(0, opening.replace("does not own", "never had"))
+
+
+def test_a_player_reads_its_parents_sentence_about_its_move_with_text_added_after():
+    hunt = NumberHunt()
+    assert hunt(0, "I am thinking of a whole number from 1 to 99.") == "\\boxed{50}"
+    assert hunt(1, "My number is higher than 50, and within 30. 6 guesses left.") == "\\boxed{75}"
+    with pytest.raises(Abstain, match="than 75"):
+        hunt(2, "My number is lower than 80.")  # said of another number than the guess
+    crates = CargoKnapsack()
+    crates(0, "Your ship's hold carries at most 20 tons. There are 2 crates, numbered 1 to 2")
+    assert crates(1, "Crate 1: weight 7 tons, value 12 (1.7 per ton).") == "\\boxed{inspect 2}"
+    with pytest.raises(Abstain, match="Crate 2"):
+        crates(2, "Crate 2: weight 5 tons, value 3 per ton.")  # not the crate's value
+
+
+def test_a_tool_player_abstains_on_a_result_whose_keys_or_kinds_changed():
+    opening = "Mara Okafor asks you to pay invoice INV-12345 in full. Tools: get_invoice."
+    for result, missing in [
+        (
+            '{"invoice_id": "INV-12345", "payee": "Summit Internet", "amount": "120.00"}',
+            "amount_due",
+        ),
+        (
+            '{"invoice_id": "INV-12345", "payee": "Summit Internet", "amount_due": 12000}',
+            "amount_due",
+        ),
+    ]:
+        bank = BankTransfer()
+        bank(0, opening)
+        with pytest.raises(Abstain, match=missing):
+            bank(1, f"<tool_response>\n{result}\n</tool_response>")
+    order = OrderFulfillment()
+    order(0, "Order ORD-1234 must ship today. ... setting its stock to exactly 50 units")
+    items = (
+        '{"order_id": "ORD-1234", "status": "pending", "items": [{"sku": "SKU-1", "quantity": 3}]}'
+    )
+    assert "get_product" in order(1, f"<tool_response>{items}</tool_response>")
+    product = '{"sku": "SKU-1", "name": "red mug", "price_cents": 1250, "stock": 2}'
+    with pytest.raises(Abstain, match="price"):
+        order(2, f"<tool_response>{product}</tool_response>")
 
 
 def winnable(code: str, parent: str | None, policy) -> tuple[object, object]:
@@ -269,3 +318,116 @@ def test_new_words_are_what_the_task_text_adds_to_its_parents():
     design = "Move 14.00 from checking to the payee; each external payment carries a fee."
     assert new_words(design, parent) == ["each", "external", "payment", "carries", "fee"]
     assert new_words(parent.replace("8", "9"), parent) == []
+
+
+# Honest rewordings of a parent's feedback whose words a loose reader misreads: the guess, not
+# the number, is "lower"; "N exact, M misplaced" said of half the code; "f(x) = " followed by
+# the expansion; "weight" followed by the value; a switch's old state before its new one; "No"
+# that opens a yes. Each player reads only its parent's own sentence, so each abstains.
+MISREAD = {
+    "number_hunt: the guess is lower than the number": (
+        "number_hunt",
+        edited(
+            "number_hunt",
+            (
+                'direction = "higher" if self.number > guess else "lower"',
+                'direction = "lower" if self.number > guess else "higher"  # the guess\'s side',
+            ),
+            (
+                'return f"My number is {direction} than {guess}."',
+                'return f"Your guess {guess} is {direction} than my number."',
+            ),
+        ),
+    ),
+    "number_hunt: too low, too high": (
+        "number_hunt",
+        edited(
+            "number_hunt",
+            (
+                'return f"My number is {direction} than {guess}."',
+                'return "Too low." if direction == "higher" else "Too high."',
+            ),
+        ),
+    ),
+    "code_breaker: the left half's counts, then the whole code's": (
+        "code_breaker",
+        edited(
+            "code_breaker",
+            (
+                '        return f"{exact} exact, {misplaced} misplaced"\n',
+                "        h = self.length // 2\n"
+                "        left = sum(a == b for a, b in zip(guess[:h], self.code[:h], strict=True))\n"
+                "        near = len(set(guess[:h]) & set(self.code)) - left\n"
+                '        return f"left half {left} exact, {near} misplaced; in all {exact} exact, {misplaced} misplaced"\n',
+            ),
+        ),
+    ),
+    "code_breaker: the counts the other way round, in other words": (
+        "code_breaker",
+        edited(
+            "code_breaker",
+            (
+                'return f"{exact} exact, {misplaced} misplaced"',
+                'return f"{misplaced} in the code elsewhere, {exact} in place"',
+            ),
+        ),
+    ),
+    "polynomial_probe: the value with its expansion": (
+        "polynomial_probe",
+        edited(
+            "polynomial_probe",
+            (
+                'return f"f({x}) = {self.value(x)}"',
+                'return f"f({x}) = {x**3}*a3 + {x**2}*a2 + {x}*a1 + a0 = {self.value(x)}"',
+            ),
+        ),
+    ),
+    "cargo_knapsack: tons of weight first": (
+        "cargo_knapsack",
+        edited(
+            "cargo_knapsack",
+            (
+                'return f"Crate {crate}: weight {w} tons, value {v}."',
+                'return f"Crate {crate}: {w} tons of weight, value {v}."',
+            ),
+        ),
+    ),
+    "switchboard: each flipped switch's old state, then its new one": (
+        "switchboard",
+        edited(
+            "switchboard",
+            (
+                "        self.used = 0\n",
+                "        self.used = 0\n        self.before = list(self.switches)\n",
+            ),
+            (
+                "            for i in picked:\n",
+                "            self.before = list(self.switches)\n            for i in picked:\n",
+            ),
+            (
+                "        ups = \" \".join(f\"{i + 1}:{'up' if s else 'down'}\" for i, s in enumerate(self.switches))\n",
+                '        ups = " ".join(\n'
+                '            f"{i + 1}:" + ("" if b == s else "up->" if b else "down->") + ("up" if s else "down")\n'
+                "            for i, (b, s) in enumerate(zip(self.before, self.switches, strict=True))\n"
+                "        )\n",
+            ),
+        ),
+    ),
+    "ownership_riddle: no doubt, yes": (
+        "ownership_riddle",
+        edited(
+            "ownership_riddle",
+            (
+                'return f"Yes: {self.people[person]} owns the {self.pets[pet]}."',
+                'return f"No doubt: {self.people[person]} owns the {self.pets[pet]}."',
+            ),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISREAD))
+def test_an_honest_rewording_a_loose_reader_misreads_is_not_applicable(name, policy):
+    parent, code = MISREAD[name]
+    _, check = winnable(code, parent, policy)
+    assert check is not None and check.passed and NOT_APPLICABLE in check.reason, check

@@ -6,10 +6,14 @@ must: by reading what it is told (regexes over the text, the JSON of tool result
 hidden state. Each is a :data:`~spade.verify.episodes.Policy` made fresh per episode; it reads
 sizes and ranges from the opening, since a design may retune them.
 
-A player raises :class:`Abstain` when an observation is not in the form it reads (the design
-reworded its feedback: the player then says nothing of the design), and :class:`Contradiction`
-when what it was told leaves no way to win (a clue inconsistent with the earlier ones or with
-the rules the opening stated): the game is then not won by playing.
+A player reads feedback only in its parent's own form: the sentence the bundled example prints
+("My number is higher than 500."), about the move just made, a value the whole of its clause;
+a tool result with the parent's keys and kinds of value. Text added around that sentence is
+read past; a sentence whose subject or words changed ("Your guess is lower") is not read, since
+a loose reading turns an honest rewording into a lie. A player raises :class:`Abstain` when an
+observation is not in that form (the player then says nothing of the design), and
+:class:`Contradiction` when what it was told leaves no way to win (a clue inconsistent with the
+earlier ones or with the rules the opening stated): the game is then not won by playing.
 """
 
 from __future__ import annotations

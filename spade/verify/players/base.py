@@ -30,6 +30,16 @@ def need(pattern: str, text: str, what: str, flags: int = 0) -> re.Match[str]:
     return found
 
 
+VALUE_END = r"(?=[.,;:!?](?:\s|$)|[ \t]*(?:\n|$)|[ \t]+\()"
+"""Where a value the parent prints ends its clause: at punctuation and a space, at the end of
+a line, or before a parenthesis of added detail. Not "1,024", "13.5", "8*a3 + ...", "12 per
+ton": there the number is only part of what the design says."""
+
+STANDALONE = r"(?<![\w'])(?<![-+*/=<>]\s)(?<![-+*/=<>])"
+"""Before a term the parent's clue names (``f(2)``, ``t(3)``): not inside a word and not the
+right-hand side of an operator, as in "t(3) - t(2) = 5" (which says nothing of t(2) alone)."""
+
+
 def box(move: object) -> str:
     return "\\boxed{" + str(move) + "}"
 

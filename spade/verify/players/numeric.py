@@ -8,14 +8,26 @@ import operator
 import re
 from functools import cache
 
-from spade.verify.players.base import Abstain, Contradiction, Player, box, clip, need, solve
+from spade.verify.players.base import (
+    STANDALONE,
+    VALUE_END,
+    Abstain,
+    Contradiction,
+    Player,
+    box,
+    clip,
+    need,
+    solve,
+)
 
 MAX_CODES = 200_000
 """Candidate codes a code breaker enumerates at most (10 digits, length 5: 30,240)."""
 
 
 class NumberHunt(Player):
-    """Bisection over the range the opening states, by the higher/lower clues."""
+    """Bisection over the range the opening states, by the parent's clue "My number is higher
+    than 500." about the last guess (any other sentence, "Your guess is lower", "Too low", says
+    the direction of something else or in other words: it abstains)."""
 
     def opening(self, text: str) -> str:
         found = need(r"from (-?\d+) to (-?\d+)", text, "range 'from a to b'")
@@ -27,9 +39,10 @@ class NumberHunt(Player):
         return box(self.last)
 
     def reply(self, text: str) -> str:
-        said = set(re.findall(r"\b(higher|lower)\b", text.lower()))
+        told = re.findall(r"\bMy number is (higher|lower) than (-?\d+)(?!\d|[.,]\d)", text)
+        said = {way for way, guess in told if int(guess) == self.last}
         if len(said) != 1:
-            raise Abstain(f"no one of 'higher'/'lower' in {clip(text)}")
+            raise Abstain(f"no one 'My number is higher/lower than {self.last}' in {clip(text)}")
         lo, hi = self.lo, self.hi
         if said == {"higher"}:
             self.lo = max(self.lo, self.last + 1)
@@ -60,7 +73,9 @@ def fitting(codes: list[str], guess: str, exact: int, misplaced: int) -> list[st
 
 
 class CodeBreaker(Player):
-    """Guess the first code, in order, that fits every exact/misplaced clue so far."""
+    """Guess the first code, in order, that fits every clue so far, read only in the parent's
+    form "0123: 1 exact, 2 misplaced" about the last guess (counts said of part of the code or
+    in another order are not that clue: it abstains)."""
 
     def opening(self, text: str) -> str:
         length = int(need(r"(\d+) distinct digits", text, "code length").group(1))
@@ -77,7 +92,11 @@ class CodeBreaker(Player):
         return box(self.last)
 
     def reply(self, text: str) -> str:
-        found = need(r"(\d+) exact, (\d+) misplaced", text, "'n exact, m misplaced'")
+        found = need(
+            rf"(?<!\d){self.last}: (\d+) exact, (\d+) misplaced\b",
+            text,
+            f"'{self.last}: n exact, m misplaced'",
+        )
         clue = (int(found.group(1)), int(found.group(2)))
         self.said.append(f"{self.last}: {clue[0]} exact, {clue[1]} misplaced")
         self.codes = fitting(self.codes, self.last, *clue)
@@ -99,7 +118,9 @@ def digits_of(value: int, base: int, lo: int, count: int) -> list[int] | None:
 
 class PolynomialProbe(Player):
     """Evaluate at degree + 1 small points and interpolate (one more point checks the clue);
-    with fewer evaluations, decode the coefficients from f(X) and f(-X) for the largest X."""
+    with fewer evaluations, decode the coefficients from f(X) and f(-X) for the largest X.
+    A value is read only as the parent writes it, "f(2) = 13", the whole of its clause (not
+    "f(2) = 8*a3 + ...", "f(10) = 9,871")."""
 
     def opening(self, text: str) -> str:
         self.degree = max(int(d) for d in re.findall(r"x\^(\d+)", text) or ["1"])
@@ -123,7 +144,7 @@ class PolynomialProbe(Player):
 
     def reply(self, text: str) -> str:
         x = self.plan[len(self.seen)]
-        found = need(rf"f\(\s*{x}\s*\)\s*=\s*(-?\d+)", text, f"value 'f({x}) = ...'")
+        found = need(rf"{STANDALONE}f\({x}\) = (-?\d+){VALUE_END}", text, f"value 'f({x}) = n'")
         self.seen.append((x, int(found.group(1))))
         if len(self.seen) < len(self.plan):
             return box(f"f({self.plan[len(self.seen)]})")
@@ -170,7 +191,8 @@ class PolynomialProbe(Player):
 
 
 class CargoKnapsack(Player):
-    """Inspect every crate, then load the best set that fits (exact dynamic programme)."""
+    """Inspect every crate, then load the best set that fits (exact dynamic programme). A crate
+    is read only in the parent's form "Crate 3: weight 7 tons, value 12." for the crate asked."""
 
     def opening(self, text: str) -> str:
         self.capacity = int(need(r"at most (\d+) tons", text, "capacity").group(1))
@@ -179,9 +201,13 @@ class CargoKnapsack(Player):
         return box("inspect 1")
 
     def reply(self, text: str) -> str:
-        weight = need(r"weight\D{0,12}?(\d+)", text, "weight", re.IGNORECASE)
-        value = need(r"value\D{0,12}?(\d+)", text, "value", re.IGNORECASE)
-        self.crates.append((int(weight.group(1)), int(value.group(1))))
+        crate = len(self.crates) + 1
+        found = need(
+            rf"\bCrate {crate}: weight (\d+) tons, value (\d+){VALUE_END}",
+            text,
+            f"'Crate {crate}: weight w tons, value v'",
+        )
+        self.crates.append((int(found.group(1)), int(found.group(2))))
         if len(self.crates) < self.count:
             return box(f"inspect {len(self.crates) + 1}")
         best: dict[int, tuple[int, tuple[int, ...]]] = {0: (0, ())}  # weight -> best value, set

@@ -8,16 +8,30 @@ from collections import deque
 from collections.abc import Callable
 from fractions import Fraction
 
-from spade.verify.players.base import Abstain, Contradiction, Player, box, clip, need, solve
+from spade.verify.players.base import (
+    STANDALONE,
+    VALUE_END,
+    Abstain,
+    Contradiction,
+    Player,
+    box,
+    clip,
+    need,
+    solve,
+)
 
 _STEP = {"N": (-1, 0), "E": (0, 1), "S": (1, 0), "W": (0, -1)}
 _BACK = {"N": "S", "S": "N", "E": "W", "W": "E"}
 _WORDS = {"north": "N", "east": "E", "south": "S", "west": "W"}
+_WAY = "(?:north|east|south|west)"
+_ROOM = rf"You are at row (\d+), column (\d+)\. Open ways: ({_WAY}(?:, {_WAY})*)\."
+"""The parent's room: its open ways a plain list of directions (not "all but north")."""
 
 
 class MazeWalk(Player):
     """Map the rooms seen and walk the shortest way to the exit through the map where every
-    unseen wall is taken to be open (planning on the free-space assumption)."""
+    unseen wall is taken to be open (planning on the free-space assumption). It reads one room
+    an observation, in the parent's form (:data:`_ROOM`)."""
 
     def opening(self, text: str) -> str:
         found = need(r"(\d+)x(\d+) maze", text, "maze size")
@@ -30,14 +44,14 @@ class MazeWalk(Player):
         return self.reply(text)
 
     def reply(self, text: str) -> str:
-        rooms = re.findall(r"You are at row (\d+), column (\d+)\. Open ways: ([a-z, ]*)", text)
-        if not rooms:
-            raise Abstain(f"no 'You are at row r, column c. Open ways: ...' in {clip(text)}")
-        r, c, ways = rooms[-1]
+        rooms = set(re.findall(_ROOM, text))
+        if len(rooms) != 1:
+            raise Abstain(f"no one 'You are at row r, column c. Open ways: ...' in {clip(text)}")
+        r, c, ways = rooms.pop()
         pos = (int(r), int(c))
         if self.expect is not None and pos != self.expect:
             raise Contradiction(f"{clip(text)} after a move through an open way to {self.expect}")
-        dirs = {_WORDS[w] for w in re.findall(r"[a-z]+", ways) if w in _WORDS}
+        dirs = {_WORDS[w] for w in ways.split(", ")}
         if self.came and _BACK[self.came] not in dirs:
             raise Contradiction(f"{clip(text)}: no way back {_BACK[self.came]}, the way it came")
         if self.open.get(pos, dirs) != dirs:
@@ -79,7 +93,8 @@ class MazeWalk(Player):
 
 class Switchboard(Player):
     """Toggle switch i in experiment b when bit b of i is set; a lamp's changes spell its
-    switch's number."""
+    switch's number. It reads the panel only as the parent prints it, one line "Switches
+    1:up 2:down ..." and one "Lamps A:on ...", naming the same switches and lamps each time."""
 
     def opening(self, text: str) -> str:
         self.switches, self.lamps = self.panel(text)
@@ -95,10 +110,13 @@ class Switchboard(Player):
 
     @staticmethod
     def panel(text: str) -> tuple[dict[int, bool], dict[str, bool]]:
-        switches = {int(i): s == "up" for i, s in re.findall(r"\b(\d+):(up|down)\b", text)}
-        lamps = {k: s == "on" for k, s in re.findall(r"\b([A-Z]):(on|off)\b", text)}
-        if not switches or not lamps:
-            raise Abstain(f"no panel 'Switches 1:up ...' / 'Lamps A:on ...' in {clip(text)}")
+        # a line's list ends at a space, punctuation or the line's end: "1:up->down" is no state
+        ups = re.findall(r"^Switches((?: \d+:(?:up|down))+)(?![^\s.,;])", text, re.MULTILINE)
+        lit = re.findall(r"^Lamps((?: [A-Z]:(?:on|off))+)(?![^\s.,;])", text, re.MULTILINE)
+        if len(ups) != 1 or len(lit) != 1:
+            raise Abstain(f"no one panel 'Switches 1:up ...' / 'Lamps A:on ...' in {clip(text)}")
+        switches = {int(i): s == "up" for i, s in re.findall(r"(\d+):(up|down)", ups[0])}
+        lamps = {k: s == "on" for k, s in re.findall(r"([A-Z]):(on|off)", lit[0])}
         return switches, lamps
 
     def toggle(self) -> str:
@@ -106,8 +124,10 @@ class Switchboard(Player):
 
     def reply(self, text: str) -> str:
         switches, lamps = self.panel(text)
-        flipped = {i for i in self.switches if switches.get(i) != self.switches[i]}
-        if flipped != set(self.plan[self.step]) or set(lamps) != set(self.lamps):
+        if set(switches) != set(self.switches) or set(lamps) != set(self.lamps):
+            raise Abstain(f"a panel of other switches or lamps than the opening's: {clip(text)}")
+        flipped = {i for i in self.switches if switches[i] != self.switches[i]}
+        if flipped != set(self.plan[self.step]):
             raise Contradiction(f"toggling {self.plan[self.step]} shows {clip(text)}")
         for lamp, on in lamps.items():
             if on != self.lamps[lamp]:
@@ -165,7 +185,8 @@ _KIND_WORDS = {  # a phrase of the opening's list of rule kinds -> the fit that 
 
 class SequenceOracle(Player):
     """Reveal the first terms, keep the listed rule kinds they fit, predict by the fit with the
-    fewest free parameters (:data:`_FREE`)."""
+    fewest free parameters (:data:`_FREE`). A term is read only as the parent writes it,
+    "t(3) = 9", the whole of its clause (not "t(3) = 2*t(2) + 1", "t(9) = 1,024")."""
 
     def opening(self, text: str) -> str:
         listed = need(r"kinds: (.+?)\.(?:\s|$)", text, "list of rule kinds").group(1)
@@ -186,7 +207,8 @@ class SequenceOracle(Player):
 
     def reply(self, text: str) -> str:
         k = self.plan[len(self.terms)]
-        self.terms[k] = int(need(rf"t\({k}\) = (-?\d+)", text, f"'t({k}) = ...'").group(1))
+        found = need(rf"{STANDALONE}t\({k}\) = (-?\d+){VALUE_END}", text, f"'t({k}) = n'")
+        self.terms[k] = int(found.group(1))
         if len(self.terms) < len(self.plan):
             return box(f"ask {self.plan[len(self.terms)]}")
         upto = max(self.targets + self.plan)
@@ -212,7 +234,8 @@ _CLUES: list[tuple[str, Callable[..., Callable[[dict[str, str]], bool]]]] = [
 
 class OwnershipRiddle(Player):
     """Keep the assignments every clue allows; ask the question that splits them most evenly;
-    answer when one is left (or no question is)."""
+    answer when one is left (or no question is). An answer is read only as the parent writes
+    it, "Yes: Ana owns the cat." or "No: Ana does not own the cat.", of the pair asked."""
 
     def opening(self, text: str) -> str:
         found = need(
@@ -249,8 +272,12 @@ class OwnershipRiddle(Player):
         return box(f"ask {self.asked[0]} {self.asked[1]}")
 
     def reply(self, text: str) -> str:
-        said = need(r"^\s*(Yes|No)\b", text, "'Yes'/'No' answer").group(1) == "Yes"
         p, x = self.asked
+        yes, no = f"Yes: {p} owns the {x}.", f"No: {p} does not own the {x}."
+        told = {said for said in (yes, no) if re.search(rf"(?<!\w){re.escape(said)}", text)}
+        if len(told) != 1:
+            raise Abstain(f"no one of {yes!r} / {no!r} in {clip(text)}")
+        said = told == {yes}
         self.options = [s for s in self.options if (s[p] == x) == said]
         self.said.append(clip(text, 60))
         return self.move("; ".join(self.said))
