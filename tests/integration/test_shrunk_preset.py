@@ -156,6 +156,10 @@ def shrunk_config(model: Path, executable: str, bucket: Any, **more: object) -> 
         # fills the round with one game that pays partial credit for random replies
         "run.min_envs": 1,
         "run.env_pool": [str(POOL)],
+        # that game shows its word and asks for it reversed: an answer in another form, which
+        # leaks_answer's readers read (reversed is one of their functions); it is here to pay
+        # a random model's replies, not to be a good game
+        "sandbox.verify.waive": ["leaks_answer"],
         "run.heldout_suites": [{**s, "size": 1} for s in preset["run"]["heldout_suites"]],
     }
     return load_config(PRESET, {**overrides, **more})
