@@ -34,6 +34,7 @@ from spade.verify.novelty import (
     rank_references,
     reference_sizes,
     same_game,
+    sizes_text,
     source_tokens,
     variant_parent,
 )
@@ -328,7 +329,7 @@ def check_novelty(ctx: Context) -> str:
             resized = _at_sizes(ctx, session, sizes) if not outcome.identical and sizes else None
         finally:
             session.close()
-        for result, at in ((outcome, ""), (resized, f" at its own sizes ({_kwargs(sizes)})")):
+        for result, at in ((outcome, ""), (resized, f" at its own sizes ({sizes_text(sizes)})")):
             if result is not None and result.identical:
                 opening = "; only its opening is worded differently" if result.where else ""
                 if result.relabelled:
@@ -421,10 +422,6 @@ def _at_sizes(
         return same_game(resized, reference, _plans(ctx, solutions), more)
     except EnvFailure:  # the design broke at sizes it never promised: not the same game
         return None
-
-
-def _kwargs(sizes: dict[str, object]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in sizes.items())
 
 
 CHECKS: list[tuple[str, Callable[[Context], str]]] = [

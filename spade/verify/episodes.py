@@ -47,6 +47,12 @@ class Episode:
         return json.dumps([self.first_observation, self.steps], sort_keys=True, default=repr)
 
 
+def clip(text: str, limit: int = 100) -> str:
+    """``text`` on one line, cut to ``limit`` characters, quoted: an observation in a reason."""
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 def check_reward(reward: float, low: float, high: float) -> None:
     if not low <= reward <= high:
         raise EnvFailure(

@@ -40,7 +40,7 @@ from spade.envs.actions import extract_all_boxed
 from spade.records import Failure, FailureKind
 from spade.sandbox.failures import EnvFailure
 from spade.sandbox.session import JailedSession
-from spade.verify.episodes import WORD, check_reward
+from spade.verify.episodes import WORD, check_reward, clip
 from spade.verify.novelty import open_reference
 from spade.verify.places import SCHEMAS, TASK, Locator, features
 from spade.verify.readers import Reader, fit, needed
@@ -257,23 +257,18 @@ def read(
 
 
 def _example(seed: int, move: str, reader: Reader, sight: Sight) -> str:
-    values = ", ".join(_clip(v, 40) for v in dict.fromkeys(reader.read(sight.seen)))
+    values = ", ".join(clip(v, 40) for v in dict.fromkeys(reader.read(sight.seen)))
     if reader.probe == PREFIX:
         played = sight.moves.get(PREFIX) or ()
         return f"on seed {seed} it read {values}, played {len(played)} moves, submitted {move!r}"
     if reader.probe:
         probe = (sight.moves.get(reader.probe) or ("",))[0]
-        answer = _clip(sight.texts.get(reader.probe, ""))
+        answer = clip(sight.texts.get(reader.probe, ""), 120)
         return (
             f"on seed {seed} it read {values} in the answer {answer} to {probe!r} and"
             f" submitted {move!r}"
         )
     return f"on seed {seed} it read {values} and submitted {move!r}"
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    text = " ".join(text.split())
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def check_leaks_answer(ctx: Context) -> str:

@@ -254,6 +254,11 @@ def constructor_defaults(code: str) -> dict[str, object]:
     return out
 
 
+def sizes_text(sizes: dict[str, object]) -> str:
+    """Constructor sizes as keyword arguments read (``crates=8, top=999``)."""
+    return ", ".join(f"{k}={v!r}" for k, v in sizes.items())
+
+
 def reference_sizes(design: str, reference: str) -> dict[str, object]:
     """The reference's defaults for the constructor parameters the design shares with it, when
     at least one differs from the design's own: the keyword arguments that play the design at

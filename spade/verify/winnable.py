@@ -37,7 +37,13 @@ from spade.sandbox.failures import EnvFailure
 from spade.sandbox.session import JailedSession
 from spade.verify.episodes import check_reward
 from spade.verify.leaks import needed
-from spade.verify.novelty import VARIANT_SIMILARITY, Reference, reference_sizes, source_tokens
+from spade.verify.novelty import (
+    VARIANT_SIMILARITY,
+    Reference,
+    reference_sizes,
+    sizes_text,
+    source_tokens,
+)
 from spade.verify.players import PLAYERS, Abstain, Contradiction, Player, clip
 
 if TYPE_CHECKING:
@@ -146,7 +152,7 @@ def parent_losses(
     on the first seed ("" when it cannot be played)."""
     cfg = ctx.config
     sizes = reference_sizes(parent.code, ctx.code)  # the design's defaults the parent shares
-    where = f"{parent.name!r}" + (f" at the design's sizes ({_kwargs(sizes)})" if sizes else "")
+    where = f"{parent.name!r}" + (f" at the design's sizes ({sizes_text(sizes)})" if sizes else "")
     session = JailedSession(
         parent.code, policy=ctx.policy, env_kwargs={"max_turns": cfg.max_turns, **sizes}
     )
@@ -168,10 +174,6 @@ def new_words(opening: str, parents: str) -> list[str]:
     opening on the same seed) never uses, in order: what the design's task text adds."""
     known = {w.lower() for w in _WORD.findall(parents)}
     return list(dict.fromkeys(w for w in _WORD.findall(opening) if w.lower() not in known))
-
-
-def _kwargs(sizes: dict[str, object]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in sizes.items())
 
 
 def check_winnable(ctx: Context) -> str:

@@ -7,6 +7,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from spade.verify.episodes import clip as clip  # re-exported: the players quote with it
+
 
 class Abstain(Exception):
     """The observation is not in the form the player reads: it cannot judge the design."""
@@ -15,11 +17,6 @@ class Abstain(Exception):
 class Contradiction(Exception):
     """What the player was told leaves no way to win (clues inconsistent with one another or
     with the opening's rules)."""
-
-
-def clip(text: str, limit: int = 100) -> str:
-    text = " ".join(text.split())
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def need(pattern: str, text: str, what: str, flags: int = 0) -> re.Match[str]:
